@@ -1,0 +1,228 @@
+// Package broker is the only package that speaks AMQP (amqp091-go). It owns
+// the connections: one for consuming, a separate one for publishing moves, so
+// that flow control on publishes never stalls deliveries and acks.
+//
+// Notification channels (NotifyClose, NotifyCancel, NotifyBlocked, returns)
+// are always buffered and always drained: amqp091-go delivers them from the
+// connection's reader goroutine and a full one deadlocks the connection.
+//
+// A delivery belongs to the channel it came on. When that channel dies the
+// delivery can no longer be acked: the broker has already returned it to the
+// queue, and Hopper never acks it on a new channel.
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Options configure connections.
+type Options struct {
+	// URLs are tried in turn on every (re)connect.
+	URLs []string
+	// UsernameFile and PasswordFile, when set, replace the credentials in
+	// every URL (mounted secrets).
+	UsernameFile string
+	PasswordFile string
+	// TLS for amqps:// URLs.
+	CAFile, CertFile, KeyFile, ServerName string
+	InsecureSkipVerify                    bool
+	// Heartbeat interval and dial timeout.
+	Heartbeat      time.Duration
+	ConnectTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the jittered exponential backoff.
+	ReconnectMin, ReconnectMax time.Duration
+	// Name labels the connection in the management UI.
+	Name   string
+	Logger *slog.Logger
+}
+
+func (o *Options) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.Default()
+	}
+	return o.Logger
+}
+
+// Redact hides the password in an AMQP URL so it can be logged.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable url>"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	return u.String()
+}
+
+func (o *Options) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: o.ServerName, InsecureSkipVerify: o.InsecureSkipVerify, MinVersion: tls.VersionTLS12} //nolint:gosec // opt-in for tests
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", o.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func (o *Options) resolve(raw string) (string, error) {
+	if o.UsernameFile == "" && o.PasswordFile == "" {
+		return raw, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse broker url: %w", errors.New(Redact(raw)))
+	}
+	user, pass := "", ""
+	if u.User != nil {
+		user = u.User.Username()
+		pass, _ = u.User.Password()
+	}
+	if o.UsernameFile != "" {
+		b, err := os.ReadFile(o.UsernameFile)
+		if err != nil {
+			return "", fmt.Errorf("read username file: %w", err)
+		}
+		user = strings.TrimSpace(string(b))
+	}
+	if o.PasswordFile != "" {
+		b, err := os.ReadFile(o.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("read password file: %w", err)
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	}
+	u.User = url.UserPassword(user, pass)
+	return u.String(), nil
+}
+
+// dialOnce tries every URL once, in turn, starting after the one that
+// worked last, and returns the first connection that opens.
+func (o *Options) dialOnce(ctx context.Context, start int) (*amqp.Connection, int, error) {
+	var errs []error
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, start, err
+	}
+	for i := range o.URLs {
+		idx := (start + i) % len(o.URLs)
+		if ctx.Err() != nil {
+			return nil, idx, ctx.Err()
+		}
+		raw, err := o.resolve(o.URLs[idx])
+		if err != nil {
+			return nil, idx, err
+		}
+		props := amqp.NewConnectionProperties()
+		props.SetClientConnectionName(o.Name)
+		timeout := o.ConnectTimeout
+		if timeout <= 0 {
+			timeout = 10 * time.Second
+		}
+		cfg := amqp.Config{
+			Heartbeat:       o.Heartbeat,
+			Properties:      props,
+			TLSClientConfig: tlsCfg,
+			Dial: func(network, addr string) (net.Conn, error) {
+				d := net.Dialer{Timeout: timeout}
+				conn, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				// The handshake must finish within the timeout too; amqp091
+				// clears the deadline once the connection is open.
+				if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+					conn.Close()
+					return nil, err
+				}
+				return conn, nil
+			},
+		}
+		conn, err := amqp.DialConfig(raw, cfg)
+		if err == nil {
+			return conn, idx, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", Redact(o.URLs[idx]), scrub(err, raw)))
+	}
+	return nil, start, errors.Join(errs...)
+}
+
+// scrub keeps a dial error from echoing the URL's password.
+func scrub(err error, raw string) error {
+	u, perr := url.Parse(raw)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
+		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
+	}
+	return err
+}
+
+// Backoff is jittered exponential backoff between min and max.
+type Backoff struct {
+	Min, Max time.Duration
+	n        int
+}
+
+// Next returns the next wait: full jitter over an exponentially growing cap,
+// so that many sidecars restarted together do not reconnect in lockstep.
+func (b *Backoff) Next() time.Duration {
+	lo, hi := b.Min, b.Max
+	if lo <= 0 {
+		lo = 500 * time.Millisecond
+	}
+	if hi < lo {
+		hi = lo
+	}
+	ceil := lo
+	for i := 0; i < b.n && ceil < hi; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, hi)
+	b.n++
+	return lo/2 + time.Duration(rand.Int64N(int64(ceil-lo/2)+1))
+}
+
+// Reset starts over after a success.
+func (b *Backoff) Reset() { b.n = 0 }
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,236 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// Delivery is one message received on a consumer channel. Ack and Nack go to
+// that channel only; once it is gone they fail with ErrChannelGone and the
+// broker has already put the message back in the queue.
+type Delivery struct {
+	m   *msg.Message
+	tag uint64
+	s   *session
+}
+
+// ErrChannelGone means the delivery's channel closed: it cannot be settled,
+// and the broker redelivers it.
+var ErrChannelGone = errors.New("delivery channel is closed; the broker will redeliver the message")
+
+// Message returns the broker-neutral message.
+func (d *Delivery) Message() *msg.Message { return d.m }
+
+// Ack acknowledges the delivery on its own channel.
+func (d *Delivery) Ack() error {
+	if d.s.dead.Load() {
+		return ErrChannelGone
+	}
+	if err := d.s.ch.Ack(d.tag, false); err != nil { // multiple=false
+		return fmt.Errorf("ack: %w", err)
+	}
+	return nil
+}
+
+// Nack rejects the delivery on its own channel; requeue puts it back.
+func (d *Delivery) Nack(requeue bool) error {
+	if d.s.dead.Load() {
+		return ErrChannelGone
+	}
+	if err := d.s.ch.Nack(d.tag, false, requeue); err != nil { // multiple=false
+		return fmt.Errorf("nack: %w", err)
+	}
+	return nil
+}
+
+// session is one connection and consumer channel.
+type session struct {
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	dead atomic.Bool
+}
+
+// ConsumerOptions configure a Consumer.
+type ConsumerOptions struct {
+	Options
+	Queue    string
+	Prefetch int
+	// Topology is declared or verified (as it says) on every new connection
+	// before consuming, so a queue deleted under Hopper comes back. An error
+	// is retried with backoff.
+	Topology *topology.Plan
+}
+
+// Consumer keeps one consumer on a queue alive across connection loss,
+// broker restarts and broker-side cancels, re-preparing and re-consuming each
+// time with jittered backoff.
+type Consumer struct {
+	opts ConsumerOptions
+
+	mu        sync.Mutex
+	cur       *session
+	connected atomic.Bool
+	// Reconnects counts sessions after the first.
+	Reconnects atomic.Int64
+}
+
+// NewConsumer returns a consumer; Run starts it.
+func NewConsumer(o ConsumerOptions) *Consumer {
+	if o.Name == "" {
+		o.Name = "hopper-consumer"
+	}
+	return &Consumer{opts: o}
+}
+
+// Connected reports whether a consumer is live now.
+func (c *Consumer) Connected() bool { return c.connected.Load() }
+
+// Run consumes until ctx is done, calling handle for each delivery from the
+// connection's dispatch goroutine (handle must hand off quickly). When ctx
+// is done it cancels the consumer so no new deliveries arrive, but keeps the
+// channel open so in-flight deliveries can still be settled; Close ends it.
+func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
+	log := c.opts.logger()
+	bo := Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
+	urlIdx := 0
+	first := true
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s, idx, err := c.open(ctx, urlIdx)
+		urlIdx = idx
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			wait := bo.Next()
+			log.Warn("broker connect failed", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
+			if sleep(ctx, wait) != nil {
+				return nil
+			}
+			continue
+		}
+		if !first {
+			c.Reconnects.Add(1)
+		}
+		first = false
+		bo.Reset()
+		log.Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", c.opts.Prefetch)
+		reason := c.consume(ctx, s, handle)
+		c.connected.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		// The session is lost: its deliveries cannot be acked any more.
+		s.dead.Store(true)
+		if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			log.Debug("close lost connection", "error", err.Error())
+		}
+		wait := bo.Next()
+		log.Warn("consumer lost, reconnecting", "event", "BROKER_RECONNECT", "reason", reason, "retry_in", wait.String())
+		if sleep(ctx, wait) != nil {
+			return nil
+		}
+	}
+}
+
+func (c *Consumer) open(ctx context.Context, start int) (*session, int, error) {
+	conn, idx, err := c.opts.dialOnce(ctx, start)
+	if err != nil {
+		return nil, idx, err
+	}
+	fail := func(err error) (*session, int, error) {
+		conn.Close()
+		return nil, (idx + 1) % len(c.opts.URLs), err
+	}
+	if err := prepare(ctx, conn, c.opts.Topology); err != nil {
+		return fail(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fail(fmt.Errorf("open channel: %w", err))
+	}
+	if err := ch.Qos(c.opts.Prefetch, 0, false); err != nil { // prefetchSize=0, global=false
+		return fail(fmt.Errorf("set prefetch: %w", err))
+	}
+	return &session{conn: conn, ch: ch}, idx, nil
+}
+
+// consume runs one session until it fails or ctx is done, and says why it
+// ended.
+func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Delivery)) string {
+	connClosed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
+	chClosed := s.ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancels := s.ch.NotifyCancel(make(chan string, 4))
+	blocked := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go drain(blocked)
+
+	tag := fmt.Sprintf("hopper-%s-%d", c.opts.Queue, c.Reconnects.Load())
+	deliveries, err := s.ch.ConsumeWithContext(ctx, c.opts.Queue, tag,
+		false, // autoAck
+		false, // exclusive
+		false, // noLocal
+		false, // noWait
+		nil)
+	if err != nil {
+		return fmt.Sprintf("consume: %v", err)
+	}
+	c.mu.Lock()
+	c.cur = s
+	c.mu.Unlock()
+	c.connected.Store(true)
+
+	for {
+		select {
+		case <-ctx.Done():
+			// Stop taking deliveries; keep the channel for in-flight acks.
+			if err := s.ch.Cancel(tag, false); err != nil { // noWait=false
+				c.opts.logger().Warn("cancel consumer", "error", err.Error())
+			}
+			return "shutdown"
+		case e := <-connClosed:
+			return fmt.Sprintf("connection closed: %v", e)
+		case e := <-chClosed:
+			return fmt.Sprintf("channel closed: %v", e)
+		case t := <-cancels:
+			// Queue deleted, or quorum leader moved: the consumer is gone but
+			// the channel lives; start over so Prepare re-declares.
+			return fmt.Sprintf("consumer %s cancelled by the broker", t)
+		case d, ok := <-deliveries:
+			if !ok {
+				return "delivery channel closed"
+			}
+			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+		}
+	}
+}
+
+// Close closes the consumer's connection. Unsettled deliveries go back to
+// the queue: the broker requeues everything a closed channel held.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	s := c.cur
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.dead.Store(true)
+	if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("close consumer connection: %w", err)
+	}
+	return nil
+}
+
+func drain[T any](ch <-chan T) {
+	for range ch { //nolint:revive // only keeps the reader goroutine unblocked
+	}
+}

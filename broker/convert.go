@@ -1,0 +1,118 @@
+package broker
+
+import (
+	"math"
+	"strconv"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// Decimal is an AMQP decimal header value carried through unchanged.
+type Decimal = amqp.Decimal
+
+func fromDelivery(d *amqp.Delivery) *msg.Message {
+	return &msg.Message{
+		Exchange:        d.Exchange,
+		RoutingKey:      d.RoutingKey,
+		Redelivered:     d.Redelivered,
+		Headers:         fromTable(d.Headers),
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationID:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageID:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		UserID:          d.UserId,
+		AppID:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// toPublishing builds the copy Hopper publishes when it moves a message:
+// same body and properties, persistent. Expiration is dropped: a per-message
+// TTL would let the broker discard the copy in a tier queue or the DLQ;
+// Hopper keeps the deadline in its own header instead.
+func toPublishing(m *msg.Message) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         toTable(m.Headers),
+		ContentType:     m.ContentType,
+		ContentEncoding: m.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        m.Priority,
+		CorrelationId:   m.CorrelationID,
+		ReplyTo:         m.ReplyTo,
+		MessageId:       m.MessageID,
+		Timestamp:       m.Timestamp,
+		Type:            m.Type,
+		UserId:          m.UserID,
+		AppId:           m.AppID,
+		Body:            m.Body,
+	}
+}
+
+func fromTable(t amqp.Table) map[string]any {
+	if t == nil {
+		return map[string]any{}
+	}
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		out[k] = fromField(v)
+	}
+	return out
+}
+
+func fromField(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		return fromTable(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = fromField(e)
+		}
+		return out
+	}
+	return v
+}
+
+func toTable(m map[string]any) amqp.Table {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(amqp.Table, len(m))
+	for k, v := range m {
+		out[k] = toField(v)
+	}
+	return out
+}
+
+func toField(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		t := toTable(x)
+		if t == nil {
+			t = amqp.Table{}
+		}
+		return t
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = toField(e)
+		}
+		return out
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x)
+		}
+		return strconv.FormatUint(x, 10) // AMQP has no unsigned 64-bit field
+	case uint:
+		return toField(uint64(x))
+	}
+	return v
+}

@@ -1,0 +1,258 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// Errors a move can end with. In every case the caller must nack the
+// original with requeue: the copy may or may not exist, the original must.
+var (
+	ErrReturned    = errors.New("broker returned the message as unroutable (no such queue)")
+	ErrNacked      = errors.New("broker refused the message (publisher nack, e.g. queue full with overflow=reject-publish)")
+	ErrConfirmWait = errors.New("no publisher confirm in time")
+)
+
+// PublisherOptions configure a Publisher.
+type PublisherOptions struct {
+	Options
+	// Channels is the number of confirm-mode channels used in parallel.
+	Channels int
+	// ConfirmTimeout bounds the wait for the broker's confirm.
+	ConfirmTimeout time.Duration
+}
+
+// Publisher publishes moves on its own connection, in confirm mode,
+// mandatory and persistent. Each channel carries one publish at a time, so a
+// basic.return is known to belong to the publish it precedes.
+type Publisher struct {
+	opts PublisherOptions
+
+	mu     sync.Mutex
+	conn   *amqp.Connection
+	gen    int // bumped on every new connection
+	urlIdx int
+	bo     Backoff
+	next   time.Time // no dial before this
+	pool   chan *pubChannel
+
+	blockedMu sync.Mutex
+	blocked   chan struct{} // closed when not blocked
+}
+
+type pubChannel struct {
+	ch      *amqp.Channel
+	gen     int
+	returns chan amqp.Return
+	closed  chan *amqp.Error
+}
+
+// NewPublisher returns a publisher that connects on first use.
+func NewPublisher(o PublisherOptions) *Publisher {
+	if o.Channels < 1 {
+		o.Channels = 1
+	}
+	if o.ConfirmTimeout <= 0 {
+		o.ConfirmTimeout = 15 * time.Second
+	}
+	if o.Name == "" {
+		o.Name = "hopper-publisher"
+	}
+	p := &Publisher{opts: o, pool: make(chan *pubChannel, o.Channels)}
+	p.bo = Backoff{Min: o.ReconnectMin, Max: o.ReconnectMax}
+	for range o.Channels {
+		p.pool <- nil // a slot; the channel opens lazily
+	}
+	unblocked := make(chan struct{})
+	close(unblocked)
+	p.blocked = unblocked
+	return p
+}
+
+// Publish sends m to queue through the default exchange and waits for the
+// broker to confirm it. It returns nil only when the broker has taken
+// responsibility for the copy.
+func (p *Publisher) Publish(ctx context.Context, queue string, m *msg.Message) error {
+	return p.PublishTo(ctx, "", queue, m)
+}
+
+// PublishTo is Publish to an exchange and routing key.
+func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
+	defer cancel()
+	if err := p.waitUnblocked(ctx); err != nil {
+		return err
+	}
+	var slot *pubChannel
+	select {
+	case slot = <-p.pool:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for a publish channel: %w", ctx.Err())
+	}
+	ok := false
+	defer func() {
+		if !ok && slot != nil {
+			// A channel whose confirm never came is in an unknown state.
+			slot.ch.Close()
+			slot = nil
+		}
+		p.pool <- slot
+	}()
+
+	if slot == nil || slot.ch.IsClosed() || slot.gen != p.generation() {
+		var err error
+		if slot, err = p.openChannel(ctx); err != nil {
+			return err
+		}
+	}
+	// Drop a stale return left by an earlier publish that timed out.
+	for len(slot.returns) > 0 {
+		<-slot.returns
+	}
+	dc, err := slot.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
+		true,  // mandatory: an unroutable copy must come back, not vanish
+		false, // immediate
+		toPublishing(m))
+	if err != nil {
+		return fmt.Errorf("publish to %q: %w", key, err)
+	}
+	select {
+	case <-dc.Done():
+	case e := <-slot.closed:
+		return fmt.Errorf("publish channel closed before confirm: %w", amqpErr(e))
+	case <-ctx.Done():
+		return fmt.Errorf("publish to %q: %w after %s", key, ErrConfirmWait, p.opts.ConfirmTimeout)
+	}
+	// The reader goroutine delivers basic.return before the confirm it
+	// precedes, so a return for this publish is already in the buffer.
+	select {
+	case r := <-slot.returns:
+		return fmt.Errorf("publish to %q: %w (%d %s)", key, ErrReturned, r.ReplyCode, r.ReplyText)
+	default:
+	}
+	if !dc.Acked() {
+		return fmt.Errorf("publish to %q: %w", key, ErrNacked)
+	}
+	ok = true
+	return nil
+}
+
+func amqpErr(e *amqp.Error) error {
+	if e == nil {
+		return amqp.ErrClosed
+	}
+	return e
+}
+
+func (p *Publisher) generation() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
+}
+
+func (p *Publisher) openChannel(ctx context.Context) (*pubChannel, error) {
+	conn, gen, err := p.connection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open publish channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil { // noWait=false
+		ch.Close()
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	pc := &pubChannel{
+		ch:      ch,
+		gen:     gen,
+		returns: ch.NotifyReturn(make(chan amqp.Return, 1)),
+		closed:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}
+	return pc, nil
+}
+
+// connection returns the live publishing connection, dialling when there is
+// none (at most once per backoff step, so a dead broker is not hammered by
+// every worker).
+func (p *Publisher) connection(ctx context.Context) (*amqp.Connection, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil && !p.conn.IsClosed() {
+		return p.conn, p.gen, nil
+	}
+	if wait := time.Until(p.next); wait > 0 {
+		return nil, 0, fmt.Errorf("publisher connection down; next attempt in %s", wait.Round(time.Millisecond))
+	}
+	conn, idx, err := p.opts.dialOnce(ctx, p.urlIdx)
+	p.urlIdx = idx
+	if err != nil {
+		p.next = time.Now().Add(p.bo.Next())
+		return nil, 0, fmt.Errorf("publisher connect: %w", err)
+	}
+	p.bo.Reset()
+	p.conn = conn
+	p.gen++
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go p.watchBlocked(blocked)
+	return conn, p.gen, nil
+}
+
+// watchBlocked pauses publishing while the broker says the connection is
+// blocked (memory or disk alarm), instead of letting moves time out.
+func (p *Publisher) watchBlocked(ch <-chan amqp.Blocking) {
+	for b := range ch {
+		p.blockedMu.Lock()
+		if b.Active {
+			p.opts.logger().Warn("broker blocked publishing", "event", "BROKER_BLOCKED", "reason", b.Reason)
+			p.blocked = make(chan struct{})
+		} else {
+			p.opts.logger().Info("broker unblocked publishing", "event", "BROKER_UNBLOCKED")
+			close(p.blocked)
+			unblocked := make(chan struct{})
+			close(unblocked)
+			p.blocked = unblocked
+		}
+		p.blockedMu.Unlock()
+	}
+	// Connection gone: never leave publishers waiting on it.
+	p.blockedMu.Lock()
+	select {
+	case <-p.blocked:
+	default:
+		close(p.blocked)
+	}
+	p.blockedMu.Unlock()
+}
+
+func (p *Publisher) waitUnblocked(ctx context.Context) error {
+	p.blockedMu.Lock()
+	ch := p.blocked
+	p.blockedMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("broker connection blocked: %w", ctx.Err())
+	}
+}
+
+// Close closes the publishing connection.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return nil
+	}
+	if err := p.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("close publisher connection: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// ErrTopology marks a topology that is missing or does not match the plan.
+var ErrTopology = errors.New("topology mismatch")
+
+// Declare declares every queue the plan owns (durable, with its arguments)
+// and checks that the work queue exists when it is the operator's.
+func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error {
+	var errs []error
+	for _, q := range p.Queues() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !q.Owned {
+			if err := exists(conn, q.Name); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := declare(conn, q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Verify checks, without creating anything, that every queue exists and
+// that Hopper's own queues have the planned arguments.
+func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error {
+	var errs []error
+	for _, q := range p.Queues() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := exists(conn, q.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if q.Role == topology.RoleWork {
+			continue // the operator's queue: its arguments are theirs
+		}
+		// The queue exists, so an active declare creates nothing; the broker
+		// answers PRECONDITION_FAILED when the arguments differ.
+		if err := declare(conn, q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// exists is a passive declare on a throwaway channel (a failed passive
+// declare closes the channel it ran on).
+func exists(conn *amqp.Connection, name string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	if _, err := ch.QueueDeclarePassive(name,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		nil); err != nil {
+		return fmt.Errorf("%w: queue %q does not exist: %w", ErrTopology, name, err)
+	}
+	return nil
+}
+
+func declare(conn *amqp.Connection, q topology.Queue) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	if _, err := ch.QueueDeclare(q.Name,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		amqp.Table(q.Args)); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("%w: %s queue %q exists with other arguments than planned (%v); delete it or change the config: %w",
+				ErrTopology, q.Role, q.Name, q.Args, err)
+		}
+		return fmt.Errorf("declare %s queue %q: %w", q.Role, q.Name, err)
+	}
+	return nil
+}
+
+func closeQuietly(ch *amqp.Channel) {
+	if !ch.IsClosed() {
+		ch.Close() //nolint:errcheck // a throwaway channel; the result is already known
+	}
+}
+
+// Apply connects once and declares (declare=true) or verifies the plan,
+// for the topology subcommands.
+func Apply(ctx context.Context, o Options, p *topology.Plan, declare bool) error {
+	conn, _, err := o.dialOnce(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("connect to broker: %w", err)
+	}
+	defer conn.Close()
+	if declare {
+		return Declare(ctx, conn, p)
+	}
+	return Verify(ctx, conn, p)
+}
+
+// prepare declares or verifies the plan on a new connection, as the plan
+// says.
+func prepare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error {
+	if p == nil {
+		return nil
+	}
+	if p.Declare {
+		return Declare(ctx, conn, p)
+	}
+	return Verify(ctx, conn, p)
+}

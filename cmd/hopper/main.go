@@ -1,0 +1,167 @@
+// Command hopper is the RabbitMQ consumer sidecar. This file only wires:
+// config, logger, signals, subcommands.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// errReported marks an error already printed in full, so main only sets
+// the exit code.
+var errReported = errors.New("reported")
+
+func main() {
+	root := newRoot(os.Stdout, os.Stderr)
+	if err := root.Execute(); err != nil {
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(os.Stderr, "hopper:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "hopper",
+		Short: "RabbitMQ consumer sidecar: delivers each message to your app over HTTP",
+		Long: `Hopper consumes a RabbitMQ queue and POSTs each message to an HTTP app.
+The app's response decides the message's fate: 2xx ack, 425 requeue,
+408/409/429/5xx retry through a delay-tier queue, other 4xx or too many
+attempts the dead-letter queue. Moves are publish -> confirm -> ack.`,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd())
+	return root
+}
+
+// configFlags are the flags every subcommand that reads config has. The
+// main keys have their own flags; flags win over HOPPER_* variables, which
+// win over the file.
+type configFlags struct {
+	file string
+	set  []string
+}
+
+var flagKeys = []struct{ flag, key, usage string }{
+	{"queue", "queue.name", "work queue to consume (queue.name)"},
+	{"app-url", "app.url", "URL the app receives messages on (app.url)"},
+	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)"},
+	{"prefetch", "consumer.prefetch", "AMQP prefetch (consumer.prefetch)"},
+	{"workers", "consumer.workers", "concurrent deliveries, 0 = prefetch (consumer.workers)"},
+	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)"},
+	{"log-level", "log.level", "debug, info, warn or error (log.level)"},
+	{"log-format", "log.format", "json or text (log.format)"},
+}
+
+func (f *configFlags) register(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.file, "config", "c", os.Getenv("HOPPER_CONFIG"), "YAML config file (env HOPPER_CONFIG)")
+	for _, k := range flagKeys {
+		fs.String(k.flag, "", k.usage)
+	}
+	fs.StringArrayVar(&f.set, "set", nil, "set any key: --set retry.maxAttempts=5 (repeatable)")
+}
+
+// load reads file, environment and flags, then validates. Every problem is
+// printed, one per line, with its key path.
+func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
+	environ := make([]string, 0, 16)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOPPER_CONFIG=") {
+			environ = append(environ, kv)
+		}
+	}
+	cfg, warnings, err := config.Load(f.file, environ)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: environment variable %s matches no config key\n", w)
+	}
+	for _, k := range flagKeys {
+		fl := cmd.Flags().Lookup(k.flag)
+		if fl != nil && fl.Changed {
+			if err := config.SetKey(&cfg, k.key, fl.Value.String()); err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %w", k.flag, err))
+			}
+		}
+	}
+	for _, kv := range f.set {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			errs = append(errs, fmt.Errorf("--set %q: want key=value", kv))
+			continue
+		}
+		if err := config.SetKey(&cfg, key, value); err != nil {
+			errs = append(errs, fmt.Errorf("--set: %w", err))
+		}
+	}
+	// Validate even when loading failed, so every problem shows in one run.
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, report(cmd, err)
+	}
+	return cfg, nil
+}
+
+// report prints a joined error one problem per line.
+func report(cmd *cobra.Command, err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	fmt.Fprintf(cmd.ErrOrStderr(), "hopper: invalid configuration (%d problem(s)):\n", len(lines))
+	for _, l := range lines {
+		fmt.Fprintf(cmd.ErrOrStderr(), "  - %s\n", l)
+	}
+	return errReported
+}
+
+func newLogger(cfg config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Level)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func brokerOptions(cfg *config.Config, log *slog.Logger, name string) broker.Options {
+	b := cfg.Broker
+	return broker.Options{
+		URLs:               b.URLs,
+		UsernameFile:       b.UsernameFile,
+		PasswordFile:       b.PasswordFile,
+		CAFile:             b.TLS.CAFile,
+		CertFile:           b.TLS.CertFile,
+		KeyFile:            b.TLS.KeyFile,
+		ServerName:         b.TLS.ServerName,
+		InsecureSkipVerify: b.TLS.InsecureSkipVerify,
+		Heartbeat:          b.Heartbeat.D(),
+		ConnectTimeout:     b.ConnectTimeout.D(),
+		ReconnectMin:       b.ReconnectMin.D(),
+		ReconnectMax:       b.ReconnectMax.D(),
+		Name:               name,
+		Logger:             log,
+	}
+}

@@ -1,0 +1,323 @@
+// Package config is Hopper's one typed configuration: loaded from a YAML file,
+// overridden by HOPPER_* environment variables and then by flags, and
+// validated with every problem reported at once, each with its key path.
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration. Every field has a default (see Default);
+// only queue.name is required.
+type Config struct {
+	Broker   Broker   `yaml:"broker"`
+	Queue    Queue    `yaml:"queue"`
+	Topology Topology `yaml:"topology"`
+	App      App      `yaml:"app"`
+	Consumer Consumer `yaml:"consumer"`
+	Retry    Retry    `yaml:"retry"`
+	Requeue  Requeue  `yaml:"requeue"`
+	Shutdown Shutdown `yaml:"shutdown"`
+	Admin    Admin    `yaml:"admin"`
+	Log      Log      `yaml:"log"`
+}
+
+// Broker is the RabbitMQ connection.
+type Broker struct {
+	// URLs are tried in turn (a cluster). Default amqp://guest:guest@127.0.0.1:5672/.
+	URLs []string `yaml:"urls"`
+	// PasswordFile, when set, holds the password (a mounted secret); it
+	// replaces the password in every URL so that URLs can live in plain config.
+	PasswordFile string `yaml:"passwordFile"`
+	// UsernameFile, when set, holds the user name, like PasswordFile.
+	UsernameFile string `yaml:"usernameFile"`
+	// Heartbeat is the AMQP heartbeat interval. Default 10s.
+	Heartbeat Duration `yaml:"heartbeat"`
+	// ConnectTimeout bounds one dial. Default 10s.
+	ConnectTimeout Duration `yaml:"connectTimeout"`
+	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
+	// between connection attempts. Defaults 500ms and 30s.
+	ReconnectMin Duration `yaml:"reconnectMin"`
+	ReconnectMax Duration `yaml:"reconnectMax"`
+	// ConfirmTimeout bounds the wait for a publisher confirm when moving a
+	// message; past it the original is nacked with requeue. Default 15s.
+	ConfirmTimeout Duration `yaml:"confirmTimeout"`
+	// PublishChannels is the number of confirm-mode channels used for moves
+	// in parallel. Default 8.
+	PublishChannels int `yaml:"publishChannels"`
+	// TLS applies to amqps:// URLs.
+	TLS TLS `yaml:"tls"`
+}
+
+// TLS configures amqps:// connections.
+type TLS struct {
+	CAFile     string `yaml:"caFile"`
+	CertFile   string `yaml:"certFile"`
+	KeyFile    string `yaml:"keyFile"`
+	ServerName string `yaml:"serverName"`
+	// InsecureSkipVerify disables certificate checks (tests only).
+	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
+}
+
+// Queue names the work queue.
+type Queue struct {
+	// Name of the work queue. Required.
+	Name string `yaml:"name"`
+	// Type is classic or quorum; it applies to the queues Hopper declares
+	// and decides how a message the app could not take is returned (§4).
+	// Default classic.
+	Type string `yaml:"type"`
+	// DeliveryLimit is the x-delivery-limit for a declared quorum work queue.
+	// Default 0 (not set).
+	DeliveryLimit int `yaml:"deliveryLimit"`
+}
+
+// Topology names the queues around the work queue.
+type Topology struct {
+	// Declare makes run declare the topology at start; when false run only
+	// verifies it and fails on a mismatch. Default true.
+	Declare bool `yaml:"declare"`
+	// RetryQueue is the tier queue name template: {queue} and {delay}.
+	// Default "{queue}.retry.{delay}".
+	RetryQueue string `yaml:"retryQueue"`
+	// DLQ is the dead-letter queue name template. Default "{queue}.dlq".
+	DLQ string `yaml:"dlq"`
+	// DLQMaxLength caps the DLQ with overflow=reject-publish; a refused
+	// dead-lettering leaves the message in the work queue. Default 0 (no cap).
+	DLQMaxLength int `yaml:"dlqMaxLength"`
+}
+
+// App is the application Hopper delivers to.
+type App struct {
+	// URL receives one POST per message; its path may hold {routingKey} and
+	// {queue}. Default http://127.0.0.1:8080/.
+	URL string `yaml:"url"`
+	// Timeout bounds one request. It must stay well under the broker's
+	// consumer_timeout (30m). Default 30s.
+	Timeout Duration `yaml:"timeout"`
+	// HealthPath is polled (GET, 2xx) before consuming; when empty a TCP
+	// connect to the app's address is the check. Default "".
+	HealthPath string `yaml:"healthPath"`
+	// UnavailableBackoff is how long a worker waits after the app could not
+	// be reached before returning the message, so a down app is not spun on.
+	// Default 1s.
+	UnavailableBackoff Duration `yaml:"unavailableBackoff"`
+	// MaxBodyBytes is the largest response body Hopper reads. Default 65536.
+	MaxBodyBytes int `yaml:"maxBodyBytes"`
+}
+
+// Consumer sets concurrency.
+type Consumer struct {
+	// Prefetch is the AMQP QoS. Default 50.
+	Prefetch int `yaml:"prefetch"`
+	// Workers is the number of concurrent deliveries. Default = prefetch.
+	Workers int `yaml:"workers"`
+	// Ordered delivers one message at a time (prefetch 1, one worker).
+	Ordered bool `yaml:"ordered"`
+}
+
+// Retry is the default retry policy and the per-message policies.
+type Retry struct {
+	// MaxAttempts: the attempt at which a failing message is dead-lettered,
+	// or "unlimited". Default 10.
+	MaxAttempts Attempts `yaml:"maxAttempts"`
+	// Tiers are the delay tiers. Default [1s, 5s, 30s, 2m, 10m, 30m].
+	Tiers []Duration `yaml:"tiers"`
+	// Outcomes override entries of the outcome table (SPEC §4), for example
+	// {"4xx": retry}.
+	Outcomes map[string]string `yaml:"outcomes"`
+	// OnExpired is dlq or drop for messages past their deadline. Default dlq.
+	OnExpired string `yaml:"onExpired"`
+	// DeadlineHeader names an application header holding an absolute
+	// deadline (RFC 3339 or Unix milliseconds). Default "".
+	DeadlineHeader string `yaml:"deadlineHeader"`
+	// Policies are matched in order; the first match wins over the defaults.
+	Policies []Policy `yaml:"policies"`
+}
+
+// Policy is a retry policy for the messages its match selects. Unset fields
+// inherit from the retry section.
+type Policy struct {
+	Name        string            `yaml:"name"`
+	Match       Match             `yaml:"match"`
+	MaxAttempts *Attempts         `yaml:"maxAttempts"`
+	Tiers       []Duration        `yaml:"tiers"`
+	Outcomes    map[string]string `yaml:"outcomes"`
+	OnExpired   string            `yaml:"onExpired"`
+}
+
+// Match selects messages; every field set must match.
+type Match struct {
+	// RoutingKey is an AMQP topic pattern on the original routing key.
+	RoutingKey string `yaml:"routingKey"`
+	// Type is a glob on the AMQP type property.
+	Type string `yaml:"type"`
+	// Header is "name" (present) or "name=value".
+	Header string `yaml:"header"`
+}
+
+// Requeue governs 425 Too Early.
+type Requeue struct {
+	// MinHold and MaxHold bound the jittered hold before a requeue; a longer
+	// Retry-After goes through a tier. Defaults 1s and 5s.
+	MinHold Duration `yaml:"minHold"`
+	MaxHold Duration `yaml:"maxHold"`
+	// MaxRequeues caps requeues; past it the message is dead-lettered with
+	// reason too-early. Default 100.
+	MaxRequeues int `yaml:"maxRequeues"`
+}
+
+// Shutdown governs SIGTERM.
+type Shutdown struct {
+	// Grace is how long in-flight deliveries may finish. Default 25s.
+	Grace Duration `yaml:"grace"`
+}
+
+// Admin is the HTTP admin endpoint (health, later metrics).
+type Admin struct {
+	// Listen address; "" disables it. Default ":9090".
+	Listen string `yaml:"listen"`
+}
+
+// Log configures log/slog.
+type Log struct {
+	// Level: debug, info, warn, error. Default info.
+	Level string `yaml:"level"`
+	// Format: json or text. Default json.
+	Format string `yaml:"format"`
+}
+
+// Default returns the configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Broker: Broker{
+			URLs:            []string{"amqp://guest:guest@127.0.0.1:5672/"},
+			Heartbeat:       Duration(10 * time.Second),
+			ConnectTimeout:  Duration(10 * time.Second),
+			ReconnectMin:    Duration(500 * time.Millisecond),
+			ReconnectMax:    Duration(30 * time.Second),
+			ConfirmTimeout:  Duration(15 * time.Second),
+			PublishChannels: 8,
+		},
+		Queue:    Queue{Type: "classic"},
+		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq"},
+		App: App{
+			URL:                "http://127.0.0.1:8080/",
+			Timeout:            Duration(30 * time.Second),
+			UnavailableBackoff: Duration(time.Second),
+			MaxBodyBytes:       64 << 10,
+		},
+		Consumer: Consumer{Prefetch: 50},
+		Retry: Retry{
+			MaxAttempts: 10,
+			Tiers: []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second),
+				Duration(2 * time.Minute), Duration(10 * time.Minute), Duration(30 * time.Minute)},
+			OnExpired: "dlq",
+		},
+		Requeue:  Requeue{MinHold: Duration(time.Second), MaxHold: Duration(5 * time.Second), MaxRequeues: 100},
+		Shutdown: Shutdown{Grace: Duration(25 * time.Second)},
+		Admin:    Admin{Listen: ":9090"},
+		Log:      Log{Level: "info", Format: "json"},
+	}
+}
+
+// Duration is a time.Duration written as a string with a unit ("5s") so a
+// bare number can never be mistaken for seconds or nanoseconds.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return FormatDuration(time.Duration(d)) }
+
+// UnmarshalYAML accepts only strings with a unit.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		return typeError(n, fmt.Errorf("duration must be a string with a unit, like \"5s\", got %q", n.Value))
+	}
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return typeError(n, err)
+	}
+	*d = v
+	return nil
+}
+
+// MarshalYAML writes the string form.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// ParseDuration parses "5s", "2m", "1h30m"; a unitless number is an error.
+func ParseDuration(s string) (Duration, error) {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (want a number with a unit, like \"5s\")", s)
+	}
+	return Duration(v), nil
+}
+
+// FormatDuration is the short form used in queue names: 1s, 5s, 2m, 1h,
+// 1m30s, 500ms.
+func FormatDuration(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
+	if d%time.Hour == 0 {
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	if d%time.Minute == 0 {
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	if d%time.Second == 0 && d < time.Minute {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	if d < time.Second && d%time.Millisecond == 0 {
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+	}
+	return d.String()
+}
+
+// Attempts is a positive attempt limit, or 0 meaning "unlimited" (written as
+// the string "unlimited" so that a forgotten value never means for ever).
+type Attempts int
+
+// UnmarshalYAML accepts a positive integer or "unlimited".
+func (a *Attempts) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseAttempts(n.Value)
+	if err != nil {
+		return typeError(n, err)
+	}
+	*a = v
+	return nil
+}
+
+// MarshalYAML writes the number or "unlimited".
+func (a Attempts) MarshalYAML() (any, error) {
+	if a == 0 {
+		return "unlimited", nil
+	}
+	return int(a), nil
+}
+
+// ParseAttempts reads a positive integer or "unlimited".
+func ParseAttempts(s string) (Attempts, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "unlimited") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("invalid attempt limit %q (want a positive integer or \"unlimited\")", s)
+	}
+	return Attempts(n), nil
+}
+
+// typeError lets the YAML decoder carry on after a bad value, so that every
+// bad value is reported in one run.
+func typeError(n *yaml.Node, err error) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+}

@@ -1,0 +1,74 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// Selector builds the retry policies from a validated config.
+func (c *Config) Selector() *retry.Selector {
+	base := retry.Merge(retry.DefaultTable(), mustTable(c.Retry.Outcomes))
+	def := &retry.Policy{
+		Name:          "default",
+		MaxAttempts:   int(c.Retry.MaxAttempts),
+		Tiers:         durations(c.Retry.Tiers),
+		Table:         base,
+		ExpiredAction: expiredAction(c.Retry.OnExpired),
+		MaxRequeues:   c.Requeue.MaxRequeues,
+		MaxHold:       c.Requeue.MaxHold.D(),
+		MinHold:       c.Requeue.MinHold.D(),
+	}
+	s := &retry.Selector{Default: def}
+	for _, p := range c.Retry.Policies {
+		pol := *def
+		pol.Name = p.Name
+		if p.MaxAttempts != nil {
+			pol.MaxAttempts = int(*p.MaxAttempts)
+		}
+		if p.Tiers != nil {
+			pol.Tiers = durations(p.Tiers)
+		}
+		pol.Table = retry.Merge(base, mustTable(p.Outcomes))
+		if p.OnExpired != "" {
+			pol.ExpiredAction = expiredAction(p.OnExpired)
+		}
+		m := retry.Match{RoutingKey: p.Match.RoutingKey, Type: p.Match.Type}
+		m.Header, m.HeaderValue, _ = strings.Cut(p.Match.Header, "=")
+		s.Rules = append(s.Rules, retry.Rule{Match: m, Policy: &pol})
+	}
+	return s
+}
+
+// AllTiers is every delay any policy uses, sorted: one tier queue each.
+func (c *Config) AllTiers() []time.Duration {
+	all := durations(c.Retry.Tiers)
+	for _, p := range c.Retry.Policies {
+		all = append(all, durations(p.Tiers)...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
+func durations(ds []Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.D()
+	}
+	return out
+}
+
+func expiredAction(s string) retry.Action {
+	if s == "drop" {
+		return retry.Drop
+	}
+	return retry.DLQ
+}
+
+// mustTable parses a table that Validate already accepted.
+func mustTable(raw map[string]string) retry.Table {
+	t, _ := retry.ParseTable(raw)
+	return t
+}

@@ -1,0 +1,198 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// brokerConsumerTimeout is RabbitMQ's default consumer_timeout: a delivery
+// held longer makes the broker close the channel.
+const brokerConsumerTimeout = 30 * time.Minute
+
+// Validate reports every problem at once, each prefixed with its key path.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+	}
+
+	if len(c.Broker.URLs) == 0 {
+		add("broker.urls", "at least one broker URL is required")
+	}
+	for i, u := range c.Broker.URLs {
+		pu, err := url.Parse(u)
+		switch {
+		case err != nil:
+			add(fmt.Sprintf("broker.urls[%d]", i), "not a URL: %v", redactErr(err, u))
+		case pu.Scheme != "amqp" && pu.Scheme != "amqps":
+			add(fmt.Sprintf("broker.urls[%d]", i), "scheme must be amqp or amqps, got %q", pu.Scheme)
+		case pu.Host == "":
+			add(fmt.Sprintf("broker.urls[%d]", i), "missing host")
+		}
+	}
+	for _, f := range []struct{ path, file string }{
+		{"broker.passwordFile", c.Broker.PasswordFile}, {"broker.usernameFile", c.Broker.UsernameFile},
+		{"broker.tls.caFile", c.Broker.TLS.CAFile}, {"broker.tls.certFile", c.Broker.TLS.CertFile},
+		{"broker.tls.keyFile", c.Broker.TLS.KeyFile},
+	} {
+		if f.file != "" {
+			if _, err := os.Stat(f.file); err != nil {
+				add(f.path, "%v", err)
+			}
+		}
+	}
+	if (c.Broker.TLS.CertFile == "") != (c.Broker.TLS.KeyFile == "") {
+		add("broker.tls", "certFile and keyFile must be given together")
+	}
+	positive := func(path string, d Duration) {
+		if d <= 0 {
+			add(path, "must be positive, got %s", d)
+		}
+	}
+	positive("broker.heartbeat", c.Broker.Heartbeat)
+	positive("broker.connectTimeout", c.Broker.ConnectTimeout)
+	positive("broker.reconnectMin", c.Broker.ReconnectMin)
+	positive("broker.reconnectMax", c.Broker.ReconnectMax)
+	positive("broker.confirmTimeout", c.Broker.ConfirmTimeout)
+	if c.Broker.ReconnectMax < c.Broker.ReconnectMin {
+		add("broker.reconnectMax", "must be at least reconnectMin (%s)", c.Broker.ReconnectMin)
+	}
+	if c.Broker.PublishChannels < 1 || c.Broker.PublishChannels > 256 {
+		add("broker.publishChannels", "must be between 1 and 256, got %d", c.Broker.PublishChannels)
+	}
+
+	if strings.TrimSpace(c.Queue.Name) == "" {
+		add("queue.name", "required (the work queue to consume)")
+	} else if len(c.Queue.Name) > 200 {
+		add("queue.name", "longer than 200 bytes leaves no room for tier queue names")
+	}
+	if c.Queue.Type != "classic" && c.Queue.Type != "quorum" {
+		add("queue.type", "must be classic or quorum, got %q", c.Queue.Type)
+	}
+	if c.Queue.DeliveryLimit < 0 {
+		add("queue.deliveryLimit", "must not be negative")
+	}
+
+	if !strings.Contains(c.Topology.RetryQueue, "{delay}") {
+		add("topology.retryQueue", "template must contain {delay} so each tier has its own queue, got %q", c.Topology.RetryQueue)
+	}
+	if strings.TrimSpace(c.Topology.DLQ) == "" {
+		add("topology.dlq", "required")
+	}
+	if c.Topology.DLQMaxLength < 0 {
+		add("topology.dlqMaxLength", "must not be negative")
+	}
+
+	if u, err := url.Parse(c.App.URL); err != nil {
+		add("app.url", "not a URL: %v", err)
+	} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		add("app.url", "must be an absolute http:// or https:// URL, got %q", c.App.URL)
+	}
+	positive("app.timeout", c.App.Timeout)
+	if c.App.Timeout.D() >= brokerConsumerTimeout/2 {
+		add("app.timeout", "must stay well under the broker's 30m consumer_timeout, got %s", c.App.Timeout)
+	}
+	if c.App.HealthPath != "" && !strings.HasPrefix(c.App.HealthPath, "/") {
+		add("app.healthPath", "must start with /, got %q", c.App.HealthPath)
+	}
+	if c.App.UnavailableBackoff < 0 {
+		add("app.unavailableBackoff", "must not be negative")
+	}
+	if c.App.MaxBodyBytes < 0 {
+		add("app.maxBodyBytes", "must not be negative")
+	}
+
+	if c.Consumer.Prefetch < 1 || c.Consumer.Prefetch > 65535 {
+		add("consumer.prefetch", "must be between 1 and 65535, got %d", c.Consumer.Prefetch)
+	}
+	if c.Consumer.Workers < 0 {
+		add("consumer.workers", "must not be negative (0 means = prefetch)")
+	}
+	if c.Consumer.Workers > c.Consumer.Prefetch && c.Consumer.Prefetch > 0 && !c.Consumer.Ordered {
+		add("consumer.workers", "more workers (%d) than prefetch (%d) would sit idle", c.Consumer.Workers, c.Consumer.Prefetch)
+	}
+
+	validateTiers("retry.tiers", c.Retry.Tiers, add)
+	if _, err := retry.ParseTable(c.Retry.Outcomes); err != nil {
+		add("retry.outcomes", "%v", err)
+	}
+	if c.Retry.OnExpired != "dlq" && c.Retry.OnExpired != "drop" {
+		add("retry.onExpired", "must be dlq or drop, got %q", c.Retry.OnExpired)
+	}
+	names := map[string]bool{}
+	for i, p := range c.Retry.Policies {
+		path := fmt.Sprintf("retry.policies[%d]", i)
+		if p.Name == "" {
+			add(path+".name", "required")
+		} else if names[p.Name] {
+			add(path+".name", "duplicate policy name %q", p.Name)
+		}
+		names[p.Name] = true
+		if p.Match == (Match{}) {
+			add(path+".match", "must set routingKey, type or header (a policy matching everything hides the defaults)")
+		}
+		if p.Match.Header != "" && strings.HasPrefix(p.Match.Header, "=") {
+			add(path+".match.header", "want name or name=value, got %q", p.Match.Header)
+		}
+		if p.Tiers != nil {
+			validateTiers(path+".tiers", p.Tiers, add)
+		}
+		if _, err := retry.ParseTable(p.Outcomes); err != nil {
+			add(path+".outcomes", "%v", err)
+		}
+		if p.OnExpired != "" && p.OnExpired != "dlq" && p.OnExpired != "drop" {
+			add(path+".onExpired", "must be dlq or drop, got %q", p.OnExpired)
+		}
+	}
+
+	positive("requeue.maxHold", c.Requeue.MaxHold)
+	if c.Requeue.MinHold < 0 || c.Requeue.MinHold > c.Requeue.MaxHold {
+		add("requeue.minHold", "must be between 0 and maxHold (%s), got %s", c.Requeue.MaxHold, c.Requeue.MinHold)
+	}
+	if c.Requeue.MaxRequeues < 1 {
+		add("requeue.maxRequeues", "must be at least 1, got %d", c.Requeue.MaxRequeues)
+	}
+	positive("shutdown.grace", c.Shutdown.Grace)
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		add("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		add("log.format", "must be json or text, got %q", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+func validateTiers(path string, tiers []Duration, add func(string, string, ...any)) {
+	if len(tiers) == 0 {
+		add(path, "at least one delay tier is required")
+	}
+	for i, d := range tiers {
+		if d < Duration(time.Millisecond) {
+			add(fmt.Sprintf("%s[%d]", path, i), "must be at least 1ms, got %s", d)
+		}
+		if i > 0 && d <= tiers[i-1] {
+			add(fmt.Sprintf("%s[%d]", path, i), "tiers must be in increasing order (%s after %s)", d, tiers[i-1])
+		}
+	}
+}
+
+// redactErr keeps a URL parse error from echoing a password.
+func redactErr(err error, raw string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	if i := strings.Index(raw, "@"); i > 0 {
+		msg = strings.ReplaceAll(msg, raw[:i], "<redacted>")
+	}
+	return msg
+}

@@ -1,0 +1,792 @@
+// Package testbroker starts a private RabbitMQ node for tests.
+//
+// Every Broker is a separate RabbitMQ node with its own node name, its own
+// AMQP and Erlang distribution ports (picked at random on 127.0.0.1), its own
+// Erlang cookie and its own data and log directories inside a fresh temporary
+// directory. Tests therefore never touch a system-wide broker (the one the
+// Debian package installs as a service, with its data in /var/lib/rabbitmq),
+// never depend on one being up, and never see queues or messages left behind
+// by another test run or by another package whose tests run in parallel.
+//
+// The node is started from the real RabbitMQ scripts in
+// /usr/lib/rabbitmq/bin (override with Options.BinDir or the environment
+// variable HOPPER_RABBITMQ_BIN). The Debian wrapper /usr/sbin/rabbitmq-server
+// is deliberately not used: it switches to the rabbitmq user and forces the
+// system data directory, which is exactly what a private node must avoid.
+//
+// A missing RabbitMQ installation is a test failure, never a skip: the
+// integration tests that use this package are the ones that prove hopper
+// works against a real broker, and silently skipping them would hide that
+// they did not run. Install RabbitMQ with `make deps`,
+// scripts/install-rabbitmq.sh or `apt-get install -y rabbitmq-server`.
+//
+// Typical use, one node per test package:
+//
+//	var broker *testbroker.Broker
+//
+//	func TestMain(m *testing.M) { os.Exit(testbroker.RunMain(m, &broker)) }
+//
+// or one node per test (a first boot takes a few seconds):
+//
+//	b := testbroker.MustStart(t)
+//	conn, err := amqp.Dial(b.URL())
+//
+// Set HOPPER_KEEP_BROKER=1 to keep the node's directory (logs, data) after
+// Stop for debugging.
+package testbroker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// DefaultBinDir is where the Debian/Ubuntu rabbitmq-server package puts the
+// real RabbitMQ scripts (rabbitmq-server, rabbitmqctl).
+const DefaultBinDir = "/usr/lib/rabbitmq/bin"
+
+// Environment variables understood by this package.
+const (
+	// EnvKeepBroker, when set to "1", keeps the node's directory after Stop.
+	EnvKeepBroker = "HOPPER_KEEP_BROKER"
+	// EnvBinDir overrides DefaultBinDir.
+	EnvBinDir = "HOPPER_RABBITMQ_BIN"
+)
+
+// InstallHint tells a developer how to get RabbitMQ onto the machine. It is
+// part of every "cannot start" failure printed by MustStart and RunMain.
+const InstallHint = "RabbitMQ is required for these tests and is never skipped. " +
+	"Install it with `make deps` or `scripts/install-rabbitmq.sh` " +
+	"(or `apt-get install -y rabbitmq-server` on Debian/Ubuntu); " +
+	"set " + EnvBinDir + " if its scripts are not in " + DefaultBinDir + "."
+
+const (
+	// defaultStartTimeout bounds a node boot. A first boot takes about
+	// 4 s to 10 s depending on the machine; the margin is for loaded CI.
+	defaultStartTimeout = 2 * time.Minute
+	// stopTimeout bounds `rabbitmqctl stop` (normally about 3 s).
+	stopTimeout = 1 * time.Minute
+	// exitGrace is how long to wait for the server process to exit after
+	// a successful stop, and again after SIGTERM, before using SIGKILL.
+	exitGrace = 15 * time.Second
+	// ctlTimeout bounds any other rabbitmqctl call.
+	ctlTimeout = 2 * time.Minute
+	// dialTimeout bounds the final "AMQP port accepts TCP" check.
+	dialTimeout = 10 * time.Second
+	// logTailLines is how many log lines a start failure includes.
+	logTailLines = 40
+	// portRetries is how many times Start picks new ports when the
+	// ones it picked were taken by someone else before the node bound them.
+	portRetries = 3
+)
+
+var (
+	// ErrNotInstalled is returned (wrapped) by Start when the RabbitMQ
+	// scripts cannot be found.
+	ErrNotInstalled = errors.New("testbroker: RabbitMQ is not installed")
+	// ErrNoQueue is returned (wrapped) by QueueDepth and QueueCounts when
+	// the queue does not exist. It wraps os.ErrNotExist, so
+	// errors.Is(err, os.ErrNotExist) also holds.
+	ErrNoQueue = fmt.Errorf("testbroker: no such queue: %w", os.ErrNotExist)
+	// ErrStopped is returned by methods that need a node after Stop.
+	ErrStopped = errors.New("testbroker: broker has been stopped")
+)
+
+// Options configures Start. The zero value is valid.
+type Options struct {
+	// Dir is the parent directory for the node's private directory
+	// (created with os.MkdirTemp). Empty means os.TempDir().
+	Dir string
+	// Quiet suppresses progress messages on standard error.
+	Quiet bool
+	// BinDir holds rabbitmq-server and rabbitmqctl. Empty means the
+	// HOPPER_RABBITMQ_BIN environment variable, then DefaultBinDir.
+	BinDir string
+	// StartTimeout bounds each node boot. Zero means 2 minutes.
+	StartTimeout time.Duration
+}
+
+// Broker is a private RabbitMQ node. Its methods are safe for concurrent
+// use; StopNode, StartNode, Restart and Stop are serialized.
+type Broker struct {
+	// Immutable after Start.
+	dir          string
+	nodeName     string
+	binDir       string
+	pidFile      string
+	serverLog    string
+	nodeLog      string
+	quiet        bool
+	startTimeout time.Duration
+
+	mu       sync.Mutex
+	port     int // AMQP port
+	distPort int // Erlang distribution port
+	env      []string
+	proc     *serverProc // nil while the node is down
+	stopped  bool        // Stop has been called
+}
+
+// serverProc is one run of rabbitmq-server.
+type serverProc struct {
+	cmd     *exec.Cmd
+	beamPID int           // the Erlang VM, read from the pid file
+	done    chan struct{} // closed when cmd has exited and been reaped
+	err     error         // cmd.Wait's result, valid after done
+}
+
+// Start creates a fresh directory, starts a private RabbitMQ node in it and
+// waits until the node accepts AMQP connections. If the RabbitMQ scripts are
+// missing the error wraps ErrNotInstalled. On any other failure the error
+// includes the tail of the node's logs.
+func Start(opts Options) (*Broker, error) {
+	binDir := opts.BinDir
+	if binDir == "" {
+		binDir = os.Getenv(EnvBinDir)
+	}
+	if binDir == "" {
+		binDir = DefaultBinDir
+	}
+	for _, name := range []string{"rabbitmq-server", "rabbitmqctl"} {
+		p := filepath.Join(binDir, name)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s not found", ErrNotInstalled, p)
+		}
+	}
+
+	dir, err := os.MkdirTemp(opts.Dir, "hopper-testbroker-")
+	if err != nil {
+		return nil, fmt.Errorf("testbroker: create node dir: %w", err)
+	}
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = defaultStartTimeout
+	}
+	// The node name must be unique among all nodes registered with the
+	// shared epmd on this host: pid plus a random suffix.
+	nodeName := fmt.Sprintf("hopper-test-%d-%s@localhost", os.Getpid(), randomHex(4))
+	b := &Broker{
+		dir:          dir,
+		nodeName:     nodeName,
+		binDir:       binDir,
+		pidFile:      filepath.Join(dir, "rabbitmq.pid"),
+		serverLog:    filepath.Join(dir, "server.log"),
+		nodeLog:      filepath.Join(dir, "log", nodeName+".log"),
+		quiet:        opts.Quiet,
+		startTimeout: timeout,
+	}
+	if err := b.prepareDir(); err != nil {
+		b.removeDir()
+		return nil, err
+	}
+
+	began := time.Now()
+	for attempt := 1; ; attempt++ {
+		if err = b.pickPorts(); err != nil {
+			break
+		}
+		b.mu.Lock()
+		err = b.startNodeLocked()
+		b.mu.Unlock()
+		if err == nil || attempt >= portRetries || !strings.Contains(err.Error(), "eaddrinuse") {
+			break
+		}
+		b.logf("ports %d/%d were taken, retrying with new ones", b.port, b.distPort)
+	}
+	if err != nil {
+		b.mu.Lock()
+		b.stopped = true
+		b.mu.Unlock()
+		b.removeDir()
+		return nil, err
+	}
+	b.logf("node %s listening on %s (dir %s), started in %v",
+		b.nodeName, b.addr(), b.dir, time.Since(began).Round(time.Millisecond))
+	return b, nil
+}
+
+// MustStart starts a broker for one test and registers its Stop with
+// tb.Cleanup. If the broker cannot be started the test fails (it is never
+// skipped) with a hint on how to install RabbitMQ.
+func MustStart(tb testing.TB) *Broker {
+	tb.Helper()
+	began := time.Now()
+	b, err := Start(Options{Quiet: true})
+	if err != nil {
+		tb.Fatalf("testbroker: cannot start RabbitMQ: %v\n%s", err, InstallHint)
+		return nil
+	}
+	tb.Cleanup(func() {
+		if err := b.Stop(); err != nil {
+			tb.Errorf("testbroker: stop: %v", err)
+		}
+	})
+	tb.Logf("testbroker: node %s on %s started in %v (dir %s)",
+		b.NodeName(), b.addr(), time.Since(began).Round(time.Millisecond), b.Dir())
+	return b
+}
+
+// RunMain is for TestMain: it starts one broker for the whole package,
+// stores it in *dst, runs the tests, stops the broker and returns the exit
+// code for os.Exit. If the broker cannot be started it prints the reason
+// and an install hint and returns 1 without running any test.
+//
+//	var broker *testbroker.Broker
+//
+//	func TestMain(m *testing.M) { os.Exit(testbroker.RunMain(m, &broker)) }
+func RunMain(m *testing.M, dst **Broker) int {
+	b, err := Start(Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: testbroker: cannot start RabbitMQ: %v\n%s\n", err, InstallHint)
+		return 1
+	}
+	*dst = b
+	code := m.Run()
+	if err := b.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: testbroker: stop: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// URL returns the AMQP URL of the node, using the default guest account
+// (allowed over loopback only by default; the node's config lifts that
+// restriction, but the node only listens on 127.0.0.1 anyway).
+func (b *Broker) URL() string {
+	return "amqp://guest:guest@" + b.addr() + "/"
+}
+
+// Port returns the AMQP port. It does not change across restarts.
+func (b *Broker) Port() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.port
+}
+
+// NodeName returns the Erlang node name, e.g. hopper-test-123-ab12cd34@localhost.
+func (b *Broker) NodeName() string { return b.nodeName }
+
+// Dir returns the node's private directory (config, cookie, data, logs).
+// It is removed by Stop unless HOPPER_KEEP_BROKER=1.
+func (b *Broker) Dir() string { return b.dir }
+
+// Running reports whether the node is up (started and not stopped).
+func (b *Broker) Running() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.proc != nil
+}
+
+// Ctl runs rabbitmqctl against this node (with -n and the node's
+// environment) and returns its combined output. On failure the error
+// includes the output.
+func (b *Broker) Ctl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
+	defer cancel()
+	b.mu.Lock()
+	env, stopped := b.env, b.stopped
+	b.mu.Unlock()
+	if stopped {
+		return "", ErrStopped
+	}
+	return b.ctl(ctx, env, args...)
+}
+
+// CloseAllConnections force-closes every client connection, as an operator
+// or a failing broker would. Clients see a connection.close with reason "test".
+func (b *Broker) CloseAllConnections() error {
+	_, err := b.Ctl("close_all_connections", "test")
+	return err
+}
+
+// QueueDepth returns the number of messages in a queue of vhost "/".
+// Like RabbitMQ's own "messages" column it counts ready plus unacknowledged
+// messages; see QueueCounts to tell them apart. If the queue does not exist
+// the error wraps ErrNoQueue.
+func (b *Broker) QueueDepth(name string) (int, error) {
+	n, err := b.queueColumns(name, "messages")
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+// QueueCounts returns the ready and unacknowledged (delivered, not yet
+// acked) message counts of a queue of vhost "/". If the queue does not
+// exist the error wraps ErrNoQueue.
+func (b *Broker) QueueCounts(name string) (ready, unacked int, err error) {
+	n, err := b.queueColumns(name, "messages_ready", "messages_unacknowledged")
+	if err != nil {
+		return 0, 0, err
+	}
+	return n[0], n[1], nil
+}
+
+func (b *Broker) queueColumns(name string, cols ...string) ([]int, error) {
+	args := append([]string{"list_queues", "-q", "--no-table-headers", "-p", "/", "name"}, cols...)
+	out, err := b.Ctl(args...)
+	if err != nil {
+		return nil, err
+	}
+	nums, err := parseQueueColumns(out, name, cols)
+	if err != nil {
+		return nil, fmt.Errorf("testbroker: queue %q: %w", name, err)
+	}
+	return nums, nil
+}
+
+// parseQueueColumns finds queue name in the output of
+// `rabbitmqctl list_queues -q --no-table-headers name <cols...>`: one line
+// per queue, tab-separated, the numbers last.
+func parseQueueColumns(out, name string, cols []string) ([]int, error) {
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimRight(line, "\r")
+		// The numbers are the last len(cols) fields; the name is
+		// everything before them (it may itself contain a tab).
+		f := strings.Split(line, "\t")
+		if len(f) < len(cols)+1 || strings.Join(f[:len(f)-len(cols)], "\t") != name {
+			continue
+		}
+		nums := make([]int, len(cols))
+		for i, s := range f[len(f)-len(cols):] {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return nil, fmt.Errorf("cannot parse %s %q in line %q", cols[i], s, line)
+			}
+			nums[i] = n
+		}
+		return nums, nil
+	}
+	return nil, ErrNoQueue
+}
+
+// Restart stops the node and starts it again on the same port with the same
+// data directory, so durable queues and persistent messages survive, as in a
+// real broker restart. Clients see their connections dropped.
+func (b *Broker) Restart() error {
+	if err := b.StopNode(); err != nil {
+		return err
+	}
+	return b.StartNode()
+}
+
+// StopNode stops the node gracefully (as an operator would) but keeps its
+// data, port and directory, so StartNode can bring it back. Use it to keep
+// the broker down for a while; use Restart to bounce it. Stopping a node
+// that is already down is a no-op.
+func (b *Broker) StopNode() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return ErrStopped
+	}
+	if b.proc == nil {
+		return nil
+	}
+	began := time.Now()
+	if err := b.stopNodeLocked(); err != nil {
+		return err
+	}
+	b.logf("node %s stopped in %v", b.nodeName, time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// StartNode starts a node stopped by StopNode again, on the same port and
+// with the same data, and waits until it accepts AMQP connections. Starting
+// a node that is already up is a no-op.
+func (b *Broker) StartNode() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return ErrStopped
+	}
+	if b.proc != nil {
+		return nil
+	}
+	began := time.Now()
+	if err := b.startNodeLocked(); err != nil {
+		return err
+	}
+	b.logf("node %s started again on %s in %v", b.nodeName, b.addrLocked(), time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// Stop stops the node and removes its directory (unless
+// HOPPER_KEEP_BROKER=1). It is idempotent; calls after the first return nil.
+// If the node does not stop gracefully it is killed.
+func (b *Broker) Stop() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return nil
+	}
+	b.stopped = true
+	err := b.stopNodeLocked()
+	b.removeDir()
+	return err
+}
+
+// prepareDir writes the config, the plugins file, an empty env file and the
+// Erlang cookie.
+func (b *Broker) prepareDir() error {
+	for _, d := range []string{"home", "mnesia", "log"} {
+		if err := os.MkdirAll(filepath.Join(b.dir, d), 0o755); err != nil {
+			return fmt.Errorf("testbroker: %w", err)
+		}
+	}
+	files := []struct {
+		name string
+		data string
+		mode os.FileMode
+	}{
+		// loopback_users = none: let guest log in however 127.0.0.1 is
+		// reached. log.console = false: the node logs to its own file
+		// under log/, server.log only gets the banner and crashes.
+		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n", 0o644},
+		{"enabled_plugins", "[].\n", 0o644},
+		// Used instead of /etc/rabbitmq/rabbitmq-env.conf, so a system
+		// setting (NODENAME, NODE_PORT, ...) cannot leak into the node.
+		{"rabbitmq-env.conf", "", 0o644},
+		// The server and every rabbitmqctl call find the cookie through
+		// HOME. Erlang refuses a cookie readable by others.
+		{filepath.Join("home", ".erlang.cookie"), randomCookie(), 0o400},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(b.dir, f.name), []byte(f.data), f.mode); err != nil {
+			return fmt.Errorf("testbroker: %w", err)
+		}
+	}
+	return nil
+}
+
+// pickPorts picks free AMQP and distribution ports by listening on
+// 127.0.0.1:0. Both listeners are held open together so the ports differ.
+func (b *Broker) pickPorts() error {
+	var ports [2]int
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("testbroker: pick a free port: %w", err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.port, b.distPort = ports[0], ports[1]
+	b.env = b.buildEnv()
+	return nil
+}
+
+// buildEnv returns the environment shared by the server and every
+// rabbitmqctl call. Inherited RABBITMQ_* variables are dropped so the
+// developer's own settings cannot redirect the node.
+func (b *Broker) buildEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "RABBITMQ_") || strings.HasPrefix(kv, "HOME=") ||
+			strings.HasPrefix(kv, "CONF_ENV_FILE=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	d := b.dir
+	return append(env,
+		"HOME="+filepath.Join(d, "home"),
+		"RABBITMQ_NODENAME="+b.nodeName,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(b.port),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(b.distPort),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(d, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(d, "log"),
+		"RABBITMQ_PID_FILE="+b.pidFile,
+		// Without the .conf suffix; RabbitMQ adds it (both forms work
+		// with 3.10).
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(d, "rabbitmq"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(d, "advanced.config"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(d, "enabled_plugins"),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(d, "rabbitmq-env.conf"),
+		// The distribution port would otherwise listen on all interfaces.
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+	)
+}
+
+// startNodeLocked launches rabbitmq-server in the background and waits for
+// it with `rabbitmqctl wait <pidfile>`, which polls until the pid file
+// appears and the rabbit application runs. (`rabbitmqctl await_startup`
+// right after launch fails with exit code 69 because the node is not
+// registered yet.) If the server exits first, the wait is cancelled at once
+// instead of running into its timeout.
+func (b *Broker) startNodeLocked() error {
+	_ = os.Remove(b.pidFile)
+	logFile, err := os.OpenFile(b.serverLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("testbroker: %w", err)
+	}
+	defer logFile.Close() // the child has its own copy
+	fmt.Fprintf(logFile, "==== testbroker: starting %s on 127.0.0.1:%d at %s\n",
+		b.nodeName, b.port, time.Now().Format(time.RFC3339))
+
+	cmd := exec.Command(filepath.Join(b.binDir, "rabbitmq-server"))
+	cmd.Env = b.env
+	cmd.Dir = b.dir
+	// An *os.File, not a pipe: Wait then returns as soon as the server
+	// exits, even if a grandchild (epmd) still holds the descriptor.
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	setParentDeathSignal(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("testbroker: start %s: %w", cmd.Path, err)
+	}
+	p := &serverProc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), b.startTimeout+10*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	secs := strconv.Itoa(int((b.startTimeout + time.Second - 1) / time.Second))
+	_, err = b.ctl(ctx, b.env, "wait", b.pidFile, "--timeout", secs)
+	if err == nil {
+		err = waitForPort(b.addrLocked(), dialTimeout, p.done)
+	}
+	if err != nil {
+		select {
+		case <-p.done:
+			err = fmt.Errorf("rabbitmq-server exited during startup (%v): %w", p.err, err)
+		default:
+			b.killLocked(p)
+		}
+		return fmt.Errorf("testbroker: start node %s on port %d: %w\n%s", b.nodeName, b.port, err, b.logTail())
+	}
+	if data, err := os.ReadFile(b.pidFile); err == nil {
+		p.beamPID, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	b.proc = p
+	return nil
+}
+
+// stopNodeLocked stops the node with `rabbitmqctl stop <pidfile>`, which
+// returns once the Erlang VM has exited, then makes sure the server process
+// is gone, escalating to SIGTERM and SIGKILL. The epmd daemon the node
+// started is left running: other nodes on the host may share it.
+func (b *Broker) stopNodeLocked() error {
+	p := b.proc
+	if p == nil {
+		return nil
+	}
+	b.proc = nil
+	select {
+	case <-p.done:
+		b.logf("node %s had already exited (%v); see %s", b.nodeName, p.err, b.nodeLog)
+		return nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	_, stopErr := b.ctl(ctx, b.env, "stop", b.pidFile)
+	select {
+	case <-p.done:
+		if stopErr != nil {
+			b.logf("rabbitmqctl stop failed but the node exited: %v", stopErr)
+		}
+		return nil
+	case <-time.After(exitGrace):
+	}
+	b.killLocked(p)
+	if stopErr == nil {
+		stopErr = errors.New("server did not exit")
+	}
+	return fmt.Errorf("testbroker: node %s did not stop gracefully and was killed: %w", b.nodeName, stopErr)
+}
+
+// killLocked terminates a server process: SIGTERM first (the wrapper script
+// traps it and stops the VM cleanly), then SIGKILL for the wrapper and the
+// VM.
+func (b *Broker) killLocked(p *serverProc) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return
+	case <-time.After(exitGrace):
+	}
+	beam := p.beamPID
+	if beam == 0 {
+		if data, err := os.ReadFile(b.pidFile); err == nil {
+			beam, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+	}
+	if beam > 0 {
+		if proc, err := os.FindProcess(beam); err == nil {
+			_ = proc.Kill()
+		}
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// ctl runs rabbitmqctl -n <node> args... with env.
+func (b *Broker) ctl(ctx context.Context, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(b.binDir, "rabbitmqctl"), append([]string{"-n", b.nodeName}, args...)...)
+	cmd.Env = env
+	cmd.Dir = b.dir
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			err = fmt.Errorf("%w (%w)", err, ctxErr)
+		}
+		return string(out), fmt.Errorf("rabbitmqctl %s: %w\n%s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// waitForPort waits until addr accepts TCP connections. It normally
+// succeeds at once: `rabbitmqctl wait` returns after the listeners are up.
+func waitForPort(addr string, timeout time.Duration, exited <-chan struct{}) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("AMQP port not accepting connections after %v: %w", timeout, err)
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("server exited: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// logTail returns the last lines of the server's stdout/stderr and of the
+// node's own log, for start failure messages.
+func (b *Broker) logTail() string {
+	var sb strings.Builder
+	for _, f := range []string{b.serverLog, b.nodeLog} {
+		lines, err := tailLines(f, logTailLines)
+		if err != nil || len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(&sb, "--- last %d lines of %s ---\n", len(lines), f)
+		for _, l := range lines {
+			sb.WriteString(l)
+			sb.WriteByte('\n')
+		}
+	}
+	if sb.Len() == 0 {
+		return "(no log output)"
+	}
+	return strings.TrimRight(sb.String(), "\n")
+}
+
+func tailLines(path string, n int) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Only the end of the file matters; 64 KiB is plenty for 40 lines.
+	const maxTail = 64 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > maxTail {
+		if _, err := f.Seek(-maxTail, io.SeekEnd); err != nil {
+			return nil, err
+		}
+	}
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), maxTail)
+	for sc.Scan() {
+		lines = append(lines, string(bytes.TrimRight(sc.Bytes(), "\r")))
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return lines, sc.Err()
+}
+
+func (b *Broker) removeDir() {
+	if os.Getenv(EnvKeepBroker) == "1" {
+		fmt.Fprintf(os.Stderr, "testbroker: %s=1, keeping %s\n", EnvKeepBroker, b.dir)
+		return
+	}
+	if err := os.RemoveAll(b.dir); err != nil {
+		fmt.Fprintf(os.Stderr, "testbroker: remove %s: %v\n", b.dir, err)
+	}
+}
+
+func (b *Broker) addr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.addrLocked()
+}
+
+func (b *Broker) addrLocked() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port))
+}
+
+func (b *Broker) logf(format string, args ...any) {
+	if !b.quiet {
+		fmt.Fprintf(os.Stderr, "testbroker: "+format+"\n", args...)
+	}
+}
+
+// setParentDeathSignal asks the kernel to send SIGTERM to the server's
+// wrapper script if the test binary dies without calling Stop (panic, go
+// test -timeout, ^C); the wrapper traps SIGTERM and stops the node, so no
+// orphaned brokers pile up. SysProcAttr.Pdeathsig exists only on Linux (and
+// FreeBSD), hence reflection: the package still compiles elsewhere, where
+// the field is simply not set.
+func setParentDeathSignal(attr *syscall.SysProcAttr) {
+	f := reflect.ValueOf(attr).Elem().FieldByName("Pdeathsig")
+	if f.IsValid() && f.CanSet() && f.Type() == reflect.TypeOf(syscall.SIGTERM) {
+		f.Set(reflect.ValueOf(syscall.SIGTERM))
+	}
+}
+
+func randomHex(n int) string {
+	buf := make([]byte, n)
+	_, _ = rand.Read(buf)
+	return hex.EncodeToString(buf)
+}
+
+// randomCookie returns a 32-letter Erlang cookie.
+func randomCookie() string {
+	const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	buf := make([]byte, 32)
+	_, _ = rand.Read(buf)
+	for i, c := range buf {
+		buf[i] = letters[int(c)%len(letters)]
+	}
+	return string(buf)
+}

@@ -1,0 +1,141 @@
+// Package msg holds the broker-neutral form of a message and the names of the
+// headers Hopper keeps on it.
+//
+// Only the broker package speaks AMQP. Everything else (proxy, retry, dlq) sees
+// a Message, so the outcome logic and the header mapping can be tested without
+// a broker and the AMQP client never leaks into the delivery loop.
+package msg
+
+import (
+	"strconv"
+	"time"
+)
+
+// Message is one AMQP message: body, properties and application headers.
+//
+// Header values keep the AMQP field types: string, []byte, bool, the integer
+// and float types, time.Time, nested map[string]any and []any, or nil.
+type Message struct {
+	// Exchange and RoutingKey are the ones the message was delivered with. After
+	// a delay tier the broker delivers it with exchange "" and the work queue as
+	// routing key; the original ones are kept in HeaderOriginalExchange and
+	// HeaderOriginalRoutingKey.
+	Exchange    string
+	RoutingKey  string
+	Redelivered bool
+
+	Headers map[string]any
+
+	ContentType     string
+	ContentEncoding string
+	DeliveryMode    uint8
+	Priority        uint8
+	CorrelationID   string
+	ReplyTo         string
+	Expiration      string
+	MessageID       string
+	Timestamp       time.Time
+	Type            string
+	UserID          string
+	AppID           string
+
+	Body []byte
+}
+
+// Headers Hopper reads and writes on a message. They are AMQP application
+// headers, so they survive every republish and any AMQP tool can show them.
+const (
+	// HeaderRetryCount counts failed attempts (SPEC §5). It is Hopper's own
+	// counter: RabbitMQ 3.13+ no longer maintains x-death for republished
+	// messages, so x-death is history only.
+	HeaderRetryCount = "x-retry-count"
+	// HeaderRequeueCount counts 425 Too Early requeues, which are not attempts.
+	HeaderRequeueCount = "x-requeue-count"
+	// HeaderOriginalExchange and HeaderOriginalRoutingKey are set on the first
+	// move so that the app keeps seeing where the message was first published.
+	HeaderOriginalExchange   = "x-original-exchange"
+	HeaderOriginalRoutingKey = "x-original-routing-key"
+	HeaderOriginalQueue      = "x-original-queue"
+	HeaderFirstFailureTime   = "x-first-failure-time"
+	HeaderLastFailureTime    = "x-last-failure-time"
+	HeaderLastStatusCode     = "x-last-status-code"
+	// HeaderDeadline holds the message's absolute deadline in Unix milliseconds.
+	// It is set at first receipt from the AMQP expiration and never reset.
+	HeaderDeadline = "x-hopper-deadline"
+
+	// DLQ headers (SPEC §9).
+	HeaderFinalStatusCode  = "x-final-status-code"
+	HeaderFinalError       = "x-final-error"
+	HeaderFinalRetryCount  = "x-final-retry-count"
+	HeaderDeadLetterReason = "x-dead-letter-reason"
+	HeaderDeadLetterTime   = "x-dead-letter-time"
+	HeaderTraceID          = "x-trace-id"
+)
+
+// Clone returns a copy whose Headers map can be changed without touching m.
+// The body is shared: nothing in Hopper mutates a body.
+func (m *Message) Clone() *Message {
+	c := *m
+	c.Headers = make(map[string]any, len(m.Headers)+8)
+	for k, v := range m.Headers {
+		c.Headers[k] = v
+	}
+	return &c
+}
+
+// Int reads an integer header written by any client: AMQP tables carry
+// integers in several widths, and some clients write counters as strings.
+// It returns 0 and false when the header is missing or not a number.
+func (m *Message) Int(name string) (int64, bool) {
+	return AsInt(m.Headers[name])
+}
+
+// String reads a string header ([]byte is accepted too). It returns "" when
+// the header is missing or of another type.
+func (m *Message) String(name string) string {
+	switch v := m.Headers[name].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// AsInt converts an AMQP field value to an integer where that is lossless.
+func AsInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint64:
+		if n > 1<<62 {
+			return 0, false
+		}
+		return int64(n), true
+	case float32:
+		return int64(n), float32(int64(n)) == n
+	case float64:
+		return int64(n), float64(int64(n)) == n
+	case string:
+		i, err := strconv.ParseInt(n, 10, 64)
+		return i, err == nil
+	case []byte:
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}

@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// HTTPAppOptions configure the fasthttp client that talks to the app.
+type HTTPAppOptions struct {
+	// URL may hold {routingKey} and {queue} in its path.
+	URL string
+	// Timeout bounds one request (dial, send, wait, read).
+	Timeout time.Duration
+	// MaxConns bounds open connections; it should be at least the worker
+	// count so no worker waits for a connection.
+	MaxConns int
+	// MaxBodyBytes bounds the response body read.
+	MaxBodyBytes int
+}
+
+// HTTPApp delivers messages to the app with pooled keep-alive connections.
+type HTTPApp struct {
+	opts     HTTPAppOptions
+	client   *fasthttp.Client
+	template bool
+	// HeadersSkipped counts application headers not forwarded.
+	HeadersSkipped atomic.Int64
+}
+
+// NewHTTPApp returns the app client.
+func NewHTTPApp(o HTTPAppOptions) *HTTPApp {
+	if o.MaxConns < 1 {
+		o.MaxConns = 64
+	}
+	c := &fasthttp.Client{
+		Name:                          "hopper",
+		MaxConnsPerHost:               o.MaxConns,
+		MaxIdleConnDuration:           30 * time.Second,
+		ReadTimeout:                   o.Timeout,
+		WriteTimeout:                  o.Timeout,
+		MaxResponseBodySize:           o.MaxBodyBytes,
+		NoDefaultUserAgentHeader:      false,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		// POST is not idempotent: never resend on our own; the outcome
+		// table decides what happens after a failure.
+		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+	}
+	return &HTTPApp{opts: o, client: c, template: strings.Contains(o.URL, "{")}
+}
+
+// Deliver POSTs one message and classifies the result.
+func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(a.url(in))
+	ct := m.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	req.Header.SetContentType(SanitizeValue(ct))
+	hdrs, skipped := BuildHeaders(make([]Header, 0, 24), m, in)
+	if skipped > 0 {
+		a.HeadersSkipped.Add(int64(skipped))
+	}
+	for _, h := range hdrs {
+		req.Header.Set(h.Name, h.Value)
+	}
+	req.SetBodyRaw(m.Body)
+
+	deadline := time.Now().Add(a.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	err := a.client.DoDeadline(req, resp, deadline)
+	if err != nil {
+		return classify(err)
+	}
+	o := retry.Outcome{Kind: retry.Response, Status: resp.StatusCode()}
+	if v := resp.Header.Peek(HdrAction); len(v) > 0 {
+		o.Override = string(v)
+	}
+	if v := resp.Header.Peek(HdrRetryAfter); len(v) > 0 {
+		o.RetryAfter, o.HasRetryAfter = retry.ParseRetryAfter(string(v), time.Now())
+	}
+	if o.Status < 200 || o.Status > 299 {
+		o.Error = fmt.Sprintf("HTTP %d: %s", o.Status, summary(resp.Body()))
+	}
+	return o
+}
+
+func (a *HTTPApp) url(in RequestInfo) string {
+	if !a.template {
+		return a.opts.URL
+	}
+	return strings.NewReplacer(
+		"{routingKey}", url.PathEscape(in.RoutingKey),
+		"{queue}", url.PathEscape(in.Queue),
+	).Replace(a.opts.URL)
+}
+
+// summary is a short printable prefix of a response body for logs and the
+// DLQ x-final-error header.
+func summary(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		b = b[:n]
+	}
+	return strings.TrimSpace(SanitizeValue(strings.ToValidUTF8(string(b), "?")))
+}
+
+// classify sorts transport errors into the outcome kinds of SPEC §4: no
+// request reached the app (unavailable, not an attempt), or the request was
+// sent and no answer came (timeout, an attempt), or the app answered
+// something that is not HTTP (a failed attempt).
+func classify(err error) retry.Outcome {
+	o := retry.Outcome{Error: err.Error()}
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrDialTimeout),
+		errors.Is(err, fasthttp.ErrNoFreeConns),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.As(err, &opErr) && opErr.Op == "dial":
+		o.Kind = retry.Unavailable
+	case errors.Is(err, fasthttp.ErrConnectionClosed),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF):
+		// Closed or reset before a response: the app went away. It may be
+		// restarting; the message did not fail.
+		o.Kind = retry.Unavailable
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+		o.Kind = retry.Timeout
+	default:
+		// A garbled response (not HTTP, body over the limit): the app saw
+		// the message and failed; status 0 is retried as an attempt.
+		o.Kind = retry.Response
+		o.Status = 0
+	}
+	return o
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

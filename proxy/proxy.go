@@ -1,0 +1,429 @@
+// Package proxy runs Hopper's main loop: consume → deliver → decide →
+// settle, on a pool of workers.
+//
+// A delivery's state machine:
+//
+//	queued ─(worker free)→ delivering ─(app answers)→ decided ─→ settled
+//	   │                       │                          │
+//	   └─ shutdown: nack,      └─ shutdown after grace:   ├─ ack / drop: ack
+//	      requeue (never         channel closed, broker   ├─ return: nack requeue (classic)
+//	      the DLQ)               requeues it              │   or republish → confirm → ack (quorum)
+//	                                                      └─ requeue / retry / dlq:
+//	                                                          publish copy → confirm → ack;
+//	                                                          a failed publish → nack requeue
+//
+// The original is acked only after its copy is confirmed, so a message is
+// always in at least one queue. Duplicates are possible, loss is not.
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// Delivery is a message received from the work queue that must be settled
+// exactly once, on the channel it came from.
+type Delivery interface {
+	Message() *msg.Message
+	Ack() error
+	Nack(requeue bool) error
+}
+
+// Publisher publishes a copy of a message to a queue and returns nil only
+// once the broker has confirmed it.
+type Publisher interface {
+	Publish(ctx context.Context, queue string, m *msg.Message) error
+}
+
+// Deliverer sends a message to the app and classifies what happened.
+type Deliverer interface {
+	Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome
+}
+
+// Options configure a Proxy.
+type Options struct {
+	Plan     *topology.Plan
+	Selector *retry.Selector
+	App      Deliverer
+	Pub      Publisher
+	// Workers is the number of concurrent deliveries; Queue is the hand-off
+	// buffer (at least the prefetch, so the consumer never blocks).
+	Workers int
+	Queue   int
+	// Quorum makes returns republish instead of nack (SPEC §4): a quorum
+	// queue counts every nack against its delivery-limit.
+	Quorum bool
+	// UnavailableBackoff is waited before returning a message the app could
+	// not take, so an app that is down is not spun on.
+	UnavailableBackoff time.Duration
+	// MoveFailureBackoff is waited before nacking a message whose move
+	// failed, so a refusing broker is not spun on.
+	MoveFailureBackoff time.Duration
+	// DeadlineHeader names an application header with an absolute deadline.
+	DeadlineHeader string
+	Logger         *slog.Logger
+	// Now and Rand are injected for tests.
+	Now  func() time.Time
+	Rand retry.Rand
+}
+
+// Stats are cumulative counts, safe to read at any time.
+type Stats struct {
+	Received, Acked, Dropped, Requeued, Retried, DeadLettered, Returned atomic.Int64
+	MoveFailed, SettleFailed, ReturnedOnShutdown, InFlight              atomic.Int64
+}
+
+// Proxy is the worker pool.
+type Proxy struct {
+	o     Options
+	log   *slog.Logger
+	work  chan Delivery
+	wg    sync.WaitGroup
+	Stats Stats
+
+	// stopping is closed when shutdown starts: holds end early and queued
+	// deliveries are returned instead of delivered.
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+// New returns a proxy; Start launches its workers.
+func New(o Options) *Proxy {
+	if o.Workers < 1 {
+		o.Workers = 1
+	}
+	if o.Queue < o.Workers {
+		o.Queue = o.Workers
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.MoveFailureBackoff <= 0 {
+		o.MoveFailureBackoff = time.Second
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Proxy{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{})}
+}
+
+// Start launches the workers. ctx bounds in-flight work: cancelling it is the
+// end of the shutdown grace period.
+func (p *Proxy) Start(ctx context.Context) {
+	for range p.o.Workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for d := range p.work {
+				p.handle(ctx, d)
+			}
+		}()
+	}
+}
+
+// Handle hands a delivery to the workers. It is called by the consumer.
+func (p *Proxy) Handle(d Delivery) {
+	p.Stats.Received.Add(1)
+	p.work <- d
+}
+
+// Shutdown stops taking work and waits for the workers: in-flight
+// deliveries finish, queued ones are returned to the queue. It returns
+// false if ctx ended first (the caller then closes the broker channel and
+// the broker requeues what is left).
+func (p *Proxy) Shutdown(ctx context.Context) bool {
+	p.stopOnce.Do(func() {
+		close(p.stopping)
+		close(p.work)
+	})
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (p *Proxy) stopped() bool {
+	select {
+	case <-p.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// handle runs one delivery through deliver → decide → settle.
+func (p *Proxy) handle(ctx context.Context, d Delivery) {
+	if p.stopped() {
+		p.Stats.ReturnedOnShutdown.Add(1)
+		p.nack(d)
+		return
+	}
+	p.Stats.InFlight.Add(1)
+	defer p.Stats.InFlight.Add(-1)
+
+	m := d.Message()
+	now := p.o.Now()
+	st, info := p.state(m, now)
+	pol := p.o.Selector.Select(retry.Subject{
+		RoutingKey: info.RoutingKey,
+		Type:       m.Type,
+		Header: func(name string) (string, bool) {
+			v, ok := m.Headers[name]
+			if !ok {
+				return "", false
+			}
+			s, _ := scalar(v)
+			return s, true
+		},
+	})
+
+	var (
+		dec retry.Decision
+		out retry.Outcome
+	)
+	if !st.Deadline.IsZero() && !now.Before(st.Deadline) {
+		// Never deliver stale.
+		dec = retry.Expired(pol, st)
+		out.Error = "deadline passed before delivery"
+	} else {
+		start := time.Now()
+		out = p.o.App.Deliver(ctx, m, info)
+		dec = retry.Decide(pol, st, out, p.o.Now(), p.o.Rand)
+		p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", m.MessageID,
+			"attempt", info.Attempt, "status", out.Status, "decision", dec.Action.String(),
+			"latency_ms", time.Since(start).Milliseconds())
+	}
+	p.settle(ctx, d, m, st, info, dec, out)
+}
+
+// state reads the message's history from its headers.
+func (p *Proxy) state(m *msg.Message, now time.Time) (retry.State, RequestInfo) {
+	retries, _ := m.Int(msg.HeaderRetryCount)
+	requeues, _ := m.Int(msg.HeaderRequeueCount)
+	st := retry.State{Retries: int(max(retries, 0)), Requeues: int(max(requeues, 0))}
+	st.Deadline = p.deadline(m, now)
+	info := RequestInfo{
+		Queue:      p.o.Plan.Work.Name,
+		Exchange:   m.Exchange,
+		RoutingKey: m.RoutingKey,
+		Attempt:    st.Attempt(),
+		Requeues:   st.Requeues,
+		Deadline:   st.Deadline,
+	}
+	if _, moved := m.Headers[msg.HeaderOriginalRoutingKey]; moved {
+		info.Exchange = m.String(msg.HeaderOriginalExchange)
+		info.RoutingKey = m.String(msg.HeaderOriginalRoutingKey)
+	}
+	return st, info
+}
+
+// deadline is, in order: Hopper's own header (set on an earlier move, never
+// reset), the configured deadline header, or the AMQP expiration counted
+// from first receipt.
+func (p *Proxy) deadline(m *msg.Message, now time.Time) time.Time {
+	if ms, ok := m.Int(msg.HeaderDeadline); ok && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	if p.o.DeadlineHeader != "" {
+		if t, ok := parseTime(m.Headers[p.o.DeadlineHeader]); ok {
+			return t
+		}
+	}
+	if m.Expiration != "" {
+		if ms, err := strconv.ParseInt(m.Expiration, 10, 64); err == nil && ms >= 0 {
+			return now.Add(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	return time.Time{}
+}
+
+func parseTime(v any) (time.Time, bool) {
+	switch x := v.(type) {
+	case time.Time:
+		return x, true
+	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return t, true
+		}
+	}
+	if ms, ok := msg.AsInt(v); ok && ms > 0 {
+		return time.UnixMilli(ms), true
+	}
+	return time.Time{}, false
+}
+
+// settle carries out a decision. It is the one place where deliveries are
+// acked or nacked.
+func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
+	dec retry.Decision, out retry.Outcome) {
+	switch dec.Action {
+	case retry.Ack, retry.Drop:
+		if err := d.Ack(); err != nil {
+			p.settleFailed(m, "ack", err)
+			return
+		}
+		if dec.Action == retry.Drop {
+			p.Stats.Dropped.Add(1)
+			p.log.Info("message dropped", "event", "MESSAGE_DROPPED", "message_id", m.MessageID, "reason", dec.Reason)
+		} else {
+			p.Stats.Acked.Add(1)
+		}
+
+	case retry.Return:
+		p.Stats.Returned.Add(1)
+		p.wait(p.o.UnavailableBackoff)
+		if !p.o.Quorum {
+			p.nack(d)
+			return
+		}
+		p.move(ctx, d, m, p.o.Plan.Work.Name, m.Clone(), "return")
+
+	case retry.Requeue:
+		cp := p.copyFor(m, info, st, dec, out)
+		moved := false
+		if dec.Tier > 0 {
+			moved = p.toTier(ctx, d, m, cp, dec.Tier, "requeue")
+		} else {
+			if !p.wait(dec.Hold) {
+				p.nack(d) // shutting down: back to the queue as it was
+				return
+			}
+			moved = p.move(ctx, d, m, p.o.Plan.Work.Name, cp, "requeue")
+		}
+		if moved {
+			p.Stats.Requeued.Add(1)
+		}
+
+	case retry.Retry:
+		cp := p.copyFor(m, info, st, dec, out)
+		cp.Headers[msg.HeaderFirstFailureTime] = firstFailure(m, p.o.Now())
+		if p.toTier(ctx, d, m, cp, dec.Tier, "retry") {
+			p.Stats.Retried.Add(1)
+		}
+
+	case retry.DLQ:
+		cp := p.copyFor(m, info, st, dec, out)
+		now := p.o.Now()
+		first, _ := time.Parse(time.RFC3339Nano, m.String(msg.HeaderFirstFailureTime))
+		dlq.Mark(cp, dlq.Info{
+			Queue: info.Queue, Exchange: info.Exchange, RoutingKey: info.RoutingKey,
+			Status: out.Status, Error: out.Error, Retries: dec.Retries, Reason: dec.Reason,
+			FirstFailure: first, Now: now,
+		})
+		if p.move(ctx, d, m, p.o.Plan.DLQ.Name, cp, "dlq") {
+			p.Stats.DeadLettered.Add(1)
+			p.log.Warn("message dead-lettered", "event", dlq.Event(dec.Reason), "message_id", m.MessageID,
+				"queue", info.Queue, "routing_key", info.RoutingKey, "reason", dec.Reason,
+				"status", out.Status, "retries", dec.Retries, "error", dlq.Truncate(out.Error, dlq.MaxErrorLen))
+		}
+	default:
+		// A decision without an action is a bug; keep the message.
+		p.log.Error("no action decided; message returned", "event", "DECISION_MISSING", "message_id", m.MessageID)
+		p.nack(d)
+	}
+}
+
+// copyFor builds the copy a move publishes: Hopper's counters updated, the
+// original exchange and routing key and the deadline pinned.
+func (p *Proxy) copyFor(m *msg.Message, info RequestInfo, st retry.State, dec retry.Decision, out retry.Outcome) *msg.Message {
+	cp := m.Clone()
+	h := cp.Headers
+	h[msg.HeaderRetryCount] = int32(dec.Retries)
+	h[msg.HeaderRequeueCount] = int32(dec.Requeues)
+	h[msg.HeaderOriginalExchange] = info.Exchange
+	h[msg.HeaderOriginalRoutingKey] = info.RoutingKey
+	if !st.Deadline.IsZero() {
+		h[msg.HeaderDeadline] = st.Deadline.UnixMilli()
+	}
+	if dec.Action == retry.Retry {
+		h[msg.HeaderLastFailureTime] = p.o.Now().UTC().Format(time.RFC3339Nano)
+		h[msg.HeaderLastStatusCode] = int32(out.Status)
+	}
+	return cp
+}
+
+func firstFailure(m *msg.Message, now time.Time) string {
+	if s := m.String(msg.HeaderFirstFailureTime); s != "" {
+		return s
+	}
+	return now.UTC().Format(time.RFC3339Nano)
+}
+
+func (p *Proxy) toTier(ctx context.Context, d Delivery, m, cp *msg.Message, tier time.Duration, why string) bool {
+	q, ok := p.o.Plan.TierQueue(tier)
+	if !ok {
+		// The selector only picks configured tiers; keep the message if not.
+		p.log.Error("no queue for delay tier; message returned", "event", "TIER_MISSING", "tier", tier.String())
+		p.nack(d)
+		return false
+	}
+	return p.move(ctx, d, m, q, cp, why)
+}
+
+// move publishes cp to queue, waits for the confirm, then acks d. When the
+// publish fails the original is nacked with requeue after a backoff. It
+// reports whether the move completed.
+func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, queue string, cp *msg.Message, why string) bool {
+	// The publish must finish even during shutdown: a copy whose confirm we
+	// abandon would become a duplicate. It has its own confirm timeout.
+	if err := p.o.Pub.Publish(context.WithoutCancel(ctx), queue, cp); err != nil {
+		p.Stats.MoveFailed.Add(1)
+		p.log.Error("move failed; message returned to the work queue", "event", "MOVE_FAILED",
+			"message_id", m.MessageID, "to", queue, "why", why, "error", err.Error())
+		p.wait(p.o.MoveFailureBackoff)
+		p.nack(d)
+		return false
+	}
+	if err := d.Ack(); err != nil {
+		// The copy exists and the original will be redelivered: a duplicate,
+		// never a loss.
+		p.settleFailed(m, "ack after move", err)
+		return false
+	}
+	return true
+}
+
+func (p *Proxy) nack(d Delivery) {
+	if err := d.Nack(true); err != nil {
+		p.settleFailed(d.Message(), "nack", err)
+	}
+}
+
+func (p *Proxy) settleFailed(m *msg.Message, what string, err error) {
+	p.Stats.SettleFailed.Add(1)
+	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
+		"op", what, "message_id", m.MessageID, "error", err.Error())
+}
+
+// wait sleeps d, cut short by shutdown. It reports whether it slept fully.
+func (p *Proxy) wait(d time.Duration) bool {
+	if d <= 0 {
+		return !p.stopped()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.stopping:
+		return false
+	}
+}

@@ -1,0 +1,279 @@
+// Package retry decides a message's fate from the app's answer. It is pure:
+// (outcome, state, policy, now) → decision, with no I/O, so every row of the
+// outcome table is a table test.
+//
+// The life of a message, as this package sees it:
+//
+//	delivered (attempt = retries+1)
+//	  ├─ past its deadline ───────────────→ DLQ "expired" (or dropped, by policy)
+//	  ├─ 2xx ─────────────────────────────→ ack
+//	  ├─ 425 ─────────────────────────────→ requeue: hold, back to the work queue,
+//	  │                                      requeues+1 (not an attempt); a long
+//	  │                                      Retry-After goes through a tier; past
+//	  │                                      MaxRequeues → DLQ "too-early"
+//	  ├─ 408/409/429/5xx/timeout ─────────→ retry: tier min(attempt, last), retries+1;
+//	  │                                      attempt ≥ MaxAttempts → DLQ "max-attempts"
+//	  ├─ app unavailable ─────────────────→ return to the work queue, no attempt spent
+//	  └─ other 4xx ───────────────────────→ DLQ "non-retriable"
+//
+// The app can override the table with a Hopper-Action response header.
+package retry
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Action is what happens to a delivery.
+type Action int
+
+// The actions. The zero value is not an action, so a missing table entry is
+// caught instead of silently acking.
+const (
+	ActionNone Action = iota
+	// Ack removes the message: the app handled it.
+	Ack
+	// Drop acks without delivering further, counted separately from Ack.
+	Drop
+	// Requeue sends the message back to the work queue after a short hold,
+	// without spending an attempt (425 Too Early).
+	Requeue
+	// Retry sends the message through a delay tier and spends an attempt.
+	Retry
+	// DLQ moves the message to the dead-letter queue.
+	DLQ
+	// Return gives the message back to the work queue untouched because the
+	// app could not take it (down, not ready, breaker open). Not an attempt.
+	Return
+)
+
+var actionNames = map[Action]string{
+	Ack: "ack", Drop: "drop", Requeue: "requeue", Retry: "retry", DLQ: "dlq", Return: "return",
+}
+
+func (a Action) String() string {
+	if s, ok := actionNames[a]; ok {
+		return s
+	}
+	return "none"
+}
+
+// ParseAction reads an action name as written in config or in the
+// Hopper-Action response header (case-insensitive).
+func ParseAction(s string) (Action, error) {
+	ls := strings.ToLower(strings.TrimSpace(s))
+	for a, name := range actionNames {
+		if name == ls {
+			return a, nil
+		}
+	}
+	return ActionNone, fmt.Errorf("unknown action %q (want ack, drop, requeue, retry, dlq or return)", s)
+}
+
+// Kind says how the HTTP exchange with the app ended.
+type Kind int
+
+const (
+	// Response: the app answered with a status code.
+	Response Kind = iota
+	// Timeout: the request was sent but no answer came within the timeout.
+	// The app may have done the work, so it counts as an attempt.
+	Timeout
+	// Unavailable: no request reached the app (connection refused or reset
+	// before a response, app not ready). The message did not fail.
+	Unavailable
+)
+
+// Outcome is the classified result of one delivery attempt.
+type Outcome struct {
+	Kind   Kind
+	Status int // HTTP status when Kind is Response
+	// RetryAfter is the app's Retry-After; HasRetryAfter says it was given.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	// Override is the Hopper-Action response header ("" when absent).
+	Override string
+	// Error is a short description for logs and the DLQ x-final-error header.
+	Error string
+}
+
+// State is what the message's headers say about its history.
+type State struct {
+	Retries  int       // failed attempts so far (x-retry-count)
+	Requeues int       // 425 requeues so far (x-requeue-count)
+	Deadline time.Time // zero when the message has none
+}
+
+// Attempt is the 1-based number of the delivery in progress.
+func (s State) Attempt() int { return s.Retries + 1 }
+
+// Reasons written to x-dead-letter-reason.
+const (
+	ReasonMaxAttempts  = "max-attempts"
+	ReasonNonRetriable = "non-retriable"
+	ReasonExpired      = "expired"
+	ReasonTooEarly     = "too-early"
+	ReasonAppAction    = "app-action"
+)
+
+// Decision is what to do with the delivery and the counters the moved copy
+// carries.
+type Decision struct {
+	Action Action
+	// Hold is how long to keep the delivery before a Requeue republishes it
+	// to the work queue.
+	Hold time.Duration
+	// Tier is the delay tier to publish to. It is set for Retry, and for a
+	// Requeue whose Retry-After is longer than the hold limit.
+	Tier time.Duration
+	// Reason is the x-dead-letter-reason for DLQ (and Drop) decisions.
+	Reason string
+	// Retries and Requeues are the counters after this decision.
+	Retries  int
+	Requeues int
+}
+
+// Unlimited as MaxAttempts retries a message for ever (until its deadline).
+const Unlimited = 0
+
+// Policy is the retry behaviour for a class of messages.
+type Policy struct {
+	Name string
+	// MaxAttempts is the attempt at which a failing message goes to the DLQ
+	// instead of another retry; Unlimited (0) never gives up.
+	MaxAttempts int
+	// Tiers are the delay tiers in order; attempt n uses Tiers[min(n, len)-1].
+	Tiers []time.Duration
+	// Table maps outcomes to actions.
+	Table Table
+	// ExpiredAction is DLQ or Drop, for messages past their deadline.
+	ExpiredAction Action
+	// MaxRequeues caps 425 requeues; past it the message goes to the DLQ.
+	MaxRequeues int
+	// MaxHold caps the hold before a requeue; a longer Retry-After goes
+	// through the smallest tier at least that long.
+	MaxHold time.Duration
+	// MinHold is the lower end of the jittered hold (MinHold..MaxHold) used
+	// when a 425 has no Retry-After.
+	MinHold time.Duration
+}
+
+// Rand returns a pseudo-random number in [0, 1). It is injected so that
+// decisions are reproducible in tests.
+type Rand func() float64
+
+// Decide returns the decision for one attempt. now is the time the outcome
+// was seen; rnd jitters the 425 hold.
+func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
+	d := Decision{Retries: st.Retries, Requeues: st.Requeues}
+
+	action := p.Table.Lookup(o)
+	if o.Override != "" && o.Kind == Response {
+		if a, err := ParseAction(o.Override); err == nil && a != Return {
+			action = a
+			if a == DLQ {
+				d.Action, d.Reason = DLQ, ReasonAppAction
+				return d
+			}
+		}
+	}
+
+	switch action {
+	case Ack:
+		d.Action = Ack
+	case Drop:
+		d.Action, d.Reason = Drop, ReasonAppAction
+	case Return:
+		d.Action = Return
+	case DLQ:
+		d.Action, d.Reason = DLQ, ReasonNonRetriable
+	case Requeue:
+		d.Requeues = st.Requeues + 1
+		if p.MaxRequeues > 0 && st.Requeues >= p.MaxRequeues {
+			d.Action, d.Reason = DLQ, ReasonTooEarly
+			return d
+		}
+		d.Action = Requeue
+		if o.HasRetryAfter && o.RetryAfter > p.MaxHold {
+			d.Tier = TierFor(p.Tiers, o.RetryAfter)
+			return d
+		}
+		if o.HasRetryAfter {
+			d.Hold = o.RetryAfter
+		} else {
+			d.Hold = jitter(p.MinHold, p.MaxHold, rnd)
+		}
+	case Retry:
+		attempt := st.Attempt()
+		d.Retries = attempt
+		if p.MaxAttempts != Unlimited && attempt >= p.MaxAttempts {
+			d.Action, d.Reason = DLQ, ReasonMaxAttempts
+			return d
+		}
+		d.Action = Retry
+		if o.HasRetryAfter {
+			d.Tier = TierFor(p.Tiers, o.RetryAfter)
+		} else {
+			d.Tier = p.Tiers[min(attempt, len(p.Tiers))-1]
+		}
+		if !st.Deadline.IsZero() && !now.Add(d.Tier).Before(st.Deadline) {
+			// The message would come back stale: settle it now rather than
+			// churn a tier queue for nothing.
+			return Expired(p, st)
+		}
+	default:
+		// Unreachable with a validated table; fail safe by retrying.
+		d.Action = Retry
+		d.Retries = st.Attempt()
+		d.Tier = p.Tiers[0]
+	}
+	return d
+}
+
+// Expired is the decision for a message past its deadline.
+func Expired(p *Policy, st State) Decision {
+	a := p.ExpiredAction
+	if a != Drop {
+		a = DLQ
+	}
+	return Decision{Action: a, Reason: ReasonExpired, Retries: st.Retries, Requeues: st.Requeues}
+}
+
+// TierFor picks the smallest tier at least d long, or the longest tier.
+// tiers must be sorted ascending.
+func TierFor(tiers []time.Duration, d time.Duration) time.Duration {
+	i := sort.Search(len(tiers), func(i int) bool { return tiers[i] >= d })
+	if i == len(tiers) {
+		return tiers[len(tiers)-1]
+	}
+	return tiers[i]
+}
+
+func jitter(lo, hi time.Duration, rnd Rand) time.Duration {
+	if hi <= lo || rnd == nil {
+		return min(lo, hi)
+	}
+	return lo + time.Duration(rnd()*float64(hi-lo))
+}
+
+// ParseRetryAfter reads a Retry-After value: delay seconds or an HTTP date.
+// A date in the past means zero; an unparsable value is not given.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs < 0 || secs > 365*24*3600 {
+			return 0, false
+		}
+		return time.Duration(secs * float64(time.Second)), true
+	}
+	if t, err := time.Parse(time.RFC1123, v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}

@@ -1,0 +1,198 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Table maps outcome keys to actions. Keys are an exact status ("425"), a
+// status class ("4xx"), "timeout" or "unavailable". An exact status wins over
+// its class. The table is data so that, for example, "every 4xx is retried"
+// (seed 002) is one line of config.
+type Table map[string]Action
+
+// Outcome keys that are not status codes.
+const (
+	KeyTimeout     = "timeout"
+	KeyUnavailable = "unavailable"
+)
+
+// DefaultTable is SPEC §4's outcome table.
+func DefaultTable() Table {
+	return Table{
+		"1xx":          Retry,
+		"2xx":          Ack,
+		"3xx":          Retry,
+		"4xx":          DLQ,
+		"408":          Retry,
+		"409":          Retry,
+		"425":          Requeue,
+		"429":          Retry,
+		"5xx":          Retry,
+		KeyTimeout:     Retry,
+		KeyUnavailable: Return,
+	}
+}
+
+// Merge returns the default table with overrides applied on top.
+func Merge(base, overrides Table) Table {
+	t := maps.Clone(base)
+	maps.Copy(t, overrides)
+	return t
+}
+
+var keyPattern = regexp.MustCompile(`^([1-5][0-9][0-9]|[1-5]xx|timeout|unavailable)$`)
+
+// ParseTable reads a table from config strings and reports every bad entry.
+func ParseTable(raw map[string]string) (Table, error) {
+	t := Table{}
+	var errs []error
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		key := strings.ToLower(strings.TrimSpace(k))
+		if !keyPattern.MatchString(key) {
+			errs = append(errs, fmt.Errorf("%q: not an outcome (want a status like 425, a class like 4xx, timeout or unavailable)", k))
+			continue
+		}
+		a, err := ParseAction(raw[k])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%q: %w", k, err))
+			continue
+		}
+		if key == KeyUnavailable && a != Return && a != Retry {
+			// An app that is down did not fail the message: sending it to the DLQ
+			// is exactly the failure of seed 000.
+			errs = append(errs, fmt.Errorf("%q: must be return (or retry), never %s", k, a))
+			continue
+		}
+		t[key] = a
+	}
+	return t, errors.Join(errs...)
+}
+
+// Lookup returns the action for an outcome.
+func (t Table) Lookup(o Outcome) Action {
+	switch o.Kind {
+	case Timeout:
+		return t[KeyTimeout]
+	case Unavailable:
+		if a, ok := t[KeyUnavailable]; ok {
+			return a
+		}
+		return Return
+	}
+	if a, ok := t[strconv.Itoa(o.Status)]; ok {
+		return a
+	}
+	if o.Status >= 100 && o.Status < 600 {
+		if a, ok := t[strconv.Itoa(o.Status/100)+"xx"]; ok {
+			return a
+		}
+	}
+	// A status outside the table (for example 600+) is garbage from the app:
+	// treat it as a failed attempt rather than guess that it succeeded.
+	return Retry
+}
+
+// Match selects the messages a policy applies to. Empty fields match
+// anything; every non-empty field must match.
+type Match struct {
+	// RoutingKey is an AMQP topic pattern ("*" one word, "#" zero or more).
+	RoutingKey string
+	// Type is a glob on the AMQP type property.
+	Type string
+	// Header and HeaderValue match an application header's string form.
+	Header      string
+	HeaderValue string
+}
+
+// Subject is what a Match is tested against.
+type Subject struct {
+	RoutingKey string
+	Type       string
+	Header     func(name string) (string, bool)
+}
+
+// Matches reports whether s is selected.
+func (m Match) Matches(s Subject) bool {
+	if m.RoutingKey != "" && !TopicMatch(m.RoutingKey, s.RoutingKey) {
+		return false
+	}
+	if m.Type != "" {
+		if ok, _ := path.Match(m.Type, s.Type); !ok {
+			return false
+		}
+	}
+	if m.Header != "" {
+		v, ok := s.Header(m.Header)
+		if !ok || (m.HeaderValue != "" && v != m.HeaderValue) {
+			return false
+		}
+	}
+	return true
+}
+
+// TopicMatch matches a routing key against an AMQP topic pattern.
+func TopicMatch(pattern, key string) bool {
+	return topicWords(strings.Split(pattern, "."), strings.Split(key, "."))
+}
+
+func topicWords(p, k []string) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case "#":
+			if len(p) == 1 {
+				return true
+			}
+			for i := 0; i <= len(k); i++ {
+				if topicWords(p[1:], k[i:]) {
+					return true
+				}
+			}
+			return false
+		case "*":
+			if len(k) == 0 {
+				return false
+			}
+		default:
+			if len(k) == 0 || k[0] != p[0] {
+				return false
+			}
+		}
+		p, k = p[1:], k[1:]
+	}
+	return len(k) == 0
+}
+
+// Selector picks the first policy whose Match selects a message, or the
+// default policy.
+type Selector struct {
+	Rules   []Rule
+	Default *Policy
+}
+
+// Rule pairs a Match with its Policy.
+type Rule struct {
+	Match  Match
+	Policy *Policy
+}
+
+// Select returns the policy for a message.
+func (s *Selector) Select(sub Subject) *Policy {
+	for i := range s.Rules {
+		if s.Rules[i].Match.Matches(sub) {
+			return s.Rules[i].Policy
+		}
+	}
+	return s.Default
+}

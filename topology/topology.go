@@ -1,0 +1,147 @@
+// Package topology computes the queues Hopper uses around a work queue
+// (SPEC §2): one delay queue per tier that dead-letters back to the work
+// queue only, and a dead-letter queue. It is pure; the broker package
+// declares or verifies what it computes.
+package topology
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+)
+
+// Queue is one queue with its declare arguments.
+type Queue struct {
+	Name string
+	// Role is work, tier or dlq.
+	Role string
+	// Delay is the tier's delay (tier queues only).
+	Delay time.Duration
+	// Args are the x-arguments it is declared with.
+	Args map[string]any
+	// Owned queues are Hopper's; the work queue is the operator's unless
+	// topology.declare is true, and is then only checked for existence.
+	Owned bool
+}
+
+// Plan is the whole topology for one work queue.
+type Plan struct {
+	Work  Queue
+	Tiers []Queue
+	DLQ   Queue
+	// Declare says whether run declares (true) or only verifies.
+	Declare bool
+}
+
+// Roles.
+const (
+	RoleWork = "work"
+	RoleTier = "tier"
+	RoleDLQ  = "dlq"
+)
+
+// Name expands a name template: {queue} and {delay}.
+func Name(tmpl, queue string, delay time.Duration) string {
+	r := strings.NewReplacer("{queue}", queue, "{delay}", config.FormatDuration(delay))
+	return r.Replace(tmpl)
+}
+
+// FromConfig computes the plan for a validated config.
+func FromConfig(c *config.Config) Plan {
+	q := c.Queue.Name
+	typeArgs := func() map[string]any {
+		if c.Queue.Type == "quorum" {
+			return map[string]any{"x-queue-type": "quorum"}
+		}
+		return map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}
+	}
+	p := Plan{Declare: c.Topology.Declare}
+	p.Work = Queue{Name: q, Role: RoleWork, Args: typeArgs(), Owned: c.Topology.Declare}
+	if c.Queue.Type == "quorum" && c.Queue.DeliveryLimit > 0 {
+		p.Work.Args["x-delivery-limit"] = int32(c.Queue.DeliveryLimit)
+	}
+	for _, d := range c.AllTiers() {
+		args := typeArgs()
+		// Expiry happens only at the head of a queue, so each delay has its
+		// own queue; expired messages go back to the work queue alone, via
+		// the default exchange, never fanned out again.
+		args["x-message-ttl"] = int32(d / time.Millisecond)
+		args["x-dead-letter-exchange"] = ""
+		args["x-dead-letter-routing-key"] = q
+		if c.Queue.Type == "quorum" {
+			// Quorum queues dead-letter at-most-once by default; at-least-once
+			// needs reject-publish overflow.
+			args["x-dead-letter-strategy"] = "at-least-once"
+			args["x-overflow"] = "reject-publish"
+		}
+		p.Tiers = append(p.Tiers, Queue{
+			Name: Name(c.Topology.RetryQueue, q, d), Role: RoleTier, Delay: d, Args: args, Owned: true,
+		})
+	}
+	dargs := typeArgs()
+	if c.Topology.DLQMaxLength > 0 {
+		dargs["x-max-length"] = int32(c.Topology.DLQMaxLength)
+		// Never drop the head silently: refuse the publish so the message
+		// stays in the work queue.
+		dargs["x-overflow"] = "reject-publish"
+	}
+	p.DLQ = Queue{Name: Name(c.Topology.DLQ, q, 0), Role: RoleDLQ, Args: dargs, Owned: true}
+	return p
+}
+
+// TierQueue returns the queue name for a delay.
+func (p *Plan) TierQueue(d time.Duration) (string, bool) {
+	for _, t := range p.Tiers {
+		if t.Delay == d {
+			return t.Name, true
+		}
+	}
+	return "", false
+}
+
+// Queues lists work, tiers and DLQ in declare order.
+func (p *Plan) Queues() []Queue {
+	out := []Queue{p.Work}
+	out = append(out, p.Tiers...)
+	return append(out, p.DLQ)
+}
+
+// Warnings lists risky but legal setups, for the operator to read.
+func (p *Plan) Warnings() []string {
+	var w []string
+	if p.Work.Args["x-queue-type"] == "quorum" {
+		if _, ok := p.Work.Args["x-delivery-limit"]; !ok {
+			w = append(w, fmt.Sprintf("quorum work queue %q has no x-delivery-limit: RabbitMQ 4.x applies a default of 20 returns and drops the message past it when no dead-letter exchange is set; Hopper republishes returned messages instead of nacking them so the limit is not spent on messages the app never saw", p.Work.Name))
+		}
+	}
+	return w
+}
+
+// String renders the plan for `hopper topology plan`.
+func (p *Plan) String() string {
+	var b strings.Builder
+	mode := "verify (topology.declare=false)"
+	if p.Declare {
+		mode = "declare (topology.declare=true)"
+	}
+	fmt.Fprintf(&b, "mode: %s\n", mode)
+	for _, q := range p.Queues() {
+		fmt.Fprintf(&b, "%-5s %s durable=true", q.Role, q.Name)
+		for _, k := range sortedKeys(q.Args) {
+			fmt.Fprintf(&b, " %s=%v", k, q.Args[k])
+		}
+		b.WriteByte('\n')
+	}
+	for _, w := range p.Warnings() {
+		fmt.Fprintf(&b, "warning: %s\n", w)
+	}
+	return b.String()
+}
+
+func sortedKeys(m map[string]any) []string {
+	return slices.Sorted(maps.Keys(m))
+}
