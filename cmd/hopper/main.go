@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 )
 
@@ -144,24 +143,4 @@ func newLogger(cfg config.Log, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-func brokerOptions(cfg *config.Config, log *slog.Logger, name string) broker.Options {
-	b := cfg.Broker
-	return broker.Options{
-		URLs:               b.URLs,
-		UsernameFile:       b.UsernameFile,
-		PasswordFile:       b.PasswordFile,
-		CAFile:             b.TLS.CAFile,
-		CertFile:           b.TLS.CertFile,
-		KeyFile:            b.TLS.KeyFile,
-		ServerName:         b.TLS.ServerName,
-		InsecureSkipVerify: b.TLS.InsecureSkipVerify,
-		Heartbeat:          b.Heartbeat.D(),
-		ConnectTimeout:     b.ConnectTimeout.D(),
-		ReconnectMin:       b.ReconnectMin.D(),
-		ReconnectMax:       b.ReconnectMax.D(),
-		Name:               name,
-		Logger:             log,
-	}
 }

@@ -1,0 +1,94 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Inspector is a single connection and channel for tools that look into
+// queues one message at a time (the DLQ tools, tests): basic.get with
+// manual acks, depth, purge.
+type Inspector struct {
+	s *session
+}
+
+// OpenInspector connects once.
+func OpenInspector(ctx context.Context, o Options) (*Inspector, error) {
+	if o.Name == "" {
+		o.Name = "hopper-inspector"
+	}
+	conn, _, err := o.dialOnce(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("connect to broker: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	return &Inspector{s: &session{conn: conn, ch: ch}}, nil
+}
+
+// Get takes the next message without acking it; ok is false when the queue
+// is empty. The delivery must be acked or nacked; closing the inspector
+// returns unsettled ones to the queue.
+func (i *Inspector) Get(queue string) (d *Delivery, ok bool, err error) {
+	m, ok, err := i.s.ch.Get(queue, false) // autoAck=false
+	if err != nil {
+		i.s.dead.Store(true)
+		return nil, false, fmt.Errorf("get from %q: %w", queue, err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	return &Delivery{m: fromDelivery(&m), tag: m.DeliveryTag, s: i.s}, true, nil
+}
+
+// Depth is the number of ready messages in a queue (unacked ones are not
+// counted by the broker here).
+func (i *Inspector) Depth(queue string) (int, error) {
+	ch, err := i.s.conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	q, err := ch.QueueDeclarePassive(queue,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		nil)
+	if err != nil {
+		return 0, fmt.Errorf("%w: queue %q: %w", ErrTopology, queue, err)
+	}
+	return q.Messages, nil
+}
+
+// Purge removes every ready message and returns how many.
+func (i *Inspector) Purge(queue string) (int, error) {
+	n, err := i.s.ch.QueuePurge(queue, false) // noWait=false
+	if err != nil {
+		return 0, fmt.Errorf("purge %q: %w", queue, err)
+	}
+	return n, nil
+}
+
+// Close closes the connection; unsettled deliveries return to their queue.
+func (i *Inspector) Close() error {
+	i.s.dead.Store(true)
+	if err := i.s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("close inspector: %w", err)
+	}
+	return nil
+}
+
+// Bind binds a queue to an exchange with a routing key.
+func (i *Inspector) Bind(queue, exchange, key string) error {
+	if err := i.s.ch.QueueBind(queue, key, exchange, false, nil); err != nil { // noWait=false
+		return fmt.Errorf("bind %q to %q with %q: %w", queue, exchange, key, err)
+	}
+	return nil
+}

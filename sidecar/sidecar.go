@@ -1,0 +1,268 @@
+// Package sidecar wires one Hopper instance from a validated config: the
+// topology check, the readiness gate, the publisher and consumer
+// connections, the worker pool, the admin endpoint, and the ordered
+// shutdown. cmd/hopper runs it; the integration tests run exactly the same
+// code against a real broker.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/proxy"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// Sidecar is one running Hopper.
+type Sidecar struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	plan topology.Plan
+
+	ready, consuming atomic.Bool
+	px               atomic.Pointer[proxy.Proxy]
+	cons             atomic.Pointer[broker.Consumer]
+	adminAddr        atomic.Value // string
+}
+
+// New returns a sidecar for a validated config.
+func New(cfg *config.Config, log *slog.Logger) *Sidecar {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Sidecar{cfg: cfg, log: log, plan: topology.FromConfig(cfg)}
+}
+
+// Plan is the topology in use.
+func (s *Sidecar) Plan() *topology.Plan { return &s.plan }
+
+// Stats returns the delivery counters (nil before consuming starts).
+func (s *Sidecar) Stats() *proxy.Stats {
+	if px := s.px.Load(); px != nil {
+		return &px.Stats
+	}
+	return nil
+}
+
+// Consuming reports whether a consumer is live on the broker.
+func (s *Sidecar) Consuming() bool {
+	c := s.cons.Load()
+	return s.consuming.Load() && c != nil && c.Connected()
+}
+
+// AdminAddr is the admin endpoint's bound address ("" when disabled or not
+// yet listening).
+func (s *Sidecar) AdminAddr() string {
+	a, _ := s.adminAddr.Load().(string)
+	return a
+}
+
+// Run is the sidecar's lifetime: prepare the topology, wait for the app,
+// consume until ctx is done, then drain within the grace period. It returns
+// nil after a clean shutdown, and an error when it cannot start (a topology
+// mismatch, an admin port in use).
+func (s *Sidecar) Run(ctx context.Context) error {
+	cfg, log := s.cfg, s.log
+	for _, w := range s.plan.Warnings() {
+		log.Warn(w, "event", "TOPOLOGY_WARNING")
+	}
+	if cfg.Admin.Listen != "" {
+		srv, err := s.serveAdmin(cfg.Admin.Listen)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+
+	if err := s.prepareTopology(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+
+	app := proxy.NewHTTPApp(proxy.HTTPAppOptions{
+		URL:          cfg.App.URL,
+		Timeout:      cfg.App.Timeout.D(),
+		MaxConns:     Workers(cfg) + 4,
+		MaxBodyBytes: cfg.App.MaxBodyBytes,
+	})
+	gate, err := proxy.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	logged := false
+	if err := gate.Wait(ctx, time.Second, func(err error) {
+		if !logged {
+			log.Info("waiting for the app before consuming", "event", "APP_NOT_READY", "error", err.Error())
+			logged = true
+		}
+	}); err != nil {
+		return nil // shut down while waiting: nothing was consumed
+	}
+	log.Info("app ready", "event", "APP_READY")
+	s.ready.Store(true)
+
+	pub := broker.NewPublisher(broker.PublisherOptions{
+		Options:        BrokerOptions(cfg, log, "hopper-publisher "+cfg.Queue.Name),
+		Channels:       cfg.Broker.PublishChannels,
+		ConfirmTimeout: cfg.Broker.ConfirmTimeout.D(),
+	})
+	defer func() {
+		if err := pub.Close(); err != nil {
+			log.Warn("close publisher", "error", err.Error())
+		}
+	}()
+
+	prefetch := cfg.Consumer.Prefetch
+	if cfg.Consumer.Ordered {
+		prefetch = 1
+	}
+	px := proxy.New(proxy.Options{
+		Plan:               &s.plan,
+		Selector:           cfg.Selector(),
+		App:                app,
+		Pub:                pub,
+		Workers:            Workers(cfg),
+		Queue:              prefetch,
+		Quorum:             cfg.Queue.Type == "quorum",
+		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
+		DeadlineHeader:     cfg.Retry.DeadlineHeader,
+		Logger:             log,
+	})
+	s.px.Store(px)
+	// workCtx ends when the grace period does: in-flight HTTP calls are cut
+	// off then and their messages go back to the queue unacked.
+	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer endWork()
+	px.Start(workCtx)
+
+	cons := broker.NewConsumer(broker.ConsumerOptions{
+		Options:  BrokerOptions(cfg, log, "hopper-consumer "+cfg.Queue.Name),
+		Queue:    cfg.Queue.Name,
+		Prefetch: prefetch,
+		Topology: &s.plan,
+	})
+	s.cons.Store(cons)
+	s.consuming.Store(true)
+	runErr := cons.Run(ctx, func(d *broker.Delivery) { px.Handle(d) })
+	s.consuming.Store(false)
+
+	grace := cfg.Shutdown.Grace.D()
+	log.Info("shutting down: consumer cancelled, finishing in-flight messages", "event", "SHUTDOWN_STARTED",
+		"grace", grace.String(), "in_flight", px.Stats.InFlight.Load())
+	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
+	finished := px.Shutdown(graceCtx)
+	cancel()
+	endWork()
+	// Closing the consumer connection hands every unsettled delivery back to
+	// the broker, which requeues it.
+	if err := cons.Close(); err != nil {
+		log.Warn("close consumer", "error", err.Error())
+	}
+	st := &px.Stats
+	log.Info("shutdown complete", "event", "SHUTDOWN_COMPLETE", "finished_in_grace", finished,
+		"received", st.Received.Load(), "acked", st.Acked.Load(), "retried", st.Retried.Load(),
+		"requeued", st.Requeued.Load(), "dead_lettered", st.DeadLettered.Load(), "returned", st.Returned.Load(),
+		"returned_on_shutdown", st.ReturnedOnShutdown.Load(), "move_failed", st.MoveFailed.Load())
+	return runErr
+}
+
+// Workers is the number of concurrent deliveries the config asks for.
+func Workers(cfg *config.Config) int {
+	if cfg.Consumer.Ordered {
+		return 1
+	}
+	if cfg.Consumer.Workers > 0 {
+		return cfg.Consumer.Workers
+	}
+	return cfg.Consumer.Prefetch
+}
+
+// prepareTopology declares or verifies the topology once before consuming.
+// An unreachable broker is retried with backoff; a topology mismatch ends
+// the run with the broker's reason.
+func (s *Sidecar) prepareTopology(ctx context.Context) error {
+	cfg := s.cfg
+	bo := broker.Backoff{Min: cfg.Broker.ReconnectMin.D(), Max: cfg.Broker.ReconnectMax.D()}
+	opts := BrokerOptions(cfg, s.log, "hopper-topology "+cfg.Queue.Name)
+	for {
+		err := broker.Apply(ctx, opts, &s.plan, s.plan.Declare)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, broker.ErrTopology) {
+			return fmt.Errorf("topology check failed (run `hopper topology plan` to see what is expected):\n%w", err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := bo.Next()
+		s.log.Warn("broker not reachable; retrying", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// serveAdmin serves /healthz (alive) and /readyz (app ready and consuming).
+func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case !s.ready.Load():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: waiting for the app")
+		case !s.Consuming():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: not consuming (broker connection down or shutting down)")
+		default:
+			fmt.Fprintln(w, "ready: consuming")
+		}
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin listen %s: %w", addr, err)
+	}
+	s.adminAddr.Store(ln.Addr().String())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server", "error", err.Error())
+		}
+	}()
+	return srv, nil
+}
+
+// BrokerOptions maps the broker config to connection options.
+func BrokerOptions(cfg *config.Config, log *slog.Logger, name string) broker.Options {
+	b := cfg.Broker
+	return broker.Options{
+		URLs:               b.URLs,
+		UsernameFile:       b.UsernameFile,
+		PasswordFile:       b.PasswordFile,
+		CAFile:             b.TLS.CAFile,
+		CertFile:           b.TLS.CertFile,
+		KeyFile:            b.TLS.KeyFile,
+		ServerName:         b.TLS.ServerName,
+		InsecureSkipVerify: b.TLS.InsecureSkipVerify,
+		Heartbeat:          b.Heartbeat.D(),
+		ConnectTimeout:     b.ConnectTimeout.D(),
+		ReconnectMin:       b.ReconnectMin.D(),
+		ReconnectMax:       b.ReconnectMax.D(),
+		Name:               name,
+		Logger:             log,
+	}
+}
