@@ -236,7 +236,9 @@ func (d *demo) run(ctx context.Context) error {
 	if err := os.WriteFile(cfgFile, []byte(hopperConfig(d.broker.URL(), appAddr, adminAddr, d.o.logLevel)), 0o600); err != nil {
 		return fmt.Errorf("write hopper config: %w", err)
 	}
-	logf("hopper config %s:\n%s", cfgFile, indent(hopperConfig(d.broker.URL(), appAddr, adminAddr, d.o.logLevel)))
+	if !d.o.quiet {
+		logf("hopper config %s:\n%s", cfgFile, indent(hopperConfig(d.broker.URL(), appAddr, adminAddr, d.o.logLevel)))
+	}
 	if d.hopper, err = startChild("hopper", hopperBin, []string{"run", "--config", cfgFile}, d.o.quiet); err != nil {
 		return err
 	}
@@ -289,7 +291,7 @@ func wantDead() int {
 	return n
 }
 
-var errInterrupted = errors.New("interrupted")
+var errInterrupted = errors.New("interrupted by a signal")
 
 // demoappBinary returns --demoapp-bin or builds examples/demoapp into the
 // temporary directory.
@@ -630,7 +632,7 @@ func waitOK(ctx context.Context, url string, timeout time.Duration, c *child) er
 	var last error
 	for {
 		if c.exited() {
-			return fmt.Errorf("%s exited (%s)\n%s", c.name, c.describeExit(), c.report())
+			return fmt.Errorf("%s exited (%s)", c.name, c.describeExit())
 		}
 		resp, err := client.Get(url)
 		if err == nil {
@@ -642,7 +644,7 @@ func waitOK(ctx context.Context, url string, timeout time.Duration, c *child) er
 		}
 		last = err
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v: %w\n%s", timeout, last, c.report())
+			return fmt.Errorf("not ready after %v: %w", timeout, last)
 		}
 		select {
 		case <-ctx.Done():
