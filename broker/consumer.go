@@ -72,12 +72,21 @@ type ConsumerOptions struct {
 // Consumer keeps one consumer on a queue alive across connection loss,
 // broker restarts and broker-side cancels, re-preparing and re-consuming each
 // time with jittered backoff.
+//
+// Pause and Resume let the circuit breaker stop deliveries while the app is
+// down without dropping the connection: a paused consumer is cancelled on
+// the broker, so prefetched messages are not pushed to Hopper and returned
+// messages stay in the queue for other consumers or for later.
 type Consumer struct {
 	opts ConsumerOptions
 
 	mu        sync.Mutex
 	cur       *session
+	paused    bool
+	prefetch  int
+	wake      chan struct{}
 	connected atomic.Bool
+	active    atomic.Bool
 	// Reconnects counts sessions after the first.
 	Reconnects atomic.Int64
 }
@@ -87,11 +96,58 @@ func NewConsumer(o ConsumerOptions) *Consumer {
 	if o.Name == "" {
 		o.Name = "hopper-consumer"
 	}
-	return &Consumer{opts: o}
+	return &Consumer{opts: o, prefetch: o.Prefetch, wake: make(chan struct{}, 1)}
 }
 
-// Connected reports whether a consumer is live now.
+// Connected reports whether the consumer's connection is up (consuming or
+// deliberately paused).
 func (c *Consumer) Connected() bool { return c.connected.Load() }
+
+// Active reports whether a consumer is registered on the broker now.
+func (c *Consumer) Active() bool { return c.active.Load() }
+
+// Paused reports whether Pause is in effect.
+func (c *Consumer) Paused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused
+}
+
+// Pause cancels the consumer on the broker and keeps it cancelled, across
+// reconnects, until Resume.
+func (c *Consumer) Pause() {
+	c.mu.Lock()
+	c.paused = true
+	c.mu.Unlock()
+	c.poke()
+}
+
+// Resume consumes again with the given prefetch (0 keeps the configured
+// one). The circuit breaker resumes with 1 to let a single delivery probe
+// the app, then with the full prefetch.
+func (c *Consumer) Resume(prefetch int) {
+	if prefetch <= 0 {
+		prefetch = c.opts.Prefetch
+	}
+	c.mu.Lock()
+	c.paused = false
+	c.prefetch = prefetch
+	c.mu.Unlock()
+	c.poke()
+}
+
+func (c *Consumer) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Consumer) want() (paused bool, prefetch int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused, c.prefetch
+}
 
 // Run consumes until ctx is done, calling handle for each delivery from the
 // connection's dispatch goroutine (handle must hand off quickly). When ctx
@@ -124,7 +180,6 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		}
 		first = false
 		bo.Reset()
-		log.Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", c.opts.Prefetch)
 		reason := c.consume(ctx, s, handle)
 		c.connected.Store(false)
 		if ctx.Err() != nil {
@@ -159,14 +214,11 @@ func (c *Consumer) open(ctx context.Context, start int) (*session, int, error) {
 	if err != nil {
 		return fail(fmt.Errorf("open channel: %w", err))
 	}
-	if err := ch.Qos(c.opts.Prefetch, 0, false); err != nil { // prefetchSize=0, global=false
-		return fail(fmt.Errorf("set prefetch: %w", err))
-	}
 	return &session{conn: conn, ch: ch}, idx, nil
 }
 
 // consume runs one session until it fails or ctx is done, and says why it
-// ended.
+// ended. Within the session it follows Pause and Resume.
 func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Delivery)) string {
 	connClosed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := s.ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -174,36 +226,83 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 	blocked := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	go drain(blocked)
 
-	tag := fmt.Sprintf("hopper-%s-%d", c.opts.Queue, c.Reconnects.Load())
-	deliveries, err := s.ch.ConsumeWithContext(ctx, c.opts.Queue, tag,
-		false, // autoAck
-		false, // exclusive
-		false, // noLocal
-		false, // noWait
-		nil)
-	if err != nil {
-		return fmt.Sprintf("consume: %v", err)
-	}
 	c.mu.Lock()
 	c.cur = s
 	c.mu.Unlock()
 	c.connected.Store(true)
+	defer c.active.Store(false)
 
+	var (
+		deliveries <-chan amqp.Delivery
+		tag        string
+		seq        int
+		curPrefch  int
+	)
+	// stop cancels the broker consumer. What the library had already
+	// buffered is handed over when pausing (the breaker returns it); at
+	// shutdown it is left unsettled and the broker requeues it when the
+	// channel closes.
+	stop := func(handOver bool) error {
+		c.active.Store(false)
+		err := s.ch.Cancel(tag, false) // noWait=false
+		for d := range deliveries {
+			if handOver {
+				handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+			}
+		}
+		deliveries = nil
+		return err
+	}
 	for {
+		paused, prefetch := c.want()
+		if deliveries != nil && (paused || prefetch != curPrefch) {
+			if err := stop(true); err != nil {
+				return fmt.Sprintf("cancel consumer: %v", err)
+			}
+			if paused {
+				c.opts.logger().Info("consumer paused", "event", "CONSUMER_PAUSED", "queue", c.opts.Queue)
+			}
+		}
+		if deliveries == nil && !paused {
+			// RabbitMQ applies a per-consumer prefetch (global=false) to
+			// consumers started after it is set, so a new prefetch needs a
+			// new consumer.
+			if err := s.ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
+				return fmt.Sprintf("set prefetch: %v", err)
+			}
+			seq++
+			tag = fmt.Sprintf("hopper-%s-%d-%d", c.opts.Queue, c.Reconnects.Load(), seq)
+			d, err := s.ch.ConsumeWithContext(ctx, c.opts.Queue, tag,
+				false, // autoAck
+				false, // exclusive
+				false, // noLocal
+				false, // noWait
+				nil)
+			if err != nil {
+				return fmt.Sprintf("consume: %v", err)
+			}
+			deliveries, curPrefch = d, prefetch
+			c.active.Store(true)
+			c.opts.logger().Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", prefetch)
+		}
+
 		select {
 		case <-ctx.Done():
 			// Stop taking deliveries; keep the channel for in-flight acks.
-			if err := s.ch.Cancel(tag, false); err != nil { // noWait=false
-				c.opts.logger().Warn("cancel consumer", "error", err.Error())
+			if deliveries != nil {
+				if err := stop(false); err != nil {
+					c.opts.logger().Warn("cancel consumer", "error", err.Error())
+				}
 			}
 			return "shutdown"
+		case <-c.wake:
 		case e := <-connClosed:
 			return fmt.Sprintf("connection closed: %v", e)
 		case e := <-chClosed:
 			return fmt.Sprintf("channel closed: %v", e)
 		case t := <-cancels:
 			// Queue deleted, or quorum leader moved: the consumer is gone but
-			// the channel lives; start over so Prepare re-declares.
+			// the channel lives; start over so the topology is re-declared.
 			return fmt.Sprintf("consumer %s cancelled by the broker", t)
 		case d, ok := <-deliveries:
 			if !ok {

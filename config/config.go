@@ -22,6 +22,7 @@ type Config struct {
 	Consumer Consumer `yaml:"consumer"`
 	Retry    Retry    `yaml:"retry"`
 	Requeue  Requeue  `yaml:"requeue"`
+	Breaker  Breaker  `yaml:"breaker"`
 	Shutdown Shutdown `yaml:"shutdown"`
 	Admin    Admin    `yaml:"admin"`
 	Log      Log      `yaml:"log"`
@@ -172,6 +173,21 @@ type Requeue struct {
 	MaxRequeues int `yaml:"maxRequeues"`
 }
 
+// Breaker is the circuit breaker in front of the app (SPEC §6).
+type Breaker struct {
+	// Enabled turns the breaker on. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Failures is the number of consecutive unavailable, 5xx or timeout
+	// results that open it. Default 5.
+	Failures int `yaml:"failures"`
+	// OpenTimeout is how long it stays open before one delivery may probe
+	// the app (half-open). Default 5s.
+	OpenTimeout Duration `yaml:"openTimeout"`
+	// ProbeInterval is how often the app's health check runs while open.
+	// Default 1s.
+	ProbeInterval Duration `yaml:"probeInterval"`
+}
+
 // Shutdown governs SIGTERM.
 type Shutdown struct {
 	// Grace is how long in-flight deliveries may finish. Default 25s.
@@ -220,6 +236,7 @@ func Default() Config {
 			OnExpired: "dlq",
 		},
 		Requeue:  Requeue{MinHold: Duration(time.Second), MaxHold: Duration(5 * time.Second), MaxRequeues: 100},
+		Breaker:  Breaker{Enabled: true, Failures: 5, OpenTimeout: Duration(5 * time.Second), ProbeInterval: Duration(time.Second)},
 		Shutdown: Shutdown{Grace: Duration(25 * time.Second)},
 		Admin:    Admin{Listen: ":9090"},
 		Log:      Log{Level: "info", Format: "json"},

@@ -159,6 +159,11 @@ func (c *Config) Validate() error {
 	if c.Requeue.MaxRequeues < 1 {
 		add("requeue.maxRequeues", "must be at least 1, got %d", c.Requeue.MaxRequeues)
 	}
+	if c.Breaker.Failures < 1 {
+		add("breaker.failures", "must be at least 1, got %d", c.Breaker.Failures)
+	}
+	positive("breaker.openTimeout", c.Breaker.OpenTimeout)
+	positive("breaker.probeInterval", c.Breaker.ProbeInterval)
 	positive("shutdown.grace", c.Shutdown.Grace)
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		add("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)

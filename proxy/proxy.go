@@ -289,7 +289,9 @@ func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry
 
 	case retry.Return:
 		p.Stats.Returned.Add(1)
-		p.wait(p.o.UnavailableBackoff)
+		if !out.Refused {
+			p.wait(p.o.UnavailableBackoff)
+		}
 		if !p.o.Quorum {
 			p.nack(d)
 			return

@@ -98,6 +98,10 @@ type Outcome struct {
 	Override string
 	// Error is a short description for logs and the DLQ x-final-error header.
 	Error string
+	// Refused means no request was even attempted: the circuit breaker is
+	// open. The message goes back without the unavailable backoff, since
+	// the consumer is paused and will not see it again soon.
+	Refused bool
 }
 
 // State is what the message's headers say about its history.

@@ -241,6 +241,9 @@ func TestQuorumQueues(t *testing.T) {
 	cfg := testConfig(t, app.URL)
 	cfg.Queue.Type = "quorum"
 	cfg.Queue.DeliveryLimit = 5
+	// Without the breaker the outage returns the message again and again,
+	// which is what must not spend the delivery limit.
+	cfg.Breaker.Enabled = false
 	r := start(t, cfg)
 	app.script("q1", 503, 200)
 	app.script("q2", 400)
@@ -300,4 +303,74 @@ func TestHostileHeaders(t *testing.T) {
 	if c[0].Body != "\xff\xfe\x00" {
 		t.Errorf("binary body changed: %q", c[0].Body)
 	}
+}
+
+// TestBreakerPausesDuringOutage: consecutive unavailable results open the
+// breaker, which cancels the consumer: the messages wait in the work queue
+// (no tier, no DLQ, no churn), /readyz says paused on purpose, and when the
+// app is back one probe delivery closes the breaker and everything flows.
+func TestBreakerPausesDuringOutage(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Breaker.Failures = 3
+	cfg.Admin.Listen = "127.0.0.1:0"
+	r := start(t, cfg)
+	app.Close()
+	for _, id := range []string{"o1", "o2", "o3", "o4", "o5"} {
+		r.publish(id)
+	}
+	waitFor(t, 10*time.Second, "breaker open and consumer paused", func() bool {
+		return r.sc.BreakerState() == "open" && r.sc.Paused()
+	})
+	returned := r.sc.Stats().Returned.Load()
+	time.Sleep(time.Second) // paused: nothing more is taken from the queue
+	if now := r.sc.Stats().Returned.Load(); now != returned {
+		t.Errorf("returns kept happening while paused: %d then %d", returned, now)
+	}
+	d := allDepths(t)
+	plan := r.sc.Plan()
+	if d[plan.Work.Name] != 5 || d[plan.DLQ.Name] != 0 || d[plan.Tiers[0].Name] != 0 {
+		t.Fatalf("during the outage want all 5 in the work queue, got %v", d)
+	}
+	resp, err := http.Get("http://" + r.sc.AdminAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 200)
+	n, _ := resp.Body.Read(body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body[:n]), "paused on purpose") {
+		t.Errorf("/readyz during outage: %d %q", resp.StatusCode, body[:n])
+	}
+	app.Restart()
+	r.settled(0)
+	waitFor(t, 5*time.Second, "breaker closed", func() bool { return r.sc.BreakerState() == "closed" && r.sc.Consuming() })
+	for _, id := range []string{"o1", "o2", "o3", "o4", "o5"} {
+		if got := app.attempts(id); len(got) != 1 || got[0] != 1 {
+			t.Errorf("%s: attempts %v after the outage, want [1]", id, got)
+		}
+	}
+	if st := r.sc.Stats(); st.Retried.Load() != 0 || st.DeadLettered.Load() != 0 {
+		t.Errorf("outage spent attempts: retried=%d dlq=%d", st.Retried.Load(), st.DeadLettered.Load())
+	}
+}
+
+// TestBreakerOpensOn5xx: a run of 5xx also opens the breaker, so a broken
+// app does not burn through every message's attempts.
+func TestBreakerOpensOn5xx(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Breaker.Failures = 2
+	cfg.Breaker.OpenTimeout = config.Duration(3 * time.Second)
+	cfg.Consumer.Prefetch = 1
+	r := start(t, cfg)
+	for _, id := range []string{"f1", "f2", "f3", "f4"} {
+		app.script(id, 500, 200)
+		r.publish(id)
+	}
+	waitFor(t, 10*time.Second, "breaker open", func() bool { return r.sc.BreakerState() == "open" })
+	if got := len(app.callsFor("f3")) + len(app.callsFor("f4")); got != 0 {
+		t.Errorf("deliveries continued after the breaker opened: %d", got)
+	}
+	r.settled(0)
 }

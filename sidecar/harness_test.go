@@ -49,6 +49,8 @@ func testConfig(t *testing.T, appURL string) config.Config {
 	cfg.Shutdown.Grace = config.Duration(5 * time.Second)
 	cfg.Admin.Listen = ""
 	cfg.Consumer.Prefetch = 10
+	cfg.Breaker.OpenTimeout = config.Duration(500 * time.Millisecond)
+	cfg.Breaker.ProbeInterval = config.Duration(100 * time.Millisecond)
 	return cfg
 }
 

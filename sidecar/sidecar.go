@@ -30,6 +30,7 @@ type Sidecar struct {
 	ready, consuming atomic.Bool
 	px               atomic.Pointer[proxy.Proxy]
 	cons             atomic.Pointer[broker.Consumer]
+	breaker          atomic.Pointer[proxy.Breaker]
 	adminAddr        atomic.Value // string
 }
 
@@ -55,7 +56,21 @@ func (s *Sidecar) Stats() *proxy.Stats {
 // Consuming reports whether a consumer is live on the broker.
 func (s *Sidecar) Consuming() bool {
 	c := s.cons.Load()
-	return s.consuming.Load() && c != nil && c.Connected()
+	return s.consuming.Load() && c != nil && c.Connected() && c.Active()
+}
+
+// Paused reports whether the breaker has paused consuming on purpose.
+func (s *Sidecar) Paused() bool {
+	c := s.cons.Load()
+	return s.consuming.Load() && c != nil && c.Connected() && c.Paused()
+}
+
+// BreakerState is "closed", "open" or "half-open" ("" without a breaker).
+func (s *Sidecar) BreakerState() string {
+	if b := s.breaker.Load(); b != nil {
+		return b.State()
+	}
+	return ""
 }
 
 // AdminAddr is the admin endpoint's bound address ("" when disabled or not
@@ -123,10 +138,31 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if cfg.Consumer.Ordered {
 		prefetch = 1
 	}
+	cons := broker.NewConsumer(broker.ConsumerOptions{
+		Options:  BrokerOptions(cfg, log, "hopper-consumer "+cfg.Queue.Name),
+		Queue:    cfg.Queue.Name,
+		Prefetch: prefetch,
+		Topology: &s.plan,
+	})
+	var deliverer proxy.Deliverer = app
+	if cfg.Breaker.Enabled {
+		br := proxy.NewBreaker(app, proxy.BreakerOptions{
+			Failures:      cfg.Breaker.Failures,
+			OpenTimeout:   cfg.Breaker.OpenTimeout.D(),
+			ProbeInterval: cfg.Breaker.ProbeInterval.D(),
+			Prefetch:      prefetch,
+			Health:        gate,
+			Gate:          cons,
+			Logger:        log,
+		})
+		s.breaker.Store(br)
+		go br.Run(ctx)
+		deliverer = br
+	}
 	px := proxy.New(proxy.Options{
 		Plan:               &s.plan,
 		Selector:           cfg.Selector(),
-		App:                app,
+		App:                deliverer,
 		Pub:                pub,
 		Workers:            Workers(cfg),
 		Queue:              prefetch,
@@ -142,12 +178,6 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	defer endWork()
 	px.Start(workCtx)
 
-	cons := broker.NewConsumer(broker.ConsumerOptions{
-		Options:  BrokerOptions(cfg, log, "hopper-consumer "+cfg.Queue.Name),
-		Queue:    cfg.Queue.Name,
-		Prefetch: prefetch,
-		Topology: &s.plan,
-	})
 	s.cons.Store(cons)
 	s.consuming.Store(true)
 	runErr := cons.Run(ctx, func(d *broker.Delivery) { px.Handle(d) })
@@ -225,6 +255,10 @@ func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 		case !s.ready.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: waiting for the app")
+		case s.Paused():
+			// Paused on purpose: the pod is healthy, the app is down; taking
+			// it out of service would not help.
+			fmt.Fprintf(w, "ready: paused on purpose, app unavailable (breaker %s)\n", s.BreakerState())
 		case !s.Consuming():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: not consuming (broker connection down or shutting down)")
