@@ -67,6 +67,9 @@ type ConsumerOptions struct {
 	// before consuming, so a queue deleted under Hopper comes back. An error
 	// is retried with backoff.
 	Topology *topology.Plan
+	// OnReconnect, when set, is told each time a lost consumer is back,
+	// with the reason it was lost (metrics, trace events).
+	OnReconnect func(reason string)
 }
 
 // Consumer keeps one consumer on a queue alive across connection loss,
@@ -158,6 +161,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	bo := Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
 	urlIdx := 0
 	first := true
+	lastReason := ""
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -177,10 +181,14 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		}
 		if !first {
 			c.Reconnects.Add(1)
+			if c.opts.OnReconnect != nil {
+				c.opts.OnReconnect(lastReason)
+			}
 		}
 		first = false
 		bo.Reset()
 		reason := c.consume(ctx, s, handle)
+		lastReason = reason
 		c.connected.Store(false)
 		if ctx.Err() != nil {
 			return nil

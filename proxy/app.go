@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -29,6 +33,8 @@ type HTTPAppOptions struct {
 	MaxConns int
 	// MaxBodyBytes bounds the response body read.
 	MaxBodyBytes int
+	// Tracer makes the CLIENT span of each request (noop when nil).
+	Tracer trace.Tracer
 }
 
 // HTTPApp delivers messages to the app with pooled keep-alive connections.
@@ -59,6 +65,9 @@ func NewHTTPApp(o HTTPAppOptions) *HTTPApp {
 		// table decides what happens after a failure.
 		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
+	}
 	return &HTTPApp{opts: o, client: c, template: strings.Contains(o.URL, "{")}
 }
 
@@ -85,15 +94,28 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 	}
 	req.SetBodyRaw(m.Body)
 
+	// The CLIENT span's context goes to the app as traceparent, so the app's
+	// own spans join the message's trace.
+	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", "POST"), attribute.String("url.full", redactURL(req.URI().String()))))
+	defer span.End()
+	propagator.Inject(ctx, requestCarrier{req})
+
 	deadline := time.Now().Add(a.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	err := a.client.DoDeadline(req, resp, deadline)
 	if err != nil {
-		return classify(err)
+		o := classify(err)
+		span.SetStatus(codes.Error, o.Error)
+		return o
 	}
 	o := retry.Outcome{Kind: retry.Response, Status: resp.StatusCode()}
+	span.SetAttributes(keyStatus.Int(o.Status))
+	if o.Status >= 500 {
+		span.SetStatus(codes.Error, "HTTP "+itoa(o.Status))
+	}
 	if v := resp.Header.Peek(HdrAction); len(v) > 0 {
 		o.Override = string(v)
 	}
@@ -104,6 +126,23 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 		o.Error = fmt.Sprintf("HTTP %d: %s", o.Status, summary(resp.Body()))
 	}
 	return o
+}
+
+// requestCarrier writes trace context into the request headers.
+type requestCarrier struct{ r *fasthttp.Request }
+
+func (c requestCarrier) Get(key string) string { return string(c.r.Header.Peek(key)) }
+func (c requestCarrier) Set(key, value string) { c.r.Header.Set(key, value) }
+func (c requestCarrier) Keys() []string        { return nil }
+
+// redactURL drops user info from a URL before it goes into a span.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = nil
+	return u.String()
 }
 
 func (a *HTTPApp) url(in RequestInfo) string {

@@ -83,6 +83,10 @@ func BuildHeaders(dst []Header, m *msg.Message, in RequestInfo) ([]Header, int) 
 	skipped := 0
 	for k, v := range m.Headers {
 		switch k {
+		case "x-death":
+			// The broker's dead-letter history (an array of tables) after a
+			// tier: bookkeeping, not the app's data; Hopper-Attempt says it.
+			continue
 		case "traceparent", "tracestate":
 			if s, ok := v.(string); ok && validToken(k) {
 				add(k, s)

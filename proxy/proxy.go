@@ -25,6 +25,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -72,6 +76,10 @@ type Options struct {
 	// DeadlineHeader names an application header with an absolute deadline.
 	DeadlineHeader string
 	Logger         *slog.Logger
+	// Tracer makes the consumer and producer spans (noop when nil).
+	Tracer trace.Tracer
+	// Observer records decisions (metrics); nil records nothing.
+	Observer Observer
 	// Now and Rand are injected for tests.
 	Now  func() time.Time
 	Rand retry.Rand
@@ -87,6 +95,8 @@ type Stats struct {
 type Proxy struct {
 	o     Options
 	log   *slog.Logger
+	tr    trace.Tracer
+	obs   Observer
 	work  chan Delivery
 	wg    sync.WaitGroup
 	Stats Stats
@@ -118,7 +128,14 @@ func New(o Options) *Proxy {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Proxy{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{})}
+	p := &Proxy{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
+	if p.tr == nil {
+		p.tr = noop.NewTracerProvider().Tracer("hopper")
+	}
+	if p.obs == nil {
+		p.obs = nopObserver{}
+	}
+	return p
 }
 
 // Start launches the workers. ctx bounds in-flight work: cancelling it is the
@@ -177,11 +194,20 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 		return
 	}
 	p.Stats.InFlight.Add(1)
-	defer p.Stats.InFlight.Add(-1)
+	p.obs.InFlight(1)
+	defer func() { p.Stats.InFlight.Add(-1); p.obs.InFlight(-1) }()
 
 	m := d.Message()
 	now := p.o.Now()
 	st, info := p.state(m, now)
+	// One CONSUMER span per attempt, parented on the context the message
+	// carries: the publisher's, or the previous attempt's move.
+	ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
+	ctx, span := p.tr.Start(ctx, "process "+info.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrSystem, keyDestination.String(info.Queue), keyOperation.String("process"),
+			keyRoutingKey.String(info.RoutingKey), keyMessageID.String(m.MessageID),
+			keyConversation.String(m.CorrelationID), keyAttempt.Int(info.Attempt)))
+	defer span.End()
 	pol := p.o.Selector.Select(retry.Subject{
 		RoutingKey: info.RoutingKey,
 		Type:       m.Type,
@@ -196,8 +222,10 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 	})
 
 	var (
-		dec retry.Decision
-		out retry.Outcome
+		dec     retry.Decision
+		out     retry.Outcome
+		latency time.Duration
+		called  bool
 	)
 	if !st.Deadline.IsZero() && !now.Before(st.Deadline) {
 		// Never deliver stale.
@@ -206,11 +234,20 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 	} else {
 		start := time.Now()
 		out = p.o.App.Deliver(ctx, m, info)
+		latency, called = time.Since(start), !out.Refused
 		dec = retry.Decide(pol, st, out, p.o.Now(), p.o.Rand)
 		p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", m.MessageID,
 			"attempt", info.Attempt, "status", out.Status, "decision", dec.Action.String(),
-			"latency_ms", time.Since(start).Milliseconds())
+			"latency_ms", latency.Milliseconds(), "trace_id", traceID(span))
 	}
+	span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
+	if dec.Reason != "" {
+		span.SetAttributes(keyReason.String(dec.Reason))
+	}
+	if out.Error != "" && dec.Action != retry.Ack {
+		span.SetStatus(codes.Error, dlq.Truncate(out.Error, dlq.MaxErrorLen))
+	}
+	p.obs.Decided(out, called, dec, latency)
 	p.settle(ctx, d, m, st, info, dec, out)
 }
 
@@ -325,16 +362,18 @@ func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry
 		cp := p.copyFor(m, info, st, dec, out)
 		now := p.o.Now()
 		first, _ := time.Parse(time.RFC3339Nano, m.String(msg.HeaderFirstFailureTime))
+		tid := traceID(trace.SpanFromContext(ctx))
 		dlq.Mark(cp, dlq.Info{
 			Queue: info.Queue, Exchange: info.Exchange, RoutingKey: info.RoutingKey,
 			Status: out.Status, Error: out.Error, Retries: dec.Retries, Reason: dec.Reason,
-			FirstFailure: first, Now: now,
+			FirstFailure: first, Now: now, TraceID: tid,
 		})
 		if p.move(ctx, d, m, p.o.Plan.DLQ.Name, cp, "dlq") {
 			p.Stats.DeadLettered.Add(1)
 			p.log.Warn("message dead-lettered", "event", dlq.Event(dec.Reason), "message_id", m.MessageID,
 				"queue", info.Queue, "routing_key", info.RoutingKey, "reason", dec.Reason,
-				"status", out.Status, "retries", dec.Retries, "error", dlq.Truncate(out.Error, dlq.MaxErrorLen))
+				"status", out.Status, "retries", dec.Retries, "error", dlq.Truncate(out.Error, dlq.MaxErrorLen),
+				"trace_id", tid)
 		}
 	default:
 		// A decision without an action is a bug; keep the message.
@@ -386,8 +425,15 @@ func (p *Proxy) toTier(ctx context.Context, d Delivery, m, cp *msg.Message, tier
 func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, queue string, cp *msg.Message, why string) bool {
 	// The publish must finish even during shutdown: a copy whose confirm we
 	// abandon would become a duplicate. It has its own confirm timeout.
-	if err := p.o.Pub.Publish(context.WithoutCancel(ctx), queue, cp); err != nil {
+	pctx, span := startProducer(context.WithoutCancel(ctx), p.tr, queue, why, cp.Headers)
+	err := p.o.Pub.Publish(pctx, queue, cp)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if err != nil {
 		p.Stats.MoveFailed.Add(1)
+		p.obs.MoveFailed(why)
 		p.log.Error("move failed; message returned to the work queue", "event", "MOVE_FAILED",
 			"message_id", m.MessageID, "to", queue, "why", why, "error", err.Error())
 		p.wait(p.o.MoveFailureBackoff)
@@ -428,4 +474,12 @@ func (p *Proxy) wait(d time.Duration) bool {
 	case <-p.stopping:
 		return false
 	}
+}
+
+// traceID is the span's trace id, or "" when there is none.
+func traceID(span trace.Span) string {
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
 }

@@ -199,11 +199,20 @@ func testLogger(t *testing.T) *slog.Logger {
 // start validates cfg, runs a sidecar and waits until it consumes.
 func start(t *testing.T, cfg config.Config) *running {
 	t.Helper()
+	return startWith(t, cfg, nil)
+}
+
+// startWith is start with a hook to set up the sidecar before it runs.
+func startWith(t *testing.T, cfg config.Config, setup func(*sidecar.Sidecar)) *running {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config invalid: %v", err)
 	}
 	r := &running{t: t, cfg: cfg, done: make(chan error, 1)}
 	r.sc = sidecar.New(&r.cfg, testLogger(t))
+	if setup != nil {
+		setup(r.sc)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() { r.done <- r.sc.Run(ctx) }()

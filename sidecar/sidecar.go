@@ -15,9 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/proxy"
+	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -27,10 +32,18 @@ type Sidecar struct {
 	log  *slog.Logger
 	plan topology.Plan
 
+	// TracerProvider makes the spans (noop when nil); SpansDropped reports
+	// spans the exporter lost. cmd/hopper sets both from OTEL_* variables.
+	TracerProvider trace.TracerProvider
+	SpansDropped   func() int64
+
+	metrics *telemetry.Metrics
+
 	ready, consuming atomic.Bool
 	px               atomic.Pointer[proxy.Proxy]
 	cons             atomic.Pointer[broker.Consumer]
 	breaker          atomic.Pointer[proxy.Breaker]
+	app              atomic.Pointer[proxy.HTTPApp]
 	adminAddr        atomic.Value // string
 }
 
@@ -39,7 +52,35 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Sidecar{cfg: cfg, log: log, plan: topology.FromConfig(cfg)}
+	s := &Sidecar{cfg: cfg, log: log, plan: topology.FromConfig(cfg)}
+	s.metrics = telemetry.NewMetrics(telemetry.Sources{
+		Connected: func() bool { c := s.cons.Load(); return c != nil && c.Connected() },
+		Paused:    s.Paused,
+		HeadersSkipped: func() int64 {
+			if a := s.app.Load(); a != nil {
+				return a.HeadersSkipped.Load()
+			}
+			return 0
+		},
+		SpansDropped: func() int64 {
+			if s.SpansDropped != nil {
+				return s.SpansDropped()
+			}
+			return 0
+		},
+	})
+	return s
+}
+
+// Metrics are the sidecar's Prometheus metrics.
+func (s *Sidecar) Metrics() *telemetry.Metrics { return s.metrics }
+
+// event records a sidecar-level event (breaker change, reconnect) as a
+// span of its own, so it shows on the trace timeline next to deliveries.
+func (s *Sidecar) event(tr trace.Tracer, name string, attrs ...attribute.KeyValue) {
+	_, span := tr.Start(context.Background(), name, trace.WithAttributes(attrs...))
+	span.AddEvent(name, trace.WithAttributes(attrs...))
+	span.End()
 }
 
 // Plan is the topology in use.
@@ -101,12 +142,19 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return err
 	}
 
+	tp := s.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	tracer := tp.Tracer("github.com/hopper-sidecar/hopper")
 	app := proxy.NewHTTPApp(proxy.HTTPAppOptions{
 		URL:          cfg.App.URL,
 		Timeout:      cfg.App.Timeout.D(),
 		MaxConns:     Workers(cfg) + 4,
 		MaxBodyBytes: cfg.App.MaxBodyBytes,
+		Tracer:       tracer,
 	})
+	s.app.Store(app)
 	gate, err := proxy.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
 	if err != nil {
 		return err
@@ -143,6 +191,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		Queue:    cfg.Queue.Name,
 		Prefetch: prefetch,
 		Topology: &s.plan,
+		OnReconnect: func(reason string) {
+			s.metrics.Reconnected()
+			s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason))
+		},
 	})
 	var deliverer proxy.Deliverer = app
 	if cfg.Breaker.Enabled {
@@ -154,6 +206,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			Health:        gate,
 			Gate:          cons,
 			Logger:        log,
+			OnState: func(state string) {
+				s.metrics.SetBreaker(state)
+				s.event(tracer, "hopper.breaker."+state)
+			},
 		})
 		s.breaker.Store(br)
 		go br.Run(ctx)
@@ -170,6 +226,8 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
 		DeadlineHeader:     cfg.Retry.DeadlineHeader,
 		Logger:             log,
+		Tracer:             tracer,
+		Observer:           s.metrics,
 	})
 	s.px.Store(px)
 	// workCtx ends when the grace period does: in-flight HTTP calls are cut
@@ -247,6 +305,7 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 // serveAdmin serves /healthz (alive) and /readyz (app ready and consuming).
 func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.metrics.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

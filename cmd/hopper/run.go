@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hopper-sidecar/hopper/sidecar"
+	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/spf13/cobra"
 )
 
@@ -39,7 +42,24 @@ second signal exits at once; nothing undelivered is acked.`,
 				log.Warn("second signal: exiting now; unsettled messages return to the queue", "event", "SHUTDOWN_FORCED")
 				os.Exit(2)
 			}()
-			return sidecar.New(&cfg, log).Run(ctx)
+			tracing, err := telemetry.TracingFromEnv(ctx, os.Getenv)
+			if err != nil {
+				return err
+			}
+			if tracing.Enabled {
+				log.Info("tracing on", "event", "TRACING_ENABLED", "exporter", tracing.Exporter)
+			}
+			sc := sidecar.New(&cfg, log)
+			sc.TracerProvider, sc.SpansDropped = tracing.Provider, tracing.Dropped.Load
+			runErr := sc.Run(ctx)
+			// Flush traces last, bounded: an unreachable collector must not
+			// hold up the exit.
+			flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracing.Shutdown(flushCtx); err != nil {
+				log.Warn("flush traces", "error", err.Error())
+			}
+			return runErr
 		},
 	}
 	cf.register(cmd.Flags())

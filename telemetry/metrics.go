@@ -1,0 +1,178 @@
+package telemetry
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// Metrics are Hopper's Prometheus metrics. Labels are bounded: outcome,
+// status class, tier, reason and state take a handful of values each; no
+// message ids or routing keys.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	deliveries   *prometheus.CounterVec
+	latency      prometheus.Histogram
+	inFlight     prometheus.Gauge
+	retries      *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+	requeues     prometheus.Counter
+	returns      prometheus.Counter
+	movesFailed  *prometheus.CounterVec
+	breaker      *prometheus.GaugeVec
+	reconnects   prometheus.Counter
+}
+
+// Sources are read when Prometheus scrapes, for state other packages own.
+type Sources struct {
+	Connected      func() bool
+	Paused         func() bool
+	HeadersSkipped func() int64
+	SpansDropped   func() int64
+}
+
+// NewMetrics registers every metric on a fresh registry (one per sidecar,
+// so tests can run several).
+func NewMetrics(src Sources) *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		reg: reg,
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hopper_deliveries_total",
+			Help: "Deliveries by decision (ack, drop, requeue, retry, dlq, return) and app status class (2xx..5xx, timeout, unavailable, refused, expired).",
+		}, []string{"outcome", "status_class"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hopper_delivery_duration_seconds",
+			Help:    "Time from sending a message to the app to its answer (or failure).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hopper_in_flight", Help: "Deliveries being processed now.",
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hopper_retries_total", Help: "Messages sent to a delay tier, by tier.",
+		}, []string{"tier"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hopper_dead_lettered_total", Help: "Messages dead-lettered, by reason.",
+		}, []string{"reason"}),
+		requeues: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hopper_requeues_total", Help: "425 Too Early requeues.",
+		}),
+		returns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hopper_returns_total", Help: "Messages returned to the work queue because the app could not take them.",
+		}),
+		movesFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hopper_moves_failed_total", Help: "Moves whose publish failed; the original went back to the work queue.",
+		}, []string{"move"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hopper_breaker_state", Help: "1 for the circuit breaker's current state.",
+		}, []string{"state"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hopper_broker_reconnects_total", Help: "Consumer reconnects after a lost connection, channel or consumer.",
+		}),
+	}
+	reg.MustRegister(m.deliveries, m.latency, m.inFlight, m.retries, m.deadLettered, m.requeues,
+		m.returns, m.movesFailed, m.breaker, m.reconnects)
+	m.SetBreaker("closed")
+	boolGauge := func(name, help string, f func() bool) {
+		if f == nil {
+			return
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if f() {
+				return 1
+			}
+			return 0
+		}))
+	}
+	boolGauge("hopper_broker_connected", "1 while the consumer's broker connection is up.", src.Connected)
+	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open).", src.Paused)
+	counterFunc := func(name, help string, f func() int64) {
+		if f == nil {
+			return
+		}
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			return float64(f())
+		}))
+	}
+	counterFunc("hopper_header_values_dropped_total", "AMQP headers not forwarded to the app (invalid name or non-scalar value).", src.HeadersSkipped)
+	counterFunc("hopper_spans_dropped_total", "Trace spans that could not be exported.", src.SpansDropped)
+	return m
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry is the registry, for tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Decided implements proxy.Observer.
+func (m *Metrics) Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
+	m.deliveries.WithLabelValues(dec.Action.String(), statusClass(out, called, dec)).Inc()
+	if called {
+		m.latency.Observe(latency.Seconds())
+	}
+	switch dec.Action {
+	case retry.Retry:
+		m.retries.WithLabelValues(tierLabel(dec.Tier)).Inc()
+	case retry.DLQ:
+		m.deadLettered.WithLabelValues(dec.Reason).Inc()
+	case retry.Requeue:
+		m.requeues.Inc()
+	case retry.Return:
+		m.returns.Inc()
+	}
+}
+
+// MoveFailed implements proxy.Observer.
+func (m *Metrics) MoveFailed(move string) { m.movesFailed.WithLabelValues(move).Inc() }
+
+// InFlight implements proxy.Observer.
+func (m *Metrics) InFlight(delta int) { m.inFlight.Add(float64(delta)) }
+
+// SetBreaker records the breaker's state.
+func (m *Metrics) SetBreaker(state string) {
+	for _, s := range []string{"closed", "open", "half-open"} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.breaker.WithLabelValues(s).Set(v)
+	}
+}
+
+// Reconnected counts a consumer reconnect.
+func (m *Metrics) Reconnected() { m.reconnects.Inc() }
+
+func statusClass(o retry.Outcome, called bool, dec retry.Decision) string {
+	switch {
+	case !called && dec.Reason == retry.ReasonExpired:
+		return "expired"
+	case o.Refused:
+		return "refused"
+	case o.Kind == retry.Timeout:
+		return "timeout"
+	case o.Kind == retry.Unavailable:
+		return "unavailable"
+	case o.Status >= 100 && o.Status < 600:
+		return strconv.Itoa(o.Status/100) + "xx"
+	}
+	return "invalid"
+}
+
+func tierLabel(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return d.String()
+}

@@ -1,0 +1,117 @@
+// Package telemetry sets up Hopper's traces (OpenTelemetry, OTLP) and
+// metrics (Prometheus). The proxy records at its decision point through the
+// small Observer interface it declares; this package implements it.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Tracing is the tracer provider and what is needed to stop it.
+type Tracing struct {
+	Provider trace.TracerProvider
+	// Enabled is false when no OTLP endpoint is configured.
+	Enabled bool
+	// Dropped counts spans that could not be exported (collector
+	// unreachable, queue full): tracing never blocks delivery.
+	Dropped atomic.Int64
+	// Exporter names the exporter in use, for the startup log.
+	Exporter string
+	shutdown func(context.Context) error
+}
+
+// TracingFromEnv configures tracing from the standard OTEL_* variables:
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) turns
+// it on; OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf (default);
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the resource;
+// OTEL_TRACES_SAMPLER (and _ARG) pick the sampler; OTEL_SDK_DISABLED=true or
+// OTEL_TRACES_EXPORTER=none turn it off. getenv is os.Getenv in production.
+func TracingFromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	t := &Tracing{Provider: noop.NewTracerProvider(), shutdown: func(context.Context) error { return nil }}
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	if endpoint == "" || strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") ||
+		strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
+		return t, nil
+	}
+	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch protocol {
+	case "", "http/protobuf":
+		// The exporter reads the endpoint, headers, timeout and TLS
+		// variables itself.
+		exp, err = otlptracehttp.New(ctx)
+		t.Exporter = "otlp http/protobuf " + endpoint
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+		t.Exporter = "otlp grpc " + endpoint
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q not supported (want grpc or http/protobuf)", protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(
+		resource.NewSchemaless(semconv.ServiceName("hopper")),
+		resource.Environment(), // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME win
+	)
+	if err != nil {
+		return nil, fmt.Errorf("tracing resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(
+		// The batcher drops spans when its queue is full instead of
+		// blocking the delivery that ended them.
+		sdktrace.WithBatcher(&countingExporter{SpanExporter: exp, dropped: &t.Dropped},
+			sdktrace.WithBatchTimeout(time.Second),
+			sdktrace.WithExportTimeout(5*time.Second)),
+		sdktrace.WithResource(res),
+	)
+	t.Provider, t.Enabled, t.shutdown = tp, true, tp.Shutdown
+	return t, nil
+}
+
+// Shutdown flushes pending spans (bounded by ctx).
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if err := t.shutdown(ctx); err != nil {
+		return fmt.Errorf("flush traces: %w", err)
+	}
+	return nil
+}
+
+// countingExporter counts the spans an export failed to deliver.
+type countingExporter struct {
+	sdktrace.SpanExporter
+	dropped *atomic.Int64
+}
+
+func (c *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := c.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		c.dropped.Add(int64(len(spans)))
+	}
+	return err
+}
