@@ -118,7 +118,11 @@ func (a *scriptApp) Restart() {
 	a.serve(ln)
 }
 
-func (a *scriptApp) script(id string, statuses ...int) { a.mu.Lock(); a.scripts[id] = statuses; a.mu.Unlock() }
+func (a *scriptApp) script(id string, statuses ...int) {
+	a.mu.Lock()
+	a.scripts[id] = statuses
+	a.mu.Unlock()
+}
 
 func (a *scriptApp) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)

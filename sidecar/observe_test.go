@@ -200,4 +200,3 @@ func TestTraceEveryAttemptInOneTrace(t *testing.T) {
 		}
 	}
 }
-
