@@ -4,6 +4,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -146,20 +147,20 @@ type Retry struct {
 type Policy struct {
 	Name        string            `yaml:"name"`
 	Match       Match             `yaml:"match"`
-	MaxAttempts *Attempts         `yaml:"maxAttempts"`
-	Tiers       []Duration        `yaml:"tiers"`
-	Outcomes    map[string]string `yaml:"outcomes"`
-	OnExpired   string            `yaml:"onExpired"`
+	MaxAttempts *Attempts         `yaml:"maxAttempts,omitempty"`
+	Tiers       []Duration        `yaml:"tiers,omitempty"`
+	Outcomes    map[string]string `yaml:"outcomes,omitempty"`
+	OnExpired   string            `yaml:"onExpired,omitempty"`
 }
 
 // Match selects messages; every field set must match.
 type Match struct {
 	// RoutingKey is an AMQP topic pattern on the original routing key.
-	RoutingKey string `yaml:"routingKey"`
+	RoutingKey string `yaml:"routingKey,omitempty"`
 	// Type is a glob on the AMQP type property.
-	Type string `yaml:"type"`
+	Type string `yaml:"type,omitempty"`
 	// Header is "name" (present) or "name=value".
-	Header string `yaml:"header"`
+	Header string `yaml:"header,omitempty"`
 }
 
 // Requeue governs 425 Too Early.
@@ -268,9 +269,14 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the string form.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-// ParseDuration parses "5s", "2m", "1h30m"; a unitless number is an error.
+// ParseDuration parses "5s", "2m", "1h30m"; a unitless number (even "0")
+// is an error.
 func ParseDuration(s string) (Duration, error) {
-	v, err := time.ParseDuration(strings.TrimSpace(s))
+	s = strings.TrimSpace(s)
+	v, err := time.ParseDuration(s)
+	if err == nil && strings.TrimLeft(s, "+-0123456789.") == "" {
+		err = errors.New("no unit")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("invalid duration %q (want a number with a unit, like \"5s\")", s)
 	}
@@ -278,24 +284,28 @@ func ParseDuration(s string) (Duration, error) {
 }
 
 // FormatDuration is the short form used in queue names: 1s, 5s, 2m, 1h,
-// 1m30s, 500ms.
+// 1h30m, 1m30s, 500ms (no zero components, unlike time.Duration.String).
 func FormatDuration(d time.Duration) string {
-	if d == 0 {
+	if d <= 0 {
 		return "0s"
-	}
-	if d%time.Hour == 0 {
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	}
-	if d%time.Minute == 0 {
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	}
-	if d%time.Second == 0 && d < time.Minute {
-		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 	}
 	if d < time.Second && d%time.Millisecond == 0 {
 		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
 	}
-	return d.String()
+	if d%time.Second != 0 {
+		return d.String()
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if n := d / u.unit; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10) + u.name)
+			d -= n * u.unit
+		}
+	}
+	return b.String()
 }
 
 // Attempts is a positive attempt limit, or 0 meaning "unlimited" (written as

@@ -805,8 +805,6 @@ func countLeaves(t reflect.Type) int {
 // Values the walker does not check (integers, booleans, lists, maps) are
 // reported by the YAML decoder with a line number only.
 func TestTypeErrorsNameTheKey(t *testing.T) {
-	knownBug(t, "config.Parse reports decoder type errors without the key path "+
-		"(\"line 3: cannot unmarshal !!str `lots` into int\"); SPEC §11 asks for the key's path")
 	cases := map[string]string{
 		"consumer:\n  workers: 1\n  prefetch: lots\n": "consumer.prefetch",
 		"topology:\n  declare: maybe\n":               "topology.declare",
@@ -823,8 +821,6 @@ func TestTypeErrorsNameTheKey(t *testing.T) {
 // TestProblemsOnOneLineAllReported: flow style puts several keys on one
 // line; a bad duration there must not hide another bad value.
 func TestProblemsOnOneLineAllReported(t *testing.T) {
-	knownBug(t, "config.Parse drops decoder errors on any line where the walker already reported a problem "+
-		"(dedup by line number), so `broker: {heartbeat: 30, publishChannels: x}` reports only broker.heartbeat")
 	_, err := parse(t, "broker: {heartbeat: 30, publishChannels: x}\nqueue: {name: q}\n")
 	mustContain(t, err, "broker.heartbeat", "publishChannels")
 }
@@ -832,8 +828,6 @@ func TestProblemsOnOneLineAllReported(t *testing.T) {
 // TestMarshalledPolicyParsesBack: a config with a policy that inherits its
 // maxAttempts and tiers, written with yaml.v3, must read back the same.
 func TestMarshalledPolicyParsesBack(t *testing.T) {
-	knownBug(t, "config.Policy has no omitempty: an inherited maxAttempts marshals as `maxAttempts: null`, "+
-		"which Parse rejects, and inherited tiers marshal as `tiers: []`, which Validate rejects")
 	c := valid()
 	c.Retry.Policies = []config.Policy{{Name: "p", Match: config.Match{Type: "t"}}}
 	out, err := yaml.Marshal(c)
@@ -852,8 +846,6 @@ func TestMarshalledPolicyParsesBack(t *testing.T) {
 // TestYAMLAliasesAndMergeKeys: anchors, aliases and merge keys are plain
 // YAML that yaml.v3 decodes; the key walker must not reject them.
 func TestYAMLAliasesAndMergeKeys(t *testing.T) {
-	knownBug(t, "config.Parse's walker does not resolve YAML aliases or merge keys: `heartbeat: *t` (alias of \"5s\") "+
-		"is rejected as \"duration must be a string\", and `<<: *base` in a policy is an \"unknown key\"")
 	c, err := parse(t, "app:\n  timeout: &t \"5s\"\nbroker:\n  heartbeat: *t\n")
 	if err != nil || c.Broker.Heartbeat.D() != 5*time.Second {
 		t.Errorf("alias: heartbeat %v, %v", c.Broker.Heartbeat, err)
@@ -861,15 +853,6 @@ func TestYAMLAliasesAndMergeKeys(t *testing.T) {
 	c, err = parse(t, "retry:\n  policies:\n    - &base\n      name: a\n      match: {type: a}\n      tiers: [\"1s\"]\n    - <<: *base\n      name: b\n")
 	if err != nil || len(c.Retry.Policies) != 2 || c.Retry.Policies[1].Name != "b" || len(c.Retry.Policies[1].Tiers) != 1 {
 		t.Errorf("merge key: %+v, %v", c.Retry.Policies, err)
-	}
-}
-
-// knownBug skips a test that shows a bug in the code under test, unless
-// HOPPER_RUN_KNOWN_BUGS=1 asks to see it fail.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("HOPPER_RUN_KNOWN_BUGS") != "1" {
-		t.Skip("BUG: " + what)
 	}
 }
 
@@ -903,15 +886,9 @@ func FuzzParse(f *testing.F) {
 		}
 		back := config.Default()
 		if err := config.Parse(out, &back); err != nil {
-			if inheritsInPolicy(&c) {
-				knownBug(t, "an inherited policy field does not survive yaml.Marshal (see TestMarshalledPolicyParsesBack)")
-			}
 			t.Fatalf("re-parse of marshalled config: %v\ninput:\n%s\nmarshalled:\n%s", err, data, out)
 		}
 		if err := back.Validate(); err != nil {
-			if inheritsInPolicy(&c) {
-				knownBug(t, "an inherited policy field does not survive yaml.Marshal (see TestMarshalledPolicyParsesBack)")
-			}
 			t.Fatalf("marshalled config no longer valid: %v\nmarshalled:\n%s", err, out)
 		}
 		normalize(&c)
@@ -920,17 +897,6 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed the config\nbefore: %+v\nafter:  %+v\nmarshalled:\n%s", c, back, out)
 		}
 	})
-}
-
-// inheritsInPolicy reports a policy with a field left to inherit, which
-// yaml.Marshal cannot write (see TestMarshalledPolicyParsesBack).
-func inheritsInPolicy(c *config.Config) bool {
-	for _, p := range c.Retry.Policies {
-		if p.MaxAttempts == nil || p.Tiers == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // normalize maps the nil and empty forms that mean the same (no outcome

@@ -88,6 +88,9 @@ func (w *walker) fail(n *yaml.Node, path string, err error) {
 }
 
 func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -105,14 +108,29 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		}
 		return
 	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // an explicit null leaves the default
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
-			return // the decoder reports the type error
+			w.fail(n, path, fmt.Errorf("must be a mapping of keys, got %s", describe(n)))
+			return
 		}
 		fields := yamlFields(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" && k.Tag == "!!merge" {
+				// A merge key: the merged mappings are checked as this type.
+				if v.Kind == yaml.SequenceNode {
+					for _, item := range v.Content {
+						w.walk(item, t, path)
+					}
+				} else {
+					w.walk(v, t, path)
+				}
+				continue
+			}
 			p := join(path, k.Value)
 			f, ok := fields[k.Value]
 			if !ok {
@@ -123,12 +141,46 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
+			w.fail(n, path, fmt.Errorf("must be a list, got %s", describe(n)))
 			return
 		}
 		for i, item := range n.Content {
 			w.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			w.fail(n, path, fmt.Errorf("must be a mapping, got %s", describe(n)))
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			w.walk(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))
+		}
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			w.fail(n, path, fmt.Errorf("must be a string, got %s", describe(n)))
+		}
+	case reflect.Int:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+			w.fail(n, path, fmt.Errorf("must be an integer, got %s", describe(n)))
+		} else if _, err := strconv.ParseInt(n.Value, 0, 32); err != nil {
+			w.fail(n, path, fmt.Errorf("integer %s out of range", n.Value))
+		}
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			w.fail(n, path, fmt.Errorf("must be true or false, got %s", describe(n)))
+		}
 	}
+}
+
+// describe names what a YAML node holds, for error messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return fmt.Sprintf("%q", n.Value)
 }
 
 func yamlFields(t reflect.Type) map[string]reflect.StructField {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -76,8 +77,8 @@ func (c *Config) Validate() error {
 	if c.Queue.Type != "classic" && c.Queue.Type != "quorum" {
 		add("queue.type", "must be classic or quorum, got %q", c.Queue.Type)
 	}
-	if c.Queue.DeliveryLimit < 0 {
-		add("queue.deliveryLimit", "must not be negative")
+	if c.Queue.DeliveryLimit < 0 || c.Queue.DeliveryLimit > math.MaxInt32 {
+		add("queue.deliveryLimit", "must be between 0 and %d", math.MaxInt32)
 	}
 
 	if !strings.Contains(c.Topology.RetryQueue, "{delay}") {
@@ -86,8 +87,8 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.Topology.DLQ) == "" {
 		add("topology.dlq", "required")
 	}
-	if c.Topology.DLQMaxLength < 0 {
-		add("topology.dlqMaxLength", "must not be negative")
+	if c.Topology.DLQMaxLength < 0 || c.Topology.DLQMaxLength > math.MaxInt32 {
+		add("topology.dlqMaxLength", "must be between 0 and %d", math.MaxInt32)
 	}
 
 	if u, err := url.Parse(c.App.URL); err != nil {
@@ -181,6 +182,10 @@ func validateTiers(path string, tiers []Duration, add func(string, string, ...an
 	for i, d := range tiers {
 		if d < Duration(time.Millisecond) {
 			add(fmt.Sprintf("%s[%d]", path, i), "must be at least 1ms, got %s", d)
+		}
+		if d.D()/time.Millisecond > math.MaxInt32 {
+			// x-message-ttl is a 32-bit count of milliseconds.
+			add(fmt.Sprintf("%s[%d]", path, i), "must be at most 596h (RabbitMQ's largest message TTL), got %s", d)
 		}
 		if i > 0 && d <= tiers[i-1] {
 			add(fmt.Sprintf("%s[%d]", path, i), "tiers must be in increasing order (%s after %s)", d, tiers[i-1])

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -75,8 +76,13 @@ func NewHTTPApp(o HTTPAppOptions) *HTTPApp {
 func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
+	defer func() {
+		// nil when an abandoned call still owns them.
+		if req != nil {
+			fasthttp.ReleaseRequest(req)
+			fasthttp.ReleaseResponse(resp)
+		}
+	}()
 
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(a.url(in))
@@ -105,12 +111,21 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	err := a.client.DoDeadline(req, resp, deadline)
-	if err != nil {
+	err := a.do(ctx, req, resp, deadline)
+	if errors.Is(err, errCancelled) {
+		// Shutdown cut the call off: req and resp now belong to the
+		// abandoned call. The app may still answer; the message goes back
+		// to the queue unacked either way.
+		req, resp = nil, nil
+		span.SetStatus(codes.Error, "cancelled")
+		return retry.Outcome{Kind: retry.Unavailable, Error: "request cancelled by shutdown"}
+	}
+	if err != nil && !(errors.Is(err, fasthttp.ErrBodyTooLarge) && resp.StatusCode() > 0) {
 		o := classify(err)
 		span.SetStatus(codes.Error, o.Error)
 		return o
 	}
+	// A body over the limit does not undo the status: the app answered.
 	o := retry.Outcome{Kind: retry.Response, Status: resp.StatusCode()}
 	span.SetAttributes(keyStatus.Int(o.Status))
 	if o.Status >= 500 {
@@ -126,6 +141,53 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 		o.Error = fmt.Sprintf("HTTP %d: %s", o.Status, summary(resp.Body()))
 	}
 	return o
+}
+
+// errCancelled reports a call abandoned because ctx was cancelled.
+var errCancelled = errors.New("cancelled")
+
+// do runs the request, returning early when ctx is cancelled (fasthttp
+// itself only knows deadlines). After an early return the call goes on in
+// the background and releases req and resp itself.
+func (a *HTTPApp) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	if ctx.Done() == nil {
+		return a.client.DoDeadline(req, resp, deadline)
+	}
+	var (
+		mu                  sync.Mutex
+		finished, abandoned bool
+	)
+	done := make(chan error, 1)
+	go func() {
+		err := a.client.DoDeadline(req, resp, deadline)
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			fasthttp.ReleaseRequest(req)
+			fasthttp.ReleaseResponse(resp)
+			return
+		}
+		finished = true
+		mu.Unlock()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// fasthttp has the same deadline and returns at once: a
+			// timeout, not a cancellation.
+			return <-done
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if finished {
+			return <-done // it won the race: req and resp are ours again
+		}
+		abandoned = true
+		return errCancelled
+	}
 }
 
 // requestCarrier writes trace context into the request headers.

@@ -98,7 +98,9 @@ func BuildHeaders(dst []Header, m *msg.Message, in RequestInfo) ([]Header, int) 
 			skipped++
 			continue
 		}
-		add(HdrHeaderPrefix+k, s)
+		// Unlike Hopper's own headers, an empty application header is
+		// forwarded: its presence may mean something to the app.
+		dst = append(dst, Header{HdrHeaderPrefix + k, SanitizeValue(s)})
 	}
 	return dst, skipped
 }

@@ -1,0 +1,333 @@
+package topology_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+func topoConfig(t *testing.T, mod func(*config.Config)) *config.Config {
+	t.Helper()
+	c := config.Default()
+	c.Queue.Name = "orders"
+	if mod != nil {
+		mod(&c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("test config invalid: %v", err)
+	}
+	return &c
+}
+
+func durs(ds ...time.Duration) []config.Duration {
+	out := make([]config.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = config.Duration(d)
+	}
+	return out
+}
+
+var mixedTiers = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Minute, 90 * time.Minute}
+
+func TestFromConfigClassic(t *testing.T) {
+	c := topoConfig(t, func(c *config.Config) { c.Retry.Tiers = durs(mixedTiers...) })
+	p := topology.FromConfig(c)
+
+	if !p.Declare {
+		t.Error("plan.Declare false with topology.declare true")
+	}
+	wantWork := topology.Queue{Name: "orders", Role: topology.RoleWork, Owned: true,
+		Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}}
+	if !reflect.DeepEqual(p.Work, wantWork) {
+		t.Errorf("work queue %+v, want %+v", p.Work, wantWork)
+	}
+
+	wantTiers := []struct {
+		name string
+		ttl  int32
+	}{
+		{"orders.retry.500ms", 500},
+		{"orders.retry.1s", 1000},
+		{"orders.retry.2m", 120000},
+		{"orders.retry.1h30m", 5400000}, // 1h30m, no zero components
+	}
+	if len(p.Tiers) != len(wantTiers) {
+		t.Fatalf("%d tiers, want %d: %+v", len(p.Tiers), len(wantTiers), p.Tiers)
+	}
+	for i, w := range wantTiers {
+		q := p.Tiers[i]
+		if q.Name != w.name || q.Role != topology.RoleTier || q.Delay != mixedTiers[i] || !q.Owned {
+			t.Errorf("tier %d: %+v, want name %s delay %v", i, q, w.name, mixedTiers[i])
+		}
+		want := map[string]any{
+			"x-queue-type":              "classic",
+			"x-queue-version":           int32(2),
+			"x-message-ttl":             w.ttl, // int32: an int64 would be a different argument to the broker
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": "orders",
+		}
+		if !reflect.DeepEqual(q.Args, want) {
+			t.Errorf("tier %s args %#v, want %#v", q.Name, q.Args, want)
+		}
+	}
+
+	wantDLQ := topology.Queue{Name: "orders.dlq", Role: topology.RoleDLQ, Owned: true,
+		Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}}
+	if !reflect.DeepEqual(p.DLQ, wantDLQ) {
+		t.Errorf("dlq %+v, want %+v", p.DLQ, wantDLQ)
+	}
+	if w := p.Warnings(); len(w) != 0 {
+		t.Errorf("warnings for a classic plan: %q", w)
+	}
+	assertNeverExpires(t, &p)
+}
+
+// assertNeverExpires: no queue Hopper plans may vanish with its messages.
+func assertNeverExpires(t *testing.T, p *topology.Plan) {
+	t.Helper()
+	for _, q := range p.Queues() {
+		if _, ok := q.Args["x-expires"]; ok {
+			t.Errorf("%s has x-expires", q.Name)
+		}
+		if q.Role != topology.RoleTier {
+			if _, ok := q.Args["x-message-ttl"]; ok {
+				t.Errorf("%s queue %s has a message TTL", q.Role, q.Name)
+			}
+		}
+		if q.Args["x-overflow"] == "drop-head" {
+			t.Errorf("%s drops messages on overflow", q.Name)
+		}
+	}
+}
+
+func TestFromConfigDLQMaxLength(t *testing.T) {
+	p := topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Topology.DLQMaxLength = 100000 }))
+	if p.DLQ.Args["x-max-length"] != int32(100000) || p.DLQ.Args["x-overflow"] != "reject-publish" {
+		t.Errorf("dlq args %#v", p.DLQ.Args)
+	}
+	for _, q := range p.Tiers {
+		if _, ok := q.Args["x-max-length"]; ok {
+			t.Errorf("tier %s capped", q.Name)
+		}
+	}
+	p = topology.FromConfig(topoConfig(t, nil))
+	for _, k := range []string{"x-max-length", "x-overflow"} {
+		if _, ok := p.DLQ.Args[k]; ok {
+			t.Errorf("uncapped dlq has %s", k)
+		}
+	}
+}
+
+func TestFromConfigQuorum(t *testing.T) {
+	c := topoConfig(t, func(c *config.Config) {
+		c.Queue.Type = "quorum"
+		c.Queue.DeliveryLimit = 50
+		c.Retry.Tiers = durs(time.Second, 5*time.Second)
+		c.Topology.DLQMaxLength = 10
+	})
+	p := topology.FromConfig(c)
+	if want := map[string]any{"x-queue-type": "quorum", "x-delivery-limit": int32(50)}; !reflect.DeepEqual(p.Work.Args, want) {
+		t.Errorf("work args %#v, want %#v", p.Work.Args, want)
+	}
+	for i, q := range p.Tiers {
+		want := map[string]any{
+			"x-queue-type":              "quorum",
+			"x-message-ttl":             int32([]int{1000, 5000}[i]),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": "orders",
+			// At-least-once dead-lettering back to the work queue needs
+			// reject-publish overflow on the source queue.
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		}
+		if !reflect.DeepEqual(q.Args, want) {
+			t.Errorf("tier %s args %#v, want %#v", q.Name, q.Args, want)
+		}
+	}
+	if want := map[string]any{"x-queue-type": "quorum", "x-max-length": int32(10), "x-overflow": "reject-publish"}; !reflect.DeepEqual(p.DLQ.Args, want) {
+		t.Errorf("dlq args %#v, want %#v", p.DLQ.Args, want)
+	}
+	for _, q := range p.Queues() {
+		if _, ok := q.Args["x-queue-version"]; ok {
+			t.Errorf("quorum queue %s has the classic x-queue-version", q.Name)
+		}
+	}
+	if w := p.Warnings(); len(w) != 0 {
+		t.Errorf("warnings with a delivery limit: %q", w)
+	}
+	assertNeverExpires(t, &p)
+}
+
+func TestQuorumWithoutDeliveryLimitWarns(t *testing.T) {
+	p := topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Queue.Type = "quorum" }))
+	if _, ok := p.Work.Args["x-delivery-limit"]; ok {
+		t.Errorf("x-delivery-limit set without a configured limit: %#v", p.Work.Args)
+	}
+	w := p.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], `"orders"`) || !strings.Contains(w[0], "delivery-limit") {
+		t.Fatalf("warnings %q", w)
+	}
+	if s := p.String(); !strings.Contains(s, "warning: "+w[0]) {
+		t.Errorf("plan text lacks the warning:\n%s", s)
+	}
+	// A delivery limit on a classic queue means nothing and is not declared.
+	p = topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Queue.DeliveryLimit = 5 }))
+	if _, ok := p.Work.Args["x-delivery-limit"]; ok {
+		t.Error("x-delivery-limit on a classic queue")
+	}
+}
+
+func TestPolicyTiersGetQueues(t *testing.T) {
+	c := topoConfig(t, func(c *config.Config) {
+		c.Retry.Tiers = durs(time.Second, 30*time.Second)
+		c.Retry.Policies = []config.Policy{{Name: "slow", Match: config.Match{Type: "slow"}, Tiers: durs(30*time.Second, time.Hour)}}
+	})
+	p := topology.FromConfig(c)
+	var names []string
+	for _, q := range p.Tiers {
+		names = append(names, q.Name)
+	}
+	if want := []string{"orders.retry.1s", "orders.retry.30s", "orders.retry.1h"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("tier queues %q, want %q", names, want)
+	}
+}
+
+func TestNameTemplates(t *testing.T) {
+	cases := []struct {
+		tmpl, queue string
+		delay       time.Duration
+		want        string
+	}{
+		{"{queue}.retry.{delay}", "orders", time.Second, "orders.retry.1s"},
+		{"{queue}.retry.{delay}", "orders", 500 * time.Millisecond, "orders.retry.500ms"},
+		{"{queue}.retry.{delay}", "orders", 2 * time.Minute, "orders.retry.2m"},
+		{"{queue}.retry.{delay}", "orders", 90 * time.Minute, "orders.retry.1h30m"},
+		{"{queue}.retry.{delay}", "orders", 2 * time.Hour, "orders.retry.2h"},
+		{"{queue}.retry.{delay}", "orders", 90 * time.Second, "orders.retry.1m30s"},
+		{"retry-{delay}-{queue}-{delay}", "q", 5 * time.Second, "retry-5s-q-5s"},
+		{"{queue}.dlq", "a.b", 0, "a.b.dlq"},
+		{"static", "q", time.Second, "static"},
+		{"{queue}", "{delay}", time.Second, "{delay}"}, // one pass: no expansion of expanded text
+	}
+	for _, tc := range cases {
+		if got := topology.Name(tc.tmpl, tc.queue, tc.delay); got != tc.want {
+			t.Errorf("Name(%q, %q, %v) = %q, want %q", tc.tmpl, tc.queue, tc.delay, got, tc.want)
+		}
+	}
+}
+
+// TestSeed002Naming: the {prefix}.queue.{service} / {prefix}.retry-queue.{service}
+// / {prefix}.dlq.{service} scheme of seeds/002 fits the templates.
+func TestSeed002Naming(t *testing.T) {
+	// One sidecar per service: {queue} is the service's name.
+	c := topoConfig(t, func(c *config.Config) {
+		c.Queue.Name = "orders"
+		c.Topology.RetryQueue = "wms.retry-queue.{queue}-{delay}"
+		c.Topology.DLQ = "wms.dlq.{queue}"
+		c.Retry.Tiers = durs(5 * time.Second)
+	})
+	p := topology.FromConfig(c)
+	if len(p.Tiers) != 1 || p.Tiers[0].Name != "wms.retry-queue.orders-5s" || p.DLQ.Name != "wms.dlq.orders" {
+		t.Errorf("tiers %+v dlq %s", p.Tiers, p.DLQ.Name)
+	}
+	if p.Tiers[0].Args["x-dead-letter-routing-key"] != "orders" {
+		t.Errorf("tier dead-letters to %v", p.Tiers[0].Args["x-dead-letter-routing-key"])
+	}
+
+	// The work queue keeps its full seed name; the others are written out.
+	c = topoConfig(t, func(c *config.Config) {
+		c.Queue.Name = "wms.queue.orders"
+		c.Topology.RetryQueue = "wms.retry-queue.orders.{delay}"
+		c.Topology.DLQ = "wms.dlq.orders"
+		c.Retry.Tiers = durs(5 * time.Second)
+	})
+	p = topology.FromConfig(c)
+	if p.Work.Name != "wms.queue.orders" || p.Tiers[0].Name != "wms.retry-queue.orders.5s" || p.DLQ.Name != "wms.dlq.orders" {
+		t.Errorf("work %s tier %s dlq %s", p.Work.Name, p.Tiers[0].Name, p.DLQ.Name)
+	}
+	if p.Tiers[0].Args["x-dead-letter-routing-key"] != "wms.queue.orders" || p.Tiers[0].Args["x-message-ttl"] != int32(5000) {
+		t.Errorf("tier args %#v", p.Tiers[0].Args)
+	}
+}
+
+func TestTierQueueAndQueues(t *testing.T) {
+	p := topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Retry.Tiers = durs(mixedTiers...) }))
+	for _, d := range mixedTiers {
+		name, ok := p.TierQueue(d)
+		if !ok || name != topology.Name("{queue}.retry.{delay}", "orders", d) {
+			t.Errorf("TierQueue(%v) = %q, %v", d, name, ok)
+		}
+	}
+	for _, d := range []time.Duration{0, 5 * time.Second, 999 * time.Millisecond} {
+		if name, ok := p.TierQueue(d); ok || name != "" {
+			t.Errorf("TierQueue(%v) = %q, %v for a delay with no tier", d, name, ok)
+		}
+	}
+	qs := p.Queues()
+	if len(qs) != 2+len(mixedTiers) || qs[0].Role != topology.RoleWork || qs[len(qs)-1].Role != topology.RoleDLQ {
+		t.Fatalf("Queues() = %+v", qs)
+	}
+	seen := map[string]bool{}
+	for _, q := range qs {
+		if seen[q.Name] {
+			t.Errorf("queue %s planned twice", q.Name)
+		}
+		seen[q.Name] = true
+	}
+	// Each queue has its own argument map.
+	p.Tiers[0].Args["x-test"] = 1
+	if _, leaked := p.Tiers[1].Args["x-test"]; leaked {
+		t.Error("tier queues share one argument map")
+	}
+	if _, leaked := p.DLQ.Args["x-test"]; leaked {
+		t.Error("tier and DLQ share one argument map")
+	}
+}
+
+func TestVerifyModeAndPlanText(t *testing.T) {
+	p := topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Topology.Declare = false }))
+	if p.Declare || p.Work.Owned {
+		t.Errorf("declare=false: plan.Declare %v, work owned %v", p.Declare, p.Work.Owned)
+	}
+	for _, q := range append(p.Tiers, p.DLQ) {
+		if !q.Owned {
+			t.Errorf("%s not owned", q.Name)
+		}
+	}
+	s := p.String()
+	for _, want := range []string{
+		"mode: verify (topology.declare=false)",
+		"work  orders durable=true x-queue-type=classic x-queue-version=2",
+		"tier  orders.retry.1s durable=true x-dead-letter-exchange= x-dead-letter-routing-key=orders x-message-ttl=1000 x-queue-type=classic",
+		"tier  orders.retry.30m durable=true",
+		"dlq   orders.dlq durable=true",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("plan text lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "warning") {
+		t.Errorf("warning in a classic plan:\n%s", s)
+	}
+}
+
+// TestLongTierTTLFits: x-message-ttl is an int32 of milliseconds (about
+// 24.8 days). A longer tier must be rejected by Validate or declared with
+// its real TTL, never with a wrapped-around negative one.
+func TestLongTierTTLFits(t *testing.T) {
+	c := config.Default()
+	c.Queue.Name = "orders"
+	c.Retry.Tiers = durs(time.Second, 600*time.Hour)
+	if err := c.Validate(); err != nil {
+		return // rejected: fine
+	}
+	p := topology.FromConfig(&c)
+	ttl := reflect.ValueOf(p.Tiers[1].Args["x-message-ttl"]).Int()
+	if ttl != int64(600*time.Hour/time.Millisecond) {
+		t.Fatalf("600h tier planned with x-message-ttl=%d", ttl)
+	}
+}
