@@ -259,7 +259,7 @@ topology:
 		"tier  orders.retry.500ms durable=true",
 		"x-message-ttl=500 ",
 		"tier  orders.retry.5s durable=true",
-		"tier  orders.retry.90m durable=true",
+		"tier  orders.retry.1h30m durable=true",
 		"x-dead-letter-routing-key=orders",
 		"dlq   orders.dlq durable=true",
 		"x-max-length=1000",
