@@ -26,6 +26,11 @@ type Delivery struct {
 // and the broker redelivers it.
 var ErrChannelGone = errors.New("delivery channel is closed; the broker will redeliver the message")
 
+// Alive reports whether the delivery's channel is still open. A delivery of
+// a dead channel has already been requeued by the broker: delivering it to
+// the app would only make a duplicate.
+func (d *Delivery) Alive() bool { return !d.s.dead.Load() && !d.s.ch.IsClosed() }
+
 // Message returns the broker-neutral message.
 func (d *Delivery) Message() *msg.Message { return d.m }
 

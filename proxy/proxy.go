@@ -193,6 +193,11 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 		p.nack(d)
 		return
 	}
+	if a, ok := d.(interface{ Alive() bool }); ok && !a.Alive() {
+		// Its channel died while it waited: the broker has requeued it.
+		p.Stats.SettleFailed.Add(1)
+		return
+	}
 	p.Stats.InFlight.Add(1)
 	p.obs.InFlight(1)
 	defer func() { p.Stats.InFlight.Add(-1); p.obs.InFlight(-1) }()

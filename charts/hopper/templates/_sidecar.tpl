@@ -1,0 +1,349 @@
+{{/*
+The Hopper sidecar as named templates, the chart's public interface for
+parent charts. Each takes the context dict of _helpers.tpl:
+
+  {{- $h := dict "root" $ "values" .Values.hopper }}    (in a parent chart)
+
+  hopper.sidecar                       the Hopper container (one list item)
+  hopper.volumes                       its volumes (list items)
+  hopper.configmap                     the ConfigMap manifest holding hopper.yaml
+  hopper.podAnnotations                checksum/hopper-config (rolls pods on config change)
+  hopper.terminationGracePeriodSeconds shutdown.grace + margin, in seconds
+  hopper.nativeSidecar                 "true" when the container belongs under initContainers
+  hopper.config                        the rendered hopper.yaml
+*/}}
+
+{{/* Paths inside the Hopper container. */}}
+{{- define "hopper.configPath" -}}/etc/hopper/hopper.yaml{{- end -}}
+{{- define "hopper.brokerSecretDir" -}}/etc/hopper/broker{{- end -}}
+{{- define "hopper.tlsSecretDir" -}}/etc/hopper/tls{{- end -}}
+
+{{/*
+hopper.durationSeconds: a Go duration string ("25s", "1m30s", "500ms") in
+whole seconds, rounded up. Context: the string.
+*/}}
+{{- define "hopper.durationSeconds" -}}
+{{- $d := toString . | trim -}}
+{{- if not (regexMatch "^([0-9]*\\.?[0-9]+(ns|us|µs|ms|h|m|s))+$" $d) -}}
+{{- fail (printf "hopper: %q is not a duration with a unit, like \"25s\"" $d) -}}
+{{- end -}}
+{{- $factors := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]*\\.?[0-9]+(ns|us|µs|ms|h|m|s)" $d -1 -}}
+{{- $num := regexFind "^[0-9]*\\.?[0-9]+" . -}}
+{{- $unit := trimPrefix $num . -}}
+{{- $total = addf $total (mulf (float64 $num) (get $factors $unit)) -}}
+{{- end -}}
+{{- ceil $total | int -}}
+{{- end -}}
+
+{{/*
+hopper.effectiveConfig: hopper.config with the chart's additions, as YAML.
+Fails the render with a clear message on a setting Kubernetes cannot run.
+*/}}
+{{- define "hopper.effectiveConfig" -}}
+{{- $v := .values -}}
+{{- $hv := $v.hopper -}}
+{{- $cfg := deepCopy (default (dict) $hv.config) -}}
+{{- $queue := default (dict) (get $cfg "queue") -}}
+{{- $_ := required "hopper.config.queue.name is required: the RabbitMQ work queue Hopper consumes" (get $queue "name") -}}
+
+{{- /* app: Hopper delivers to the app container on localhost. */ -}}
+{{- $app := default (dict) (get $cfg "app") -}}
+{{- if not (hasKey $app "url") -}}
+{{- $_ := set $app "url" (printf "http://127.0.0.1:%d%s" (int $v.app.port) (default "/" $v.app.messagePath)) -}}
+{{- end -}}
+{{- if and (not (hasKey $app "healthPath")) $v.app.healthPath -}}
+{{- $_ := set $app "healthPath" $v.app.healthPath -}}
+{{- end -}}
+{{- $_ := set $cfg "app" $app -}}
+
+{{- /* admin: probes and metrics need it on the pod's address. */ -}}
+{{- $admin := default (dict) (get $cfg "admin") -}}
+{{- $listen := toString (default ":9090" (get $admin "listen")) -}}
+{{- if not (regexMatch "^(|0\\.0\\.0\\.0|\\[::\\]|::):[0-9]{1,5}$" $listen) -}}
+{{- fail (printf "hopper.config.admin.listen %q: the probes reach Hopper on the pod's address, so listen on all interfaces, like \":9090\"" $listen) -}}
+{{- end -}}
+{{- $_ := set $admin "listen" $listen -}}
+{{- $_ := set $cfg "admin" $admin -}}
+
+{{- /* broker: credentials and TLS files from mounted Secrets. */ -}}
+{{- $b := $hv.broker -}}
+{{- $broker := default (dict) (get $cfg "broker") -}}
+{{- if or $b.urlKey $b.usernameKey $b.passwordKey -}}
+{{- if not $b.existingSecret -}}
+{{- fail "hopper.broker.existingSecret is required when urlKey, usernameKey or passwordKey is set" -}}
+{{- end -}}
+{{- end -}}
+{{- if and $b.existingSecret (not (or $b.urlKey $b.usernameKey $b.passwordKey)) -}}
+{{- fail "hopper.broker.existingSecret is set but none of urlKey, usernameKey, passwordKey says which of its keys to use" -}}
+{{- end -}}
+{{- range $field, $key := dict "usernameFile" $b.usernameKey "passwordFile" $b.passwordKey -}}
+{{- if $key -}}
+{{- if hasKey $broker $field -}}
+{{- fail (printf "set hopper.broker.%sKey or hopper.config.broker.%s, not both" (trimSuffix "File" $field) $field) -}}
+{{- end -}}
+{{- $_ := set $broker $field (printf "%s/%s" (include "hopper.brokerSecretDir" $) (trimSuffix "File" $field)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (or $b.usernameKey $b.passwordKey) (not $b.urlKey) (not (get $broker "urls")) -}}
+{{- fail "hopper.config.broker.urls must name the broker (without credentials) when hopper.broker.usernameKey/passwordKey supply them" -}}
+{{- end -}}
+{{- $t := $b.tls -}}
+{{- if $t.existingSecret -}}
+{{- if ne (empty $t.certKey) (empty $t.keyKey) -}}
+{{- fail "hopper.broker.tls.certKey and keyKey must be given together" -}}
+{{- end -}}
+{{- $tls := default (dict) (get $broker "tls") -}}
+{{- range $field, $pair := dict "caFile" (list $t.caKey "ca.crt") "certFile" (list $t.certKey "tls.crt") "keyFile" (list $t.keyKey "tls.key") -}}
+{{- if index $pair 0 -}}
+{{- if hasKey $tls $field -}}
+{{- fail (printf "set hopper.broker.tls.existingSecret or hopper.config.broker.tls.%s, not both" $field) -}}
+{{- end -}}
+{{- $_ := set $tls $field (printf "%s/%s" (include "hopper.tlsSecretDir" $) (index $pair 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $broker "tls" $tls -}}
+{{- else if or $t.certKey $t.keyKey -}}
+{{- fail "hopper.broker.tls.certKey/keyKey need hopper.broker.tls.existingSecret" -}}
+{{- end -}}
+{{- if $broker -}}
+{{- $_ := set $cfg "broker" $broker -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* hopper.config: the hopper.yaml Hopper reads (ends with one newline). */}}
+{{- define "hopper.config" -}}
+{{- include "hopper.effectiveConfig" . }}
+{{ end -}}
+
+{{- define "hopper.adminPort" -}}
+{{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
+{{- regexFind "[0-9]+$" $cfg.admin.listen | int -}}
+{{- end -}}
+
+{{- define "hopper.graceSeconds" -}}
+{{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
+{{- include "hopper.durationSeconds" (dig "shutdown" "grace" "25s" $cfg) -}}
+{{- end -}}
+
+{{- define "hopper.nativeSidecar" -}}
+{{- if .values.hopper.nativeSidecar -}}
+{{- if semverCompare "<1.29.0-0" .root.Capabilities.KubeVersion.Version -}}
+{{- fail (printf "hopper.nativeSidecar needs Kubernetes >= 1.29 (sidecar init containers with restartPolicy: Always); this cluster is %s" .root.Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+hopper.terminationGracePeriodSeconds: the pod's grace period. Hopper needs
+shutdown.grace plus a margin; as a native sidecar it gets SIGTERM only after
+the app has exited, so the app's stop time counts too. An explicit
+terminationGracePeriodSeconds (top-level value) must leave Hopper its grace.
+*/}}
+{{- define "hopper.terminationGracePeriodSeconds" -}}
+{{- $grace := include "hopper.graceSeconds" . | int -}}
+{{- $need := $grace -}}
+{{- if eq (include "hopper.nativeSidecar" .) "true" -}}
+{{- $need = add $need (int .values.app.stopSeconds) -}}
+{{- end -}}
+{{- $explicit := .values.terminationGracePeriodSeconds -}}
+{{- if kindIs "invalid" $explicit -}}
+{{- add $need (int .values.hopper.terminationGraceMarginSeconds) -}}
+{{- else if le (int $explicit) $need -}}
+{{- fail (printf "terminationGracePeriodSeconds %d leaves Hopper no time to drain: it must exceed hopper.config.shutdown.grace (%ds)%s" (int $explicit) $grace (ternary " plus app.stopSeconds (native sidecar)" "" (eq (include "hopper.nativeSidecar" .) "true"))) -}}
+{{- else -}}
+{{- int $explicit -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hopper.podAnnotations" -}}
+checksum/hopper-config: {{ include "hopper.config" . | sha256sum }}
+{{- end -}}
+
+{{- define "hopper.configmap" -}}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ include "hopper.configMapName" . }}
+  labels:
+    {{- include "hopper.labels" . | nindent 4 }}
+    app.kubernetes.io/component: hopper
+data:
+  hopper.yaml: |
+    {{- include "hopper.config" . | nindent 4 }}
+{{- end -}}
+
+{{/*
+Secret files are world-readable (0444): Kubernetes makes them root-owned,
+and Hopper runs as 65532 whether or not the pod sets an fsGroup. Only the
+Hopper container mounts them.
+*/}}
+{{- define "hopper.volumes" -}}
+{{- $b := .values.hopper.broker -}}
+- name: hopper-config
+  configMap:
+    name: {{ include "hopper.configMapName" . }}
+{{- if or $b.usernameKey $b.passwordKey }}
+- name: hopper-broker
+  secret:
+    secretName: {{ $b.existingSecret }}
+    defaultMode: 0444
+    items:
+      {{- if $b.usernameKey }}
+      - key: {{ $b.usernameKey }}
+        path: username
+      {{- end }}
+      {{- if $b.passwordKey }}
+      - key: {{ $b.passwordKey }}
+        path: password
+      {{- end }}
+{{- end }}
+{{- with $b.tls }}
+{{- if .existingSecret }}
+- name: hopper-tls
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0444
+    items:
+      {{- if .caKey }}
+      - key: {{ .caKey }}
+        path: ca.crt
+      {{- end }}
+      {{- if .certKey }}
+      - key: {{ .certKey }}
+        path: tls.crt
+      - key: {{ .keyKey }}
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* OTEL_* environment, in dependency order ($(VAR) references come after VAR). */}}
+{{- define "hopper.otelEnv" -}}
+{{- $o := .values.hopper.otel -}}
+{{- if not $o.enabled }}
+- name: OTEL_SDK_DISABLED
+  value: "true"
+{{- else }}
+{{- if not $o.endpoint }}
+{{- fail "hopper.otel.endpoint is required when hopper.otel.enabled is true: Hopper exports traces only to an OTLP endpoint" }}
+{{- end }}
+- name: OTEL_SERVICE_NAME
+  value: {{ default (include "hopper.fullname" .) $o.serviceName | quote }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $o.endpoint | quote }}
+{{- with $o.protocol }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | toString | quote }}
+{{- end }}
+{{- $attrs := list -}}
+{{- range $k, $val := $o.resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%s" $k (toString $val)) -}}
+{{- end }}
+{{- if $o.kubernetesAttributes }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: K8S_NAMESPACE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: K8S_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+{{- $attrs = concat $attrs (list "k8s.pod.name=$(K8S_POD_NAME)" "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" "k8s.node.name=$(K8S_NODE_NAME)" (printf "k8s.container.name=%s" .values.hopper.name)) -}}
+{{- end }}
+{{- with $attrs }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "hopper.sidecar" -}}
+{{- $v := .values -}}
+{{- $hv := $v.hopper -}}
+{{- $b := $hv.broker -}}
+{{- $port := include "hopper.adminPort" . | int -}}
+- name: {{ $hv.name }}
+  image: {{ include "hopper.image" $hv.image | quote }}
+  imagePullPolicy: {{ $hv.image.pullPolicy }}
+  {{- if eq (include "hopper.nativeSidecar" .) "true" }}
+  # Native sidecar: started before the app containers, stopped after them.
+  restartPolicy: Always
+  {{- end }}
+  args: ["run"]
+  env:
+    - name: HOPPER_CONFIG
+      value: {{ include "hopper.configPath" . }}
+    {{- if $b.urlKey }}
+    - name: HOPPER_BROKER_URLS
+      valueFrom:
+        secretKeyRef:
+          name: {{ $b.existingSecret }}
+          key: {{ $b.urlKey }}
+    {{- end }}
+    {{- include "hopper.otelEnv" . | trim | nindent 4 }}
+    {{- with $hv.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $hv.extraEnvFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    - name: hopper-admin
+      containerPort: {{ $port }}
+      protocol: TCP
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: hopper-admin
+    {{- toYaml $hv.livenessProbe | nindent 4 }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: hopper-admin
+    {{- toYaml $hv.readinessProbe | nindent 4 }}
+  {{- with $hv.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $hv.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  terminationMessagePolicy: FallbackToLogsOnError
+  volumeMounts:
+    - name: hopper-config
+      mountPath: {{ include "hopper.configPath" . }}
+      subPath: hopper.yaml
+      readOnly: true
+    {{- if or $b.usernameKey $b.passwordKey }}
+    - name: hopper-broker
+      mountPath: {{ include "hopper.brokerSecretDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if $b.tls.existingSecret }}
+    - name: hopper-tls
+      mountPath: {{ include "hopper.tlsSecretDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- with $hv.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end -}}
