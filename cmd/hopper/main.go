@@ -47,7 +47,7 @@ attempts the dead-letter queue. Moves are publish -> confirm -> ack.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd())
+	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd())
 	return root
 }
 

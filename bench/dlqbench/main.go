@@ -1,0 +1,365 @@
+// Command dlqbench measures `hopper dlq replay` against the raw loop it is
+// built from, on one private RabbitMQ node (internal/testbroker), in one
+// run:
+//
+//   - raw: basic.get from one queue, publish the message to another with a
+//     publisher confirm, then ack — the same broker primitives (the broker
+//     package's Inspector and confirming Publisher) and the same number of
+//     publishes in flight, without the tool's filters, header rewriting,
+//     exclusive ownership or accounting. A single goroutine gets, --parallel
+//     workers publish and ack.
+//   - replay: the real binary (`hopper dlq replay --parallel P`) as a
+//     subprocess. Its rate is the one it reports (messages recovered over
+//     its run, connection set-up excluded); the wall-clock rate including
+//     process start is printed too. Peak RSS is the subprocess's maximum
+//     resident set (getrusage ru_maxrss, cross-checked with /proc VmHWM).
+//
+// Each DLQ is filled with --n persistent messages of --size bytes carrying
+// Hopper's DLQ headers. The last line of standard output is
+//
+//	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "dlqbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	n, size, parallel, runs int
+	hopperBin               string
+}
+
+func run() error {
+	var o options
+	flag.IntVar(&o.n, "n", 100_000, "messages in each DLQ")
+	flag.IntVar(&o.size, "size", 256, "body size in bytes")
+	flag.IntVar(&o.parallel, "parallel", 8, "publishes awaiting their confirm at once, for both loops")
+	flag.IntVar(&o.runs, "runs", 1, "alternating raw/replay measurements; medians are reported")
+	flag.StringVar(&o.hopperBin, "hopper-bin", "", "hopper binary (default: go build ./cmd/hopper into a temporary directory)")
+	flag.Parse()
+
+	if o.hopperBin == "" {
+		dir, err := os.MkdirTemp("", "dlqbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.hopperBin = filepath.Join(dir, "hopper")
+		logf("building %s", o.hopperBin)
+		if out, err := exec.Command("go", "build", "-o", o.hopperBin, "./cmd/hopper").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build ./cmd/hopper: %w\n%s", err, out)
+		}
+	}
+
+	logf("starting a private RabbitMQ node")
+	rb, err := testbroker.Start(testbroker.Options{Quiet: true})
+	if err != nil {
+		return fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
+	}
+	defer rb.Stop()
+	bopts := broker.Options{URLs: []string{rb.URL()}, ConnectTimeout: 10 * time.Second, Name: "dlqbench"}
+
+	const rawSrc, rawDst, dlqName, work = "bench.raw.dlq", "bench.raw.dest", "bench.dlq", "bench"
+	for _, q := range []string{rawSrc, rawDst, dlqName, work} {
+		if err := declare(bopts, q); err != nil {
+			return err
+		}
+	}
+	pub := broker.NewPublisher(broker.PublisherOptions{Options: bopts, Channels: 64, ConfirmTimeout: 30 * time.Second})
+	defer pub.Close()
+	body := bytes.Repeat([]byte("x"), o.size)
+
+	var raws, reps []float64
+	var last replayResult
+	for i := 1; i <= o.runs; i++ {
+		// Alternate, and start each measurement from the same broker state:
+		// a full source, an empty destination.
+		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, rawSrc, o.n, o.size)
+		fillRate, err := fill(pub, rawSrc, work, o.n, body)
+		if err != nil {
+			return err
+		}
+		logf("  %.0f msg/s (64 channels)", fillRate)
+		logf("run %d/%d: raw loop: get, publish with confirm, ack; %d in flight", i, o.runs, o.parallel)
+		raw, err := rawLoop(bopts, rawSrc, rawDst, o.n, o.parallel)
+		if err != nil {
+			return err
+		}
+		if err := expectAndPurge(bopts, rawDst, o.n); err != nil {
+			return err
+		}
+		logf("  raw %.0f msg/s", raw.rate)
+		raws = append(raws, raw.rate)
+
+		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, dlqName, o.n, o.size)
+		if _, err := fill(pub, dlqName, work, o.n, body); err != nil {
+			return err
+		}
+		logf("run %d/%d: hopper dlq replay --parallel %d", i, o.runs, o.parallel)
+		rep, err := replay(o, rb.URL(), dlqName)
+		if err != nil {
+			return err
+		}
+		if err := expectAndPurge(bopts, work, o.n); err != nil {
+			return err
+		}
+		logf("  replay %.0f msg/s, peak RSS %.1f MB, CPU %s", rep.rate, float64(rep.maxRSSKB)/1024, rep.cpu.Round(time.Millisecond))
+		reps = append(reps, rep.rate)
+		last = rep
+	}
+	rawRate, repRate := median(raws), median(reps)
+
+	fmt.Printf("messages:        %d x %d bytes, %d publishes in flight, %d run(s), medians\n", o.n, o.size, o.parallel, o.runs)
+	fmt.Printf("raw loop:        %8.0f msg/s  (runs: %s)\n", rawRate, rates(raws))
+	fmt.Printf("hopper replay:   %8.0f msg/s  (runs: %s; last run %.0f msg/s wall clock with process start)\n", repRate, rates(reps), last.wallRate)
+	fmt.Printf("ratio:           %8.2f  (replay / raw)\n", repRate/rawRate)
+	fmt.Printf("replay peak RSS: %8.1f MB (ru_maxrss; /proc VmHWM sampled: %.1f MB); CPU %s for %d messages\n",
+		float64(last.maxRSSKB)/1024, float64(last.hwmKB)/1024, last.cpu.Round(time.Millisecond), o.n)
+	fmt.Printf("dlqbench: replay=%.0f/s raw=%.0f/s ratio=%.2f rss_mb=%.1f\n", repRate, rawRate, repRate/rawRate, float64(last.maxRSSKB)/1024)
+	return nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "dlqbench: "+format+"\n", args...)
+}
+
+// declare declares a durable classic queue.
+func declare(o broker.Options, name string) error {
+	q := topology.Queue{Name: name, Role: topology.RoleWork, Owned: true, Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}}
+	plan := topology.Plan{Work: q, DLQ: q, Declare: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return broker.Apply(ctx, o, &plan, true)
+}
+
+// fill publishes n dead-lettered messages whose original queue is work.
+func fill(pub *broker.Publisher, queue, work string, n int, body []byte) (float64, error) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	next := atomic.Int64{}
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || failed.Load() != nil {
+					return
+				}
+				m := &msg.Message{MessageID: strconv.Itoa(i), ContentType: "application/octet-stream", Headers: map[string]any{}, Body: body}
+				dlq.Mark(m, dlq.Info{Queue: work, RoutingKey: work, Status: 503, Reason: "max-attempts", Retries: 10, Now: time.Now()})
+				if err := pub.Publish(context.Background(), queue, m); err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return 0, fmt.Errorf("fill %s: %w", queue, *p)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+type rawResult struct {
+	rate    float64
+	elapsed time.Duration
+}
+
+// rawLoop moves n messages from src to dst: one goroutine gets, parallel
+// workers publish (confirmed) and ack.
+func rawLoop(o broker.Options, src, dst string, n, parallel int) (rawResult, error) {
+	in, err := broker.OpenInspector(context.Background(), o)
+	if err != nil {
+		return rawResult{}, err
+	}
+	defer in.Close()
+	pub := broker.NewPublisher(broker.PublisherOptions{Options: o, Channels: parallel, ConfirmTimeout: 30 * time.Second})
+	defer pub.Close()
+
+	work := make(chan *broker.Delivery, parallel)
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				if err := pub.Publish(context.Background(), dst, d.Message()); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				if err := d.Ack(); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	for got := 0; got < n && firstErr.Load() == nil; {
+		d, ok, err := in.Get(src)
+		if err != nil {
+			firstErr.CompareAndSwap(nil, &err)
+			break
+		}
+		if !ok {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		work <- d
+		got++
+	}
+	close(work)
+	wg.Wait()
+	el := time.Since(start)
+	if p := firstErr.Load(); p != nil {
+		return rawResult{}, fmt.Errorf("raw loop: %w", *p)
+	}
+	return rawResult{rate: float64(n) / el.Seconds(), elapsed: el}, nil
+}
+
+type replayResult struct {
+	rate, wallRate     float64
+	elapsed, wall, cpu time.Duration
+	maxRSSKB, hwmKB    int64
+}
+
+// replay runs the binary and measures it.
+func replay(o options, url, dlqName string) (replayResult, error) {
+	cmd := exec.Command(o.hopperBin, "dlq", "replay", "--dlq", dlqName, "--broker-url", url,
+		"--parallel", strconv.Itoa(o.parallel), "-o", "json", "--log-format", "text")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOPPER_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return replayResult{}, err
+	}
+	var hwm atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if kb, err := statusKB(cmd.Process.Pid, "VmHWM"); err == nil && kb > hwm.Load() {
+				hwm.Store(kb)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	wall := time.Since(start)
+	close(stop)
+	sampler.Wait()
+	if err != nil {
+		return replayResult{}, fmt.Errorf("hopper dlq replay: %w\n%s", err, out.String())
+	}
+	var res dlq.ReplayResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return replayResult{}, fmt.Errorf("replay summary: %w\n%s", err, out.String())
+	}
+	if res.Recovered != o.n {
+		return replayResult{}, fmt.Errorf("replay recovered %d of %d: %+v", res.Recovered, o.n, res)
+	}
+	r := replayResult{rate: res.Rate, elapsed: time.Duration(res.Elapsed), wall: wall, wallRate: float64(o.n) / wall.Seconds(), hwmKB: hwm.Load()}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSSKB = ru.Maxrss // kilobytes on Linux
+		r.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return r, nil
+}
+
+// statusKB reads a "<key>: N kB" line of /proc/<pid>/status.
+func statusKB(pid int, key string) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != key {
+			continue
+		}
+		return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+	}
+	return 0, errors.New(key + " not found")
+}
+
+// expectAndPurge checks that queue holds n messages, then empties it.
+func expectAndPurge(o broker.Options, queue string, n int) error {
+	in, err := broker.OpenInspector(context.Background(), o)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	got, err := in.Purge(queue)
+	if err != nil {
+		return err
+	}
+	if got != n {
+		return fmt.Errorf("%s held %d messages, want %d", queue, got, n)
+	}
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func rates(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,292 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrInUse means the broker refused an exclusive consumer because the queue
+// already has a consumer: another tool owns it.
+var ErrInUse = errors.New("queue is in exclusive use by another consumer")
+
+// ErrNoQueue means the queue does not exist.
+var ErrNoQueue = errors.New("no such queue")
+
+// Exclusive owns a queue for one run of an operator tool (DLQ replay,
+// export --remove): an exclusive consumer, which the broker refuses to any
+// second consumer of a classic queue, plus an exclusive lock queue (see
+// LockQueue) that a second tool cannot declare whatever the queue type, so
+// two tools can never process one DLQ at once — two owners republishing
+// the same DLQ is what multiplied messages in seeds/000. It also takes
+// messages with basic.get on the same channel.
+//
+// Why both: a tool holds some messages unacked until the end of its run
+// (filtered out, kept, waiting for an fsync) so that a bounded run never
+// sees one twice. Held messages fill the consumer's prefetch window and the
+// broker then stops pushing; from that point Next falls back to basic.get,
+// which prefetch does not limit. A run can so hold any number of messages
+// while the client buffers at most the window, whatever the body sizes.
+//
+// Nothing held is requeued before Close. Close (or losing the connection,
+// or the process being killed) hands every unacked message back to the
+// broker, which puts it back in its place in a classic queue; a quorum
+// queue may put returned messages back in another order.
+type Exclusive struct {
+	queue    string
+	prefetch int
+	present  int
+	tag      string
+	s        *session
+
+	deliveries <-chan amqp.Delivery
+	connClosed chan *amqp.Error
+	chClosed   chan *amqp.Error
+	cancels    chan string
+
+	// outstanding counts pushed deliveries handed out and not yet settled;
+	// when it reaches the prefetch the broker pushes nothing more.
+	outstanding atomic.Int64
+	closeOnce   sync.Once
+	closeErr    error
+}
+
+// ExclusiveDelivery is a message taken by an Exclusive. Ack and Nack work
+// as for Delivery.
+type ExclusiveDelivery struct {
+	Delivery
+	e       *Exclusive
+	pushed  bool
+	settled atomic.Bool
+}
+
+// Ack acknowledges the delivery on its own channel.
+func (d *ExclusiveDelivery) Ack() error {
+	err := d.Delivery.Ack()
+	d.done()
+	return err
+}
+
+// Nack rejects the delivery on its own channel; requeue puts it back.
+func (d *ExclusiveDelivery) Nack(requeue bool) error {
+	err := d.Delivery.Nack(requeue)
+	d.done()
+	return err
+}
+
+func (d *ExclusiveDelivery) done() {
+	if d.pushed && d.settled.CompareAndSwap(false, true) {
+		d.e.outstanding.Add(-1)
+	}
+}
+
+// OpenExclusive connects once, reads the queue's ready count (Present) and
+// then takes exclusive ownership of the queue with a consumer whose window
+// is prefetch messages. The count is read before consuming so that it is
+// exactly the messages present at start, none of them pushed yet. When
+// another consumer is on the queue the error wraps ErrInUse; when the queue
+// does not exist it wraps ErrNoQueue.
+func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (*Exclusive, error) {
+	if prefetch < 1 {
+		prefetch = 1
+	}
+	if o.Name == "" {
+		o.Name = "hopper-exclusive " + queue
+	}
+	conn, _, err := o.dialOnce(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("connect to broker: %w", err)
+	}
+	fail := func(err error) (*Exclusive, error) {
+		conn.Close()
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fail(fmt.Errorf("open channel: %w", err))
+	}
+	q, err := ch.QueueDeclarePassive(queue,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		nil)
+	if err != nil {
+		return fail(queueError(queue, err))
+	}
+	// A passive declare that fails closes its channel, so the consumer gets
+	// the same one only when the queue exists.
+	if _, err := ch.QueueDeclare(LockQueue(queue),
+		false, // durable: the lock lives and dies with this connection
+		true,  // autoDelete
+		true,  // exclusive: a second declare from another connection is refused
+		false, // noWait
+		amqp.Table{"x-queue-type": "classic"}); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
+			return fail(fmt.Errorf("%w: queue %q: lock queue %q is held by another connection: %w", ErrInUse, queue, LockQueue(queue), err))
+		}
+		return fail(fmt.Errorf("declare lock queue %q: %w", LockQueue(queue), err))
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
+		return fail(fmt.Errorf("set prefetch: %w", err))
+	}
+	e := &Exclusive{
+		queue:    queue,
+		prefetch: prefetch,
+		present:  q.Messages,
+		tag:      fmt.Sprintf("hopper-exclusive-%d", time.Now().UnixNano()),
+		s:        &session{conn: conn, ch: ch},
+	}
+	e.connClosed = conn.NotifyClose(make(chan *amqp.Error, 1))
+	e.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	e.cancels = ch.NotifyCancel(make(chan string, 4))
+	go drain(conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
+	e.deliveries, err = ch.ConsumeWithContext(ctx, queue, e.tag,
+		false, // autoAck: every message is settled explicitly
+		true,  // exclusive: the broker refuses any other consumer while we run
+		false, // noLocal
+		false, // noWait
+		nil)
+	if err != nil {
+		return fail(queueError(queue, err))
+	}
+	return e, nil
+}
+
+// queueError classifies the broker's answer to a declare or consume.
+func queueError(queue string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case amqp.AccessRefused:
+			return fmt.Errorf("%w: queue %q: %w", ErrInUse, queue, err)
+		case amqp.NotFound:
+			return fmt.Errorf("%w: %q: %w", ErrNoQueue, queue, err)
+		}
+	}
+	return fmt.Errorf("queue %q: %w", queue, err)
+}
+
+// LockQueue names the exclusive, auto-deleted queue an Exclusive declares
+// while it owns queue. The exclusive consumer alone is not enough: quorum
+// queues accept several "exclusive" consumers, while an exclusive queue is
+// refused to every other connection whatever the owned queue's type, and
+// the broker deletes it when the owner's connection ends, even by a kill.
+// It also shows operators, in the management UI, who owns a DLQ.
+func LockQueue(queue string) string {
+	const prefix = "hopper.lock."
+	name := prefix + queue
+	if len(name) > 255 { // AMQP short string
+		sum := sha256.Sum256([]byte(queue))
+		name = prefix + hex.EncodeToString(sum[:16])
+	}
+	return name
+}
+
+// Present is the number of ready messages when the queue was opened.
+func (e *Exclusive) Present() int { return e.present }
+
+// Next returns the next message of the queue, oldest first. ok is false
+// when ctx ends before one is ready (callers give ctx their idle timeout).
+// An error means the connection, the channel or the consumer is gone; the
+// broker has then already taken back every unacked message.
+func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, err error) {
+	poll := 20 * time.Millisecond
+	for {
+		// A message the broker already pushed is older in the queue than
+		// anything basic.get would return now.
+		select {
+		case del, open := <-e.deliveries:
+			return e.pushed(del, open)
+		default:
+		}
+		if e.outstanding.Load() < int64(e.prefetch) {
+			// The window has room: the broker pushes the next message as
+			// soon as the queue has one.
+			select {
+			case del, open := <-e.deliveries:
+				return e.pushed(del, open)
+			case err := <-e.connClosed:
+				return nil, false, e.lost("connection closed", err)
+			case err := <-e.chClosed:
+				return nil, false, e.lost("channel closed", err)
+			case tag := <-e.cancels:
+				return nil, false, e.lost("consumer "+tag+" cancelled by the broker (queue deleted?)", nil)
+			case <-ctx.Done():
+				return nil, false, nil
+			}
+		}
+		// The window is full of held messages: the broker pushes nothing
+		// more, take the next one ourselves.
+		m, got, err := e.s.ch.Get(e.queue, false) // autoAck=false
+		if err != nil {
+			e.s.dead.Store(true)
+			return nil, false, fmt.Errorf("get from %q: %w", e.queue, err)
+		}
+		if got {
+			return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&m), tag: m.DeliveryTag, s: e.s}, e: e}, true, nil
+		}
+		// Empty for now: wait for a push (a settled message freed the
+		// window) or poll again, backing off up to half a second.
+		t := time.NewTimer(poll)
+		select {
+		case del, open := <-e.deliveries:
+			t.Stop()
+			return e.pushed(del, open)
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false, nil
+		case <-t.C:
+			poll = min(2*poll, 500*time.Millisecond)
+		}
+	}
+}
+
+func (e *Exclusive) pushed(del amqp.Delivery, open bool) (*ExclusiveDelivery, bool, error) {
+	if !open {
+		return nil, false, e.lost("consumer closed", nil)
+	}
+	e.outstanding.Add(1)
+	return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&del), tag: del.DeliveryTag, s: e.s}, e: e, pushed: true}, true, nil
+}
+
+func (e *Exclusive) lost(what string, err *amqp.Error) error {
+	e.s.dead.Store(true)
+	if err != nil {
+		return fmt.Errorf("queue %q: %s: %w; unacked messages went back to the queue", e.queue, what, err)
+	}
+	return fmt.Errorf("queue %q: %s; unacked messages went back to the queue", e.queue, what)
+}
+
+// Close gives up ownership: it cancels the consumer, returns every message
+// still unacked to the queue (basic.nack of all outstanding deliveries with
+// requeue) and closes the connection. Deliveries cannot be settled after it.
+func (e *Exclusive) Close() error {
+	e.closeOnce.Do(func() {
+		var errs []error
+		if !e.s.dead.Load() && !e.s.ch.IsClosed() {
+			if err := e.s.ch.Cancel(e.tag, false); err != nil { // noWait=false
+				errs = append(errs, fmt.Errorf("cancel consumer: %w", err))
+			}
+			// Delivery tag 0 with multiple=true is every outstanding
+			// delivery of the channel, pushed or got.
+			if err := e.s.ch.Nack(0, true, true); err != nil { // multiple=true, requeue=true
+				errs = append(errs, fmt.Errorf("return held messages: %w", err))
+			}
+		}
+		e.s.dead.Store(true)
+		if err := e.s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			errs = append(errs, fmt.Errorf("close connection: %w", err))
+		}
+		e.closeErr = errors.Join(errs...)
+	})
+	return e.closeErr
+}

@@ -1,0 +1,335 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+var rabbit *testbroker.Broker
+
+func TestMain(m *testing.M) { os.Exit(testbroker.RunMain(m, &rabbit)) }
+
+var queueSeq atomic.Int64
+
+func opts() Options {
+	return Options{URLs: []string{rabbit.URL()}, ConnectTimeout: 5 * time.Second, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+}
+
+// declareQueue declares a durable classic queue with a name no other test
+// uses and fills it with n persistent messages whose ids are "0".."n-1".
+func declareQueue(t *testing.T, n int) string {
+	t.Helper()
+	return declareTyped(t, "classic", n)
+}
+
+func declareTyped(t *testing.T, typ string, n int) string {
+	t.Helper()
+	name := fmt.Sprintf("bx%d.%s", queueSeq.Add(1), t.Name())
+	conn, err := amqp.Dial(rabbit.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(name,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		amqp.Table{"x-queue-type": typ}); err != nil {
+		t.Fatal(err)
+	}
+	pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 4, ConfirmTimeout: 5 * time.Second})
+	defer pub.Close()
+	for i := range n {
+		if err := pub.Publish(context.Background(), name, &msg.Message{MessageID: strconv.Itoa(i), Body: []byte("m" + strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return name
+}
+
+// browse reads every ready message without removing any and returns their
+// ids in queue order.
+func browse(t *testing.T, queue string) []string {
+	t.Helper()
+	in, err := OpenInspector(context.Background(), opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var ids []string
+	for {
+		d, ok, err := in.Get(queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return ids
+		}
+		ids = append(ids, d.Message().MessageID)
+	}
+}
+
+// waitReady waits until the queue has n ready and no unacked messages:
+// requeueing after a close is asynchronous on the broker.
+func waitReady(t *testing.T, queue string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ready, unacked, err := rabbit.QueueCounts(queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ready == n && unacked == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s: ready=%d unacked=%d, want ready=%d unacked=0", queue, ready, unacked, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func seq(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, strconv.Itoa(i))
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestExclusiveRefusesSecondOwner(t *testing.T) {
+	q := declareQueue(t, 3)
+	ctx := context.Background()
+	first, err := OpenExclusive(ctx, opts(), q, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Present() != 3 {
+		t.Errorf("Present = %d, want 3", first.Present())
+	}
+	_, err = OpenExclusive(ctx, opts(), q, 2)
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("second owner: err = %v, want ErrInUse", err)
+	}
+	// basic.get by another connection is not a consumer and still works:
+	// peek and stats can look at a DLQ while a replay runs.
+	in, err := OpenInspector(ctx, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := in.Get(q); err != nil {
+		t.Fatalf("get while an exclusive consumer runs: %v", err)
+	} else if !ok {
+		t.Log("exclusive consumer had taken every message")
+	}
+	in.Close()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Once the owner is gone another one may take over.
+	again, err := OpenExclusive(ctx, opts(), q, 2)
+	if err != nil {
+		t.Fatalf("after close: %v", err)
+	}
+	again.Close()
+}
+
+func TestExclusiveMissingQueue(t *testing.T) {
+	_, err := OpenExclusive(context.Background(), opts(), "no-such-queue-"+t.Name(), 1)
+	if !errors.Is(err, ErrNoQueue) {
+		t.Fatalf("err = %v, want ErrNoQueue", err)
+	}
+}
+
+// Holding more messages than the prefetch window must not stall Next: past
+// the window it takes them with basic.get. Close returns every held one to
+// its original place.
+func TestExclusiveHoldsBeyondPrefetchAndReturnsInOrder(t *testing.T) {
+	const n = 40
+	q := declareQueue(t, n)
+	e, err := OpenExclusive(context.Background(), opts(), q, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, ok, err := e.Next(ctx)
+		cancel()
+		if err != nil || !ok {
+			t.Fatalf("after %d messages: ok=%v err=%v", len(got), ok, err)
+		}
+		got = append(got, d.Message().MessageID)
+	}
+	if !equal(got, seq(0, n)) {
+		t.Fatalf("order taken = %v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if _, ok, err := e.Next(ctx); ok || err != nil {
+		t.Fatalf("empty queue: ok=%v err=%v", ok, err)
+	}
+	cancel()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, q, n)
+	if ids := browse(t, q); !equal(ids, seq(0, n)) {
+		t.Fatalf("after close the queue holds %v, want the original order", ids)
+	}
+}
+
+// Acked messages leave, held ones come back in place; pushed and got
+// deliveries mix freely.
+func TestExclusiveAckSomeHoldOthers(t *testing.T) {
+	const n = 30
+	q := declareQueue(t, n)
+	e, err := OpenExclusive(context.Background(), opts(), q, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, ok, err := e.Next(ctx)
+		cancel()
+		if err != nil || !ok {
+			t.Fatalf("message %d: ok=%v err=%v", i, ok, err)
+		}
+		id, _ := strconv.Atoi(d.Message().MessageID)
+		if id%3 == 0 {
+			kept = append(kept, d.Message().MessageID)
+			continue
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Close()
+	waitReady(t, q, len(kept))
+	if ids := browse(t, q); !equal(ids, kept) {
+		t.Fatalf("queue holds %v, want %v", ids, kept)
+	}
+}
+
+// A browse (basic.get without ack, then close) leaves the queue as it was,
+// order included. The DLQ tools' stats and peek rely on it.
+func TestBrowseKeepsOrder(t *testing.T) {
+	const n = 25
+	q := declareQueue(t, n)
+	for range 3 {
+		if ids := browse(t, q); !equal(ids, seq(0, n)) {
+			t.Fatalf("browse = %v", ids)
+		}
+		waitReady(t, q, n)
+	}
+}
+
+// Losing the connection ends Next with an error and returns held messages.
+func TestExclusiveConnectionLoss(t *testing.T) {
+	q := declareQueue(t, 5)
+	o := opts()
+	o.Name = "exclusive-loss-" + t.Name()
+	e, err := OpenExclusive(context.Background(), o, q, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, ok, err := e.Next(ctx); !ok || err != nil {
+		t.Fatalf("ok=%v err=%v", ok, err)
+	}
+	if err := rabbit.CloseAllConnections(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, ok, err := e.Next(ctx)
+		if err != nil {
+			break
+		}
+		if !ok {
+			t.Fatal("Next did not report the lost connection")
+		}
+	}
+	waitReady(t, q, 5)
+}
+
+// A quorum DLQ works the same: exclusive consumer, holding past the window,
+// everything back in order on close.
+func TestExclusiveQuorumQueue(t *testing.T) {
+	const n = 20
+	q := declareTyped(t, "quorum", n)
+	e, err := OpenExclusive(context.Background(), opts(), q, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenExclusive(context.Background(), opts(), q, 3); !errors.Is(err, ErrInUse) {
+		t.Fatalf("second owner of a quorum queue: %v", err)
+	}
+	var got []string
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, ok, err := e.Next(ctx)
+		cancel()
+		if err != nil || !ok {
+			t.Fatalf("after %d: ok=%v err=%v", len(got), ok, err)
+		}
+		got = append(got, d.Message().MessageID)
+		if len(got)%4 == 0 {
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !equal(got, seq(0, n)) {
+		t.Fatalf("order taken = %v", got)
+	}
+	e.Close()
+	var want []string
+	for i := range n {
+		if (i+1)%4 != 0 {
+			want = append(want, strconv.Itoa(i))
+		}
+	}
+	waitReady(t, q, len(want))
+	// A quorum queue returns messages in an order of its own (pushed and
+	// got ones separately): nothing is lost, the order may change.
+	ids := browse(t, q)
+	slices.SortFunc(ids, func(a, b string) int {
+		x, _ := strconv.Atoi(a)
+		y, _ := strconv.Atoi(b)
+		return x - y
+	})
+	if !equal(ids, want) {
+		t.Fatalf("quorum queue after close holds %v, want %v", ids, want)
+	}
+}

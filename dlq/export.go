@@ -1,0 +1,279 @@
+package dlq
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// SyncWriter is where an export goes: an *os.File. Sync must make what was
+// written durable; export --remove acks nothing before it returns.
+type SyncWriter interface {
+	io.Writer
+	Sync() error
+}
+
+// ExportOptions configure Export.
+type ExportOptions struct {
+	// DLQ is written in every record (informational).
+	DLQ string
+	// Bound is the number of messages present at start; at most that many
+	// are read, so messages arriving meanwhile are not exported.
+	Bound int
+	// Filter selects the messages exported; the others stay untouched.
+	Filter Filter
+	// Remove acks each exported message once its line is written and
+	// synced. Without it the DLQ is left exactly as it was.
+	Remove bool
+	// SyncEvery is the number of lines written between syncs when Remove
+	// is set (their acks wait for the sync). Default 100.
+	SyncEvery int
+	// IdleTimeout ends the export when the DLQ has had nothing to hand out
+	// for that long. Default 2s.
+	IdleTimeout time.Duration
+	Now         func() time.Time
+}
+
+// ExportResult is an export's account.
+type ExportResult struct {
+	DLQ      string `json:"dlq"`
+	Present  int    `json:"present"`
+	Taken    int    `json:"taken"`
+	Exported int    `json:"exported"`
+	// Removed were acked after their line was synced.
+	Removed int `json:"removed"`
+	Skipped int `json:"skipped"`
+	// Failed could not be encoded (unsupported header type); they stay.
+	Failed int   `json:"failed"`
+	Bytes  int64 `json:"bytes"`
+	// AckFailed were synced to the file but their ack was lost: they are
+	// in the file and still in the DLQ.
+	AckFailed int `json:"ackFailed,omitempty"`
+}
+
+// Export writes messages from src to w as JSON Lines (see Record). Without
+// o.Remove nothing is settled and the caller's closing the source returns
+// everything to its place. With o.Remove a message is acked only after its
+// line was written and w synced, so a crash at any point leaves every
+// message in the DLQ, in the file, or both.
+func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (ExportResult, error) {
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = 100
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 2 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	res := ExportResult{DLQ: o.DLQ, Present: o.Bound}
+	bw := bufio.NewWriterSize(w, 256<<10)
+	var pending []Delivery
+	var errs []error
+	// commit makes the lines written so far durable, then acks the
+	// messages they hold.
+	commit := func() error {
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("write export: %w", err)
+		}
+		if err := w.Sync(); err != nil {
+			return fmt.Errorf("sync export file: %w", err)
+		}
+		for _, d := range pending {
+			if err := d.Ack(); err != nil {
+				res.AckFailed++
+				if len(errs) == 0 {
+					errs = append(errs, fmt.Errorf("ack after sync (message is in the file and still in the DLQ): %w", err))
+				}
+				continue
+			}
+			res.Removed++
+		}
+		pending = pending[:0]
+		return nil
+	}
+	for res.Taken < o.Bound {
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("export interrupted after %d messages: %w", res.Exported, context.Cause(ctx)))
+			break
+		}
+		idle, cancel := context.WithTimeout(ctx, o.IdleTimeout)
+		d, ok, err := src.Next(idle)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("DLQ %q: %w", o.DLQ, err))
+			break
+		}
+		if !ok {
+			if ctx.Err() != nil {
+				errs = append(errs, fmt.Errorf("export interrupted after %d messages: %w", res.Exported, context.Cause(ctx)))
+			}
+			break // idle: nothing more to hand out
+		}
+		res.Taken++
+		m := d.Message()
+		if match, _ := o.Filter.Match(m, o.Now()); !match {
+			res.Skipped++
+			continue
+		}
+		line, err := MarshalLine(m, o.DLQ)
+		if err != nil {
+			res.Failed++
+			if res.Failed == 1 {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if _, err := bw.Write(line); err != nil {
+			errs = append(errs, fmt.Errorf("write export: %w", err))
+			break
+		}
+		res.Exported++
+		res.Bytes += int64(len(line))
+		if o.Remove {
+			pending = append(pending, d)
+			if len(pending) >= o.SyncEvery {
+				if err := commit(); err != nil {
+					errs = append(errs, err)
+					pending = nil // not acked: they return to the DLQ
+					break
+				}
+			}
+		}
+	}
+	if err := commit(); err != nil {
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
+}
+
+// ImportOptions configure Import.
+type ImportOptions struct {
+	// To is the destination queue.
+	To string
+	// Skip is the number of lines to skip first, to resume an import that
+	// stopped.
+	Skip int
+	// Parallel is the number of publishes awaiting their confirm at once;
+	// 1 keeps the file's order exactly. Default 1.
+	Parallel int
+	// Decimal converts decimal header values to the publisher's type.
+	Decimal func(Decimal) any
+}
+
+// ImportResult is an import's account.
+type ImportResult struct {
+	To        string `json:"to"`
+	Lines     int    `json:"lines"`
+	Skipped   int    `json:"skipped"`
+	Published int    `json:"published"`
+	// Through is the number of leading lines all published (or skipped):
+	// run again with --skip Through to resume after a failure.
+	Through int `json:"through"`
+}
+
+// Import publishes every line of r to o.To, each confirmed by the broker.
+// It stops at the first line it cannot decode or publish; lines published
+// past Through when it stops (Parallel > 1) would be published again by a
+// resumed run.
+func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (ImportResult, error) {
+	if o.Parallel < 1 {
+		o.Parallel = 1
+	}
+	res := ImportResult{To: o.To}
+	br := bufio.NewReaderSize(r, 1<<20)
+
+	var (
+		mu       sync.Mutex
+		done     = map[int]bool{}
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	slots := make(chan struct{}, o.Parallel)
+	// advance moves Through over every finished leading line.
+	advance := func() {
+		for done[res.Through+1] {
+			delete(done, res.Through+1)
+			res.Through++
+		}
+	}
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+
+	for n := 1; ; n++ {
+		line, rerr := br.ReadBytes('\n')
+		if len(line) == 0 && rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				fail(fmt.Errorf("read line %d: %w", n, rerr))
+			}
+			break
+		}
+		mu.Lock()
+		res.Lines = n
+		mu.Unlock()
+		if n <= o.Skip || len(bytes.TrimSpace(line)) == 0 {
+			mu.Lock()
+			if n <= o.Skip {
+				res.Skipped++
+			}
+			done[n] = true
+			advance()
+			mu.Unlock()
+			if rerr != nil {
+				break
+			}
+			continue
+		}
+		m, err := UnmarshalLine(line)
+		if err != nil {
+			fail(fmt.Errorf("line %d: %w", n, err))
+			break
+		}
+		if o.Decimal != nil {
+			ConvertDecimals(m.Headers, o.Decimal)
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			fail(fmt.Errorf("import interrupted: %w", context.Cause(ctx)))
+		}
+		if failed() {
+			break
+		}
+		wg.Add(1)
+		go func(n int) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			// Not ctx: a publish the broker may have taken is seen through.
+			if err := pub.PublishTo(context.WithoutCancel(ctx), "", o.To, m); err != nil {
+				fail(fmt.Errorf("line %d (message id %q): %w", n, m.MessageID, err))
+				return
+			}
+			mu.Lock()
+			res.Published++
+			done[n] = true
+			advance()
+			mu.Unlock()
+		}(n)
+		if rerr != nil {
+			break
+		}
+	}
+	wg.Wait()
+	return res, firstErr
+}

@@ -1,0 +1,564 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// Replay moves messages from a DLQ back to their original queue:
+//
+//	take ─ filter ─ destination? ─ replay cap? ─ publish copy → confirm → ack
+//	         │           │              │                │
+//	         └ skipped   └ kept         └ kept           └ failed (held)
+//
+// Everything not acked is held unacked until the run ends and then returns
+// to its place in the DLQ. That, with the bound (at most the number of
+// messages present at start), means one run handles each message at most
+// once even when a replayed message fails again at once and comes back to
+// the DLQ behind the others. The source is an exclusive consumer, so a
+// second replayer of the same DLQ is refused instead of republishing the
+// same messages (seeds/000).
+//
+// What a replayed copy carries: body, properties and message id unchanged;
+// the headers that describe the DLQ entry (x-dead-letter-reason,
+// x-dead-letter-time, x-final-*) are removed, since the copy is no longer
+// dead-lettered and Hopper writes them afresh if it comes back;
+// x-replay-count is incremented and x-last-replay-time, x-replayed-from set.
+// Hopper's attempt counters (x-retry-count, x-requeue-count, first/last
+// failure) are kept unless ResetAttempts: a replayed message that fails
+// again then goes straight back to the DLQ instead of through every retry
+// tier again, which is what an operator replaying after a fix wants to
+// find out first. ResetAttempts gives it the full retry budget again.
+// The deadline (x-hopper-deadline) is kept unless ClearDeadline: a message
+// that expired would otherwise expire again at once.
+
+// ReplayOptions configure Replay.
+type ReplayOptions struct {
+	// DLQ is the queue replayed from (for x-replayed-from and messages).
+	DLQ string
+	// To, when set, is the destination queue for every message instead of
+	// its x-original-queue.
+	To string
+	// Filter selects the messages replayed; the others are skipped (kept).
+	Filter Filter
+	// Bound is the number of messages present at start; at most that many
+	// are taken. Zero takes nothing.
+	Bound int
+	// Limit caps the messages replayed (0: no cap).
+	Limit int
+	// Rate caps replays per second (0: no cap).
+	Rate float64
+	// DryRun decides and counts but publishes and removes nothing.
+	DryRun bool
+	// ResetAttempts clears Hopper's attempt counters on the copy.
+	ResetAttempts bool
+	// ClearDeadline removes Hopper's deadline header from the copy.
+	ClearDeadline bool
+	// MaxReplays keeps messages already replayed that many times
+	// (x-replay-count ≥ MaxReplays) in the DLQ; 0 disables the cap.
+	MaxReplays int
+	// Parallel is the number of publishes awaiting their confirm at once.
+	// 1 keeps the DLQ's order exactly. Default 1.
+	Parallel int
+	// IdleTimeout ends the run when the DLQ has had nothing to hand out
+	// for that long (messages taken by someone else, or gone). Default 5s.
+	IdleTimeout time.Duration
+	// StallTimeout ends the run when nothing has moved — no message taken,
+	// no publish settled — for that long, for example while the broker
+	// blocks publishing. Default 60s.
+	StallTimeout time.Duration
+	// Progress, when set, is called every ProgressEvery (default 2s) and
+	// once at the end.
+	Progress      func(ReplayResult)
+	ProgressEvery time.Duration
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Kept reasons.
+const (
+	KeptNoDestination = "no destination (no x-original-queue; use --to)"
+	KeptMaxReplays    = "replay cap reached (x-replay-count >= --max-replays)"
+)
+
+// Why a run ended.
+const (
+	EndDone        = "done"        // every message present at start was handled
+	EndEmpty       = "empty"       // the DLQ had nothing more to hand out
+	EndLimit       = "limit"       // --limit messages replayed
+	EndInterrupted = "interrupted" // signal or total timeout
+	EndStalled     = "stalled"     // no progress for the stall timeout
+	EndLost        = "source lost" // connection to the DLQ lost
+)
+
+// ErrStalled ends a run that made no progress for the stall timeout.
+var ErrStalled = errors.New("replay stalled: no progress")
+
+// QueueCounts are per original queue.
+type QueueCounts struct {
+	Recovered    int `json:"recovered"`
+	WouldRecover int `json:"wouldRecover,omitempty"`
+	Failed       int `json:"failed"`
+	Kept         int `json:"kept"`
+	Skipped      int `json:"skipped"`
+}
+
+// ReplayResult is a run's account. Every message taken is in exactly one
+// of Recovered, Failed, Kept, Skipped (or WouldRecover in a dry run).
+type ReplayResult struct {
+	DLQ     string `json:"dlq"`
+	DryRun  bool   `json:"dryRun,omitempty"`
+	Present int    `json:"present"`
+	Taken   int    `json:"taken"`
+	// Recovered were published, confirmed and removed from the DLQ.
+	Recovered int `json:"recovered"`
+	// WouldRecover is what a dry run would have replayed.
+	WouldRecover int `json:"wouldRecover,omitempty"`
+	// Failed could not be moved (publish refused, returned, unconfirmed, or
+	// the ack lost after a confirmed publish — then the message is in both
+	// queues); they stay in the DLQ.
+	Failed int `json:"failed"`
+	// Kept stay in the DLQ by rule (no destination, replay cap).
+	Kept int `json:"kept"`
+	// Skipped did not match the filter.
+	Skipped int `json:"skipped"`
+	// InFlight are taken and not yet decided (progress reports only).
+	InFlight int                     `json:"inFlight,omitempty"`
+	ByQueue  map[string]*QueueCounts `json:"byQueue"`
+	KeptWhy  map[string]int          `json:"keptWhy,omitempty"`
+	// Errors holds the first distinct failure reasons, with counts.
+	Errors  map[string]int `json:"errors,omitempty"`
+	End     string         `json:"end"`
+	Elapsed Duration       `json:"elapsed"`
+	// Rate is messages recovered per second.
+	Rate float64 `json:"rate"`
+}
+
+func (r *ReplayResult) queue(q string) *QueueCounts {
+	q = orUnknown(q)
+	c := r.ByQueue[q]
+	if c == nil {
+		c = &QueueCounts{}
+		r.ByQueue[q] = c
+	}
+	return c
+}
+
+func (r *ReplayResult) clone() ReplayResult {
+	c := *r
+	c.ByQueue = make(map[string]*QueueCounts, len(r.ByQueue))
+	for k, v := range r.ByQueue {
+		vv := *v
+		c.ByQueue[k] = &vv
+	}
+	c.KeptWhy = maps.Clone(r.KeptWhy)
+	c.Errors = maps.Clone(r.Errors)
+	return c
+}
+
+// maxErrorKinds bounds ReplayResult.Errors.
+const maxErrorKinds = 10
+
+// replayer is one run.
+type replayer struct {
+	o   ReplayOptions
+	src Source
+	pub Publisher
+
+	mu       sync.Mutex
+	res      ReplayResult
+	inflight int
+	// settled is signalled (without blocking) whenever a publish settles.
+	settled  chan struct{}
+	progress atomic.Int64 // UnixNano of the last progress
+	began    time.Time
+}
+
+// Replay runs one replay: it takes at most o.Bound messages from src and
+// moves those that match to their destination through pub. It returns the
+// account and, when the run ended abnormally (interrupted, stalled, source
+// lost), an error; the account is valid either way. The caller closes src
+// afterwards, which returns every held message to the DLQ.
+func Replay(ctx context.Context, src Source, pub Publisher, o ReplayOptions) (ReplayResult, error) {
+	if o.Parallel < 1 {
+		o.Parallel = 1
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 5 * time.Second
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = 60 * time.Second
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 2 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &replayer{o: o, src: src, pub: pub, began: o.Now(), settled: make(chan struct{}, 1)}
+	r.res = ReplayResult{DLQ: o.DLQ, DryRun: o.DryRun, Present: o.Bound, ByQueue: map[string]*QueueCounts{}, KeptWhy: map[string]int{}, Errors: map[string]int{}}
+	r.touch()
+	err := r.run(ctx)
+	r.mu.Lock()
+	res := r.res.clone()
+	r.mu.Unlock()
+	res.Elapsed = Duration(o.Now().Sub(r.began))
+	if secs := time.Duration(res.Elapsed).Seconds(); secs > 0 {
+		res.Rate = float64(res.Recovered) / secs
+	}
+	if o.Progress != nil {
+		o.Progress(res)
+	}
+	return res, err
+}
+
+func (r *replayer) touch() { r.progress.Store(time.Now().UnixNano()) }
+
+func (r *replayer) run(parent context.Context) error {
+	// fetchCtx ends the taking of new messages: on interrupt, stall or
+	// total timeout. Publishes already started finish on their own
+	// (bounded by the publisher's confirm timeout) so that a confirmed copy
+	// gets its ack and is not left behind as a duplicate.
+	fetchCtx, stop := context.WithCancelCause(parent)
+	defer stop(nil)
+
+	done := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		r.watch(fetchCtx, done, stop)
+	}()
+
+	slots := make(chan struct{}, r.o.Parallel)
+	var workers sync.WaitGroup
+	var pace pacer
+	pace.rate = r.o.Rate
+	end, endErr := r.loop(fetchCtx, slots, &workers, &pace)
+	workers.Wait()
+	close(done)
+	watch.Wait()
+
+	if end == "" {
+		switch cause := context.Cause(fetchCtx); {
+		case errors.Is(cause, ErrStalled):
+			end, endErr = EndStalled, fmt.Errorf("%w for %s", ErrStalled, r.o.StallTimeout)
+		case parent.Err() != nil:
+			end, endErr = EndInterrupted, fmt.Errorf("replay interrupted: %w", context.Cause(parent))
+		}
+	}
+	r.mu.Lock()
+	r.res.End = end
+	r.mu.Unlock()
+	return endErr
+}
+
+// loop takes and dispatches messages until the bound, the limit, an empty
+// DLQ or fetchCtx ends it. It returns the end reason ("" when fetchCtx
+// ended) and the error for an abnormal end.
+func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.WaitGroup, pace *pacer) (string, error) {
+	for {
+		r.mu.Lock()
+		taken, inflight, replaying := r.res.Taken, r.inflight, r.res.Recovered+r.res.WouldRecover+r.inflight
+		r.mu.Unlock()
+		if taken >= r.o.Bound {
+			return EndDone, nil
+		}
+		if r.o.Limit > 0 && replaying >= r.o.Limit {
+			if inflight == 0 {
+				return EndLimit, nil
+			}
+			// A publish in flight may still fail and free its share of
+			// the limit: wait for it rather than stop short or overshoot.
+			select {
+			case <-r.settled:
+				continue
+			case <-ctx.Done():
+				return "", nil
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return "", nil
+		}
+		idle, cancel := context.WithTimeout(ctx, r.o.IdleTimeout)
+		d, ok, err := r.src.Next(idle)
+		cancel()
+		if err != nil {
+			<-slots
+			return EndLost, fmt.Errorf("DLQ %q: %w", r.o.DLQ, err)
+		}
+		if !ok {
+			<-slots
+			if ctx.Err() != nil {
+				return "", nil
+			}
+			return EndEmpty, nil
+		}
+		r.touch()
+		m := d.Message()
+		dest, verdict := r.decide(m)
+
+		r.mu.Lock()
+		r.res.Taken++
+		switch {
+		case verdict == "" && r.o.DryRun:
+			r.res.WouldRecover++
+			r.res.queue(OriginalQueue(m)).WouldRecover++
+		case verdict == "":
+			r.inflight++
+		case verdict == "skip":
+			r.res.Skipped++
+			r.res.queue(OriginalQueue(m)).Skipped++
+		default:
+			r.res.Kept++
+			r.res.queue(OriginalQueue(m)).Kept++
+			r.res.KeptWhy[verdict]++
+		}
+		r.mu.Unlock()
+
+		if verdict != "" || r.o.DryRun {
+			// Held unacked: returned to its place when the source closes.
+			<-slots
+			continue
+		}
+		if err := pace.wait(ctx); err != nil {
+			r.mu.Lock()
+			r.inflight--
+			r.res.Taken--
+			r.mu.Unlock()
+			// Taken but not published: it is held and returns with the
+			// others; it was not handled, so it is not counted.
+			<-slots
+			return "", nil
+		}
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			defer func() { <-slots }()
+			r.move(ctx, d, m, dest)
+		}()
+	}
+}
+
+// decide returns the destination, or why the message stays: "skip" when
+// the filter does not select it, else a Kept* reason.
+func (r *replayer) decide(m *msg.Message) (dest, verdict string) {
+	if ok, _ := r.o.Filter.Match(m, r.o.Now()); !ok {
+		return "", "skip"
+	}
+	dest = r.o.To
+	if dest == "" {
+		dest = OriginalQueue(m)
+	}
+	if dest == "" {
+		return "", KeptNoDestination
+	}
+	if r.o.MaxReplays > 0 && ReplayCount(m) >= r.o.MaxReplays {
+		return "", KeptMaxReplays
+	}
+	return dest, ""
+}
+
+// move publishes the copy, waits for the confirm, then acks the original.
+// A failed publish leaves the original held (it returns to the DLQ at the
+// end of the run), never acked.
+func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest string) {
+	cp := ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+	// Not ctx: an interrupt must not abandon a publish the broker may
+	// already have taken; the publisher's confirm timeout bounds it.
+	err := r.pub.PublishTo(context.WithoutCancel(ctx), "", dest, cp)
+	if err == nil {
+		if aerr := d.Ack(); aerr != nil {
+			// The copy is in dest and the original back in the DLQ: a
+			// duplicate, never a loss.
+			err = fmt.Errorf("ack after a confirmed publish failed (the message is now in both queues): %w", aerr)
+		}
+	}
+	r.touch()
+	defer func() {
+		select {
+		case r.settled <- struct{}{}:
+		default:
+		}
+	}()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight--
+	q := r.res.queue(OriginalQueue(m))
+	if err != nil {
+		r.res.Failed++
+		q.Failed++
+		key := err.Error()
+		if _, seen := r.res.Errors[key]; seen || len(r.res.Errors) < maxErrorKinds {
+			r.res.Errors[key]++
+		}
+		return
+	}
+	r.res.Recovered++
+	q.Recovered++
+}
+
+// watch reports progress and ends the run when it stalls.
+func (r *replayer) watch(ctx context.Context, done <-chan struct{}, stop context.CancelCauseFunc) {
+	every := max(min(r.o.ProgressEvery, r.o.StallTimeout)/4, 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	lastReport := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		if ctx.Err() == nil && time.Since(time.Unix(0, r.progress.Load())) > r.o.StallTimeout {
+			stop(ErrStalled)
+		}
+		// Half a tick of slack so that ticks landing just short of the
+		// period do not skip a report.
+		if r.o.Progress != nil && time.Since(lastReport) >= r.o.ProgressEvery-every/2 {
+			lastReport = time.Now()
+			r.mu.Lock()
+			res := r.res.clone()
+			res.InFlight = r.inflight
+			r.mu.Unlock()
+			res.Elapsed = Duration(r.o.Now().Sub(r.began))
+			if secs := time.Duration(res.Elapsed).Seconds(); secs > 0 {
+				res.Rate = float64(res.Recovered) / secs
+			}
+			r.o.Progress(res)
+		}
+	}
+}
+
+// pacer spaces replays to at most rate per second.
+type pacer struct {
+	rate float64
+	next time.Time
+}
+
+func (p *pacer) wait(ctx context.Context) error {
+	if p.rate <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if p.next.Before(now) {
+		p.next = now
+	}
+	wait := p.next.Sub(now)
+	p.next = p.next.Add(time.Duration(float64(time.Second) / p.rate))
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// dlqEntryHeaders describe a message's stay in the DLQ; a replayed copy is
+// no longer there, and Hopper writes them afresh if it comes back.
+var dlqEntryHeaders = []string{
+	msg.HeaderDeadLetterReason, msg.HeaderDeadLetterTime,
+	msg.HeaderFinalStatusCode, msg.HeaderFinalError, msg.HeaderFinalRetryCount,
+}
+
+// attemptHeaders are Hopper's attempt history, cleared by --reset-attempts.
+var attemptHeaders = []string{
+	msg.HeaderRetryCount, msg.HeaderRequeueCount,
+	msg.HeaderFirstFailureTime, msg.HeaderLastFailureTime, msg.HeaderLastStatusCode,
+}
+
+// ReplayCopy is the copy of m a replay publishes (see the Replay comment).
+func ReplayCopy(m *msg.Message, dlq string, now time.Time, resetAttempts, clearDeadline bool) *msg.Message {
+	cp := m.Clone()
+	for _, h := range dlqEntryHeaders {
+		delete(cp.Headers, h)
+	}
+	if resetAttempts {
+		for _, h := range attemptHeaders {
+			delete(cp.Headers, h)
+		}
+	}
+	if clearDeadline {
+		delete(cp.Headers, msg.HeaderDeadline)
+	}
+	cp.Headers[HeaderReplayCount] = int32(ReplayCount(m) + 1)
+	cp.Headers[HeaderReplayTime] = now.UTC().Format(time.RFC3339Nano)
+	if dlq != "" {
+		cp.Headers[HeaderReplayedFrom] = dlq
+	}
+	return cp
+}
+
+// WriteProgress writes one progress line.
+func WriteProgress(w io.Writer, r ReplayResult) {
+	verb := "recovered"
+	n := r.Recovered
+	if r.DryRun {
+		verb, n = "would recover", r.WouldRecover
+	}
+	fmt.Fprintf(w, "replay %s: %d/%d taken, %d %s, %d failed, %d kept, %d skipped, %d in flight, %.0f msg/s, %s\n",
+		r.DLQ, r.Taken, r.Present, n, verb, r.Failed, r.Kept, r.Skipped, r.InFlight, r.Rate,
+		time.Duration(r.Elapsed).Round(time.Millisecond))
+}
+
+// WriteSummary writes the account for people.
+func (r *ReplayResult) WriteSummary(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	title := "Replay"
+	if r.DryRun {
+		title = "Replay (dry run: nothing published, nothing removed)"
+	}
+	fmt.Fprintf(tw, "%s of %s: %s after %s\n", title, r.DLQ, r.End, time.Duration(r.Elapsed).Round(time.Millisecond))
+	fmt.Fprintf(tw, "present at start\t%d\n", r.Present)
+	fmt.Fprintf(tw, "taken\t%d\n", r.Taken)
+	if r.DryRun {
+		fmt.Fprintf(tw, "would recover\t%d\n", r.WouldRecover)
+	} else {
+		fmt.Fprintf(tw, "recovered\t%d\t(%.0f msg/s)\n", r.Recovered, r.Rate)
+	}
+	fmt.Fprintf(tw, "failed\t%d\t(still in the DLQ)\n", r.Failed)
+	fmt.Fprintf(tw, "kept\t%d\t(still in the DLQ)\n", r.Kept)
+	for _, why := range slices.Sorted(maps.Keys(r.KeptWhy)) {
+		fmt.Fprintf(tw, "  %s\t%d\t\n", why, r.KeptWhy[why])
+	}
+	fmt.Fprintf(tw, "skipped by filter\t%d\t(still in the DLQ)\n", r.Skipped)
+	if len(r.ByQueue) > 0 {
+		col := "recovered"
+		if r.DryRun {
+			col = "would recover"
+		}
+		fmt.Fprintf(tw, "\nOriginal queue\t%s\tfailed\tkept\tskipped\n", col)
+		for _, q := range slices.Sorted(maps.Keys(r.ByQueue)) {
+			c := r.ByQueue[q]
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\n", q, c.Recovered+c.WouldRecover, c.Failed, c.Kept, c.Skipped)
+		}
+	}
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(tw, "\nFailures\tcount\n")
+		for _, e := range slices.Sorted(maps.Keys(r.Errors)) {
+			fmt.Fprintf(tw, "  %s\t%d\n", strings.ReplaceAll(e, "\t", " "), r.Errors[e])
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	return nil
+}
