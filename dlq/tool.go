@@ -130,22 +130,11 @@ func ReplayCount(m *msg.Message) int {
 // headerString is the string form of a scalar header value, as filters
 // compare it. ok is false for tables, arrays and void.
 func headerString(v any) (string, bool) {
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case []byte:
-		return string(x), true
-	case bool:
-		return strconv.FormatBool(x), true
-	case float32:
-		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64), true
-	case time.Time:
-		return x.UTC().Format(time.RFC3339), true
+	if b, ok := v.([]byte); ok {
+		return string(b), true
 	}
-	if n, ok := msg.AsInt(v); ok {
-		return strconv.FormatInt(n, 10), true
+	if str, ok := msg.Scalar(v); ok {
+		return str, true
 	}
 	if d, ok := asDecimal(v); ok {
 		return d.String(), true

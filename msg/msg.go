@@ -139,3 +139,26 @@ func AsInt(v any) (int64, bool) {
 	}
 	return 0, false
 }
+
+// Scalar renders a string, boolean, number or timestamp header value as
+// text; ok is false for byte strings, tables, arrays, decimals and void.
+func Scalar(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case bool:
+		return strconv.FormatBool(x), true
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), true
+	case time.Time:
+		return x.UTC().Format(time.RFC3339), true
+	case []byte:
+		return "", false
+	}
+	if n, ok := AsInt(v); ok {
+		return strconv.FormatInt(n, 10), true
+	}
+	return "", false
+}

@@ -105,29 +105,8 @@ func BuildHeaders(dst []Header, m *msg.Message, in RequestInfo) ([]Header, int) 
 	return dst, skipped
 }
 
-// scalar renders a string, number or boolean header value.
-func scalar(v any) (string, bool) {
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case bool:
-		return strconv.FormatBool(x), true
-	case float32:
-		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64), true
-	case time.Time:
-		return x.UTC().Format(time.RFC3339), true
-	}
-	if n, ok := msg.AsInt(v); ok {
-		switch v.(type) {
-		case string, []byte:
-		default:
-			return strconv.FormatInt(n, 10), true
-		}
-	}
-	return "", false
-}
+// scalar renders a string, number, boolean or timestamp header value.
+func scalar(v any) (string, bool) { return msg.Scalar(v) }
 
 // validToken reports whether s is an HTTP header name (RFC 9110 token).
 func validToken(s string) bool {
