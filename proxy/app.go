@@ -112,6 +112,14 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 		deadline = d
 	}
 	err := a.do(ctx, req, resp, deadline)
+	if staleConn(err) && time.Now().Before(deadline) {
+		// A pooled keep-alive connection the app closed (it restarted):
+		// drop every idle one and try once on a fresh connection, instead of
+		// failing one message per dead connection.
+		a.client.CloseIdleConnections()
+		resp.Reset()
+		err = a.do(ctx, req, resp, deadline)
+	}
 	if errors.Is(err, errCancelled) {
 		// Shutdown cut the call off: req and resp now belong to the
 		// abandoned call. The app may still answer; the message goes back
@@ -257,6 +265,13 @@ func classify(err error) retry.Outcome {
 		o.Status = 0
 	}
 	return o
+}
+
+// staleConn reports an error of a connection closed or reset before any
+// response: the mark of a keep-alive connection that died while idle.
+func staleConn(err error) bool {
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)
 }
 
 func isTimeout(err error) bool {

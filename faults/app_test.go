@@ -1,0 +1,308 @@
+package faults
+
+import (
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// behavior is what the app does with one request.
+type behavior int
+
+const (
+	answer2xx   behavior = iota // 200, 201, 202 or 204
+	answer425                   // Too Early: requeue, not an attempt
+	answer429                   // retry
+	answer409                   // retry
+	answer500                   // retry
+	answer503                   // retry
+	answer400                   // non-retriable: the DLQ at once
+	answerHang                  // no answer before hopper's timeout: retry
+	answerReset                 // hijack and close without answering: unavailable
+)
+
+// Statuses recorded for requests that got no HTTP answer.
+const (
+	statusHang  = -1
+	statusReset = -2
+)
+
+// failures are the answers a script uses for a failed attempt. 425 and the
+// reset are not attempts and are scripted separately.
+var failures = []behavior{answer429, answer409, answer500, answer503, answerHang}
+
+// expect is a script's final outcome.
+type expect int
+
+const (
+	expectAck          expect = iota // answered 2xx, never dead-lettered
+	expectNonRetriable               // DLQ, reason non-retriable
+	expectMaxAttempts                // DLQ, reason max-attempts
+)
+
+// script decides, before anything is published, how the app treats one
+// message. It is keyed on what hopper sends (Hopper-Attempt and
+// Hopper-Requeue-Count), not on how often the app was called, so a
+// redelivery after a hopper crash or a duplicate gets the same answers and
+// the final outcome is exact.
+type script struct {
+	requeues int        // answer 425 while Hopper-Requeue-Count < requeues
+	resetAt  int        // reset the first request at this attempt (0: never)
+	fails    []behavior // answers for attempts 1..len(fails)
+	final    behavior   // answer for every later attempt: 2xx, 400 or 503
+	want     expect
+}
+
+// newScripts draws one script per id from seed. maxAttempts is hopper's
+// retry.maxAttempts; a message meant to succeed fails at most
+// maxAttempts-2 times so that one unscripted timeout (a slow machine) still
+// leaves it an attempt to succeed in, and a permanent 400 comes at attempt
+// 2 at the latest.
+func newScripts(ids []string, seed uint64, maxAttempts int) map[string]*script {
+	rnd := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	fail := func() behavior { return failures[rnd.IntN(len(failures))] }
+	out := make(map[string]*script, len(ids))
+	for _, id := range ids {
+		s := &script{}
+		switch r := rnd.Float64(); {
+		case r < 0.55: // succeeds at once
+			s.final, s.want = answer2xx, expectAck
+		case r < 0.82: // succeeds after 1..maxAttempts-2 failures
+			for range 1 + rnd.IntN(maxAttempts-2) {
+				s.fails = append(s.fails, fail())
+			}
+			s.final, s.want = answer2xx, expectAck
+		case r < 0.91: // permanent 400, maybe after one failure
+			for range rnd.IntN(2) {
+				s.fails = append(s.fails, fail())
+			}
+			s.final, s.want = answer400, expectNonRetriable
+		default: // fails every attempt
+			for range rnd.IntN(maxAttempts) {
+				s.fails = append(s.fails, fail())
+			}
+			s.final, s.want = answer503, expectMaxAttempts
+		}
+		if rnd.Float64() < 0.2 {
+			s.requeues = 1 + rnd.IntN(2)
+		}
+		if rnd.Float64() < 0.1 {
+			s.resetAt = 1 + rnd.IntN(len(s.fails)+1)
+		}
+		out[id] = s
+	}
+	return out
+}
+
+// answer returns what to do for one request.
+func (s *script) answer(attempt, requeues int, firstReset bool) behavior {
+	switch {
+	case s.resetAt == attempt && firstReset:
+		return answerReset
+	case requeues < s.requeues:
+		return answer425
+	case attempt >= 1 && attempt <= len(s.fails):
+		return s.fails[attempt-1]
+	}
+	return s.final
+}
+
+// record is one request the app received and what it did with it.
+type record struct {
+	ID       string
+	Attempt  int
+	Requeues int
+	Status   int // HTTP status, statusHang or statusReset
+	At       time.Time
+}
+
+// faultApp is the app hopper delivers to. It runs in-process so the test
+// can crash it (every connection closed abruptly, the port refusing) and
+// start it again on the same port; its records live outside the server so
+// they survive crashes.
+type faultApp struct {
+	t       *testing.T
+	addr    string
+	scripts map[string]*script // read-only once serving; nil: always 2xx
+	hang    time.Duration      // how long a hang lasts at most
+
+	mu      sync.Mutex
+	srv     *http.Server
+	records []record
+	reset   map[string]bool // ids whose scripted reset happened
+	crashes int
+
+	inFlight atomic.Int64
+}
+
+func startApp(t *testing.T, scripts map[string]*script) *faultApp {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &faultApp{t: t, addr: ln.Addr().String(), scripts: scripts, hang: 3 * time.Second, reset: map[string]bool{}}
+	a.serve(ln)
+	t.Cleanup(a.crash)
+	return a
+}
+
+// URL is where hopper POSTs messages.
+func (a *faultApp) URL() string { return "http://" + a.addr + "/msg" }
+
+func (a *faultApp) serve(ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/msg", a.handle)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.mu.Lock()
+	a.srv = srv
+	a.mu.Unlock()
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+}
+
+// crash closes the listener and every open connection at once, as a
+// process dying would; requests in progress get no answer.
+func (a *faultApp) crash() {
+	a.mu.Lock()
+	srv := a.srv
+	a.srv = nil
+	if srv != nil {
+		a.crashes++
+	}
+	a.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// restart listens again on the same port.
+func (a *faultApp) restart() {
+	a.t.Helper()
+	var ln net.Listener
+	var err error
+	for range 100 {
+		if ln, err = net.Listen("tcp", a.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		a.t.Errorf("app restart on %s: %v", a.addr, err)
+		return
+	}
+	a.serve(ln)
+}
+
+// flap takes the app down and up again every period for d.
+func (a *faultApp) flap(d, period time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		a.crash()
+		time.Sleep(period / 2)
+		a.restart()
+		time.Sleep(period / 2)
+	}
+}
+
+// waitInFlight waits (at most timeout) until the app holds a request, so a
+// fault injected next hits a delivery mid-flight. It reports whether one
+// was in flight.
+func (a *faultApp) waitInFlight(timeout time.Duration) bool {
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if a.inFlight.Load() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
+	a.inFlight.Add(1)
+	defer a.inFlight.Add(-1)
+	_, _ = io.Copy(io.Discard, r.Body)
+	id := r.Header.Get("Hopper-Message-Id")
+	attempt, _ := strconv.Atoi(r.Header.Get("Hopper-Attempt"))
+	requeues, _ := strconv.Atoi(r.Header.Get("Hopper-Requeue-Count"))
+
+	b := answer2xx
+	a.mu.Lock()
+	if s := a.scripts[id]; s != nil {
+		b = s.answer(attempt, requeues, !a.reset[id])
+		if b == answerReset {
+			a.reset[id] = true
+		}
+	}
+	rec := record{ID: id, Attempt: attempt, Requeues: requeues, At: time.Now()}
+	switch b {
+	case answer2xx:
+		rec.Status = []int{200, 201, 202, 204}[len(a.records)%4]
+	case answer425:
+		rec.Status = http.StatusTooEarly
+	case answer429:
+		rec.Status = http.StatusTooManyRequests
+	case answer409:
+		rec.Status = http.StatusConflict
+	case answer500:
+		rec.Status = http.StatusInternalServerError
+	case answer503:
+		rec.Status = http.StatusServiceUnavailable
+	case answer400:
+		rec.Status = http.StatusBadRequest
+	case answerHang:
+		rec.Status = statusHang
+	case answerReset:
+		rec.Status = statusReset
+	}
+	// Recorded before answering: a 2xx counts once the app decided it,
+	// whether or not hopper got to read it (a crash may cut it off).
+	a.records = append(a.records, rec)
+	a.mu.Unlock()
+
+	switch rec.Status {
+	case statusHang:
+		select {
+		case <-r.Context().Done(): // hopper gave up and closed the connection
+		case <-time.After(a.hang):
+		}
+		// Returning would make net/http send an implicit 200: close instead.
+		a.hangUp(w, false)
+	case statusReset:
+		a.hangUp(w, true)
+	default:
+		w.WriteHeader(rec.Status)
+	}
+}
+
+// hangUp closes the request's connection without an answer; with reset,
+// abortively (RST instead of FIN).
+func (a *faultApp) hangUp(w http.ResponseWriter, reset bool) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		a.t.Errorf("app: hijack to close the connection: %v", err)
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok && reset {
+		_ = tc.SetLinger(0)
+	}
+	conn.Close()
+}
+
+// snapshot returns a copy of every record so far.
+func (a *faultApp) snapshot() []record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]record(nil), a.records...)
+}
+
+// crashCount is how many times the app was crashed.
+func (a *faultApp) crashCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.crashes
+}

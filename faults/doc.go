@@ -1,0 +1,19 @@
+// Package faults holds Hopper's fault suite: the end-to-end proof of SPEC
+// §13 that no message is ever lost.
+//
+// The package has no code of its own; everything lives in its tests. Each
+// scenario starts a real hopper binary (built once per run) as a
+// subprocess against a private RabbitMQ node, with an in-process HTTP app
+// the test controls, publishes N messages with unique ids and publisher
+// confirms, injects faults — broker restart, hopper SIGKILL mid-flight, app
+// crash and flapping, app errors of every class, a DLQ that refuses
+// publishes — and finally accounts for every id: answered 2xx at least
+// once, or in the dead-letter queue with a reason. Nothing else is allowed.
+//
+//	go test -count=1 -v -run TestFault ./faults/      # N=1000
+//	make faults                                       # N=5000, log in faults.log
+//
+// Environment: HOPPER_FAULTS_N (messages per scenario, default 1000),
+// HOPPER_FAULTS_SEED (the seed of the app's per-message scripts, default 1),
+// HOPPER_FAULTS_KEEP=1 keeps hopper's logs and configs (a failed run always does).
+package faults

@@ -1,0 +1,292 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// maxAttempts is hopper's retry.maxAttempts in every scenario.
+const maxAttempts = 4
+
+var queueSeq atomic.Int64
+
+// run is one scenario in progress: the app, hopper, the queues and a clock
+// for the step log.
+type run struct {
+	t      *testing.T
+	q      queues
+	app    *faultApp
+	hopper *hopperProc
+	began  time.Time
+	killed int // SIGKILLs that hit a delivery in flight at the app
+}
+
+// begin starts the app and hopper for a scenario and waits until hopper
+// consumes.
+func begin(t *testing.T, name string, scripts map[string]*script) *run {
+	t.Helper()
+	hopperBinary(t) // the clock starts once the build is done
+	r := &run{t: t, q: queues{work: fmt.Sprintf("faults.%s.%d", name, queueSeq.Add(1))}, began: time.Now()}
+	r.app = startApp(t, scripts)
+	r.hopper = startHopper(t, r.q.work, hopperConfig{
+		BrokerURL: rabbit.URL(), Queue: r.q.work, AppURL: r.app.URL(), MaxAttempts: maxAttempts,
+	})
+	if err := r.hopper.waitEvent("CONSUMER_STARTED", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r.step("hopper consuming %s (log %s)", r.q.work, r.hopper.logPath)
+	return r
+}
+
+func (r *run) step(format string, args ...any) {
+	r.t.Helper()
+	r.t.Logf("+%5.1fs "+format, append([]any{time.Since(r.began).Seconds()}, args...)...)
+}
+
+// killHopper SIGKILLs hopper while the app holds a delivery (so that one
+// is in flight, unacked, at the moment of death), then starts it again
+// after down.
+func (r *run) killHopper(down time.Duration) {
+	r.t.Helper()
+	inFlight := r.app.waitInFlight(3 * time.Second)
+	r.hopper.kill()
+	if inFlight {
+		r.killed++
+	}
+	r.step("hopper SIGKILLed (a delivery in flight at the app: %t)", inFlight)
+	time.Sleep(down)
+	r.hopper.start()
+	r.step("hopper started again")
+}
+
+func (r *run) crashApp(down time.Duration) {
+	r.t.Helper()
+	r.app.crash()
+	r.step("app crashed (listener and connections closed)")
+	time.Sleep(down)
+	r.app.restart()
+	r.step("app back after %s", down)
+}
+
+// finish waits for the published ids, then for hopper to settle every
+// message, stops hopper with SIGTERM, drains the queues and accounts for
+// every id.
+func (r *run) finish(pubDone <-chan publishStats) *accounting {
+	r.t.Helper()
+	ps := <-pubDone
+	r.step("published: %d ids confirmed in %s (%d failed publishes retried)", len(ps.confirmed), ps.took.Round(time.Millisecond), ps.failures)
+	// Bounded, and in proportion to N: in the mixed scenario the breaker
+	// opens often (a 5xx streak is an unhealthy app), which paces delivery.
+	bound := 2*time.Minute + time.Duration(len(ps.confirmed))*30*time.Millisecond
+	d, ok := settle(r.q, bound)
+	if ok {
+		r.step("settled: %s", formatDepths(d, r.q))
+	} else {
+		r.t.Errorf("work and tier queues not empty after %s: %s", bound, formatDepths(d, r.q))
+	}
+	if err := r.hopper.stop(); err != nil {
+		r.t.Errorf("hopper shutdown: %v\n%s", err, r.hopper.logTail(20))
+	}
+	for _, s := range r.hopper.unexpectedExits() {
+		r.t.Errorf("%s\n%s", s, r.hopper.logTail(30))
+	}
+	for _, p := range r.hopper.logProblems() {
+		r.t.Errorf("hopper log: %s", p)
+	}
+	left := drain(r.t, r.q)
+	a := account(ps.confirmed, r.app.snapshot(), left, r.q)
+	r.step("accounted for %d ids", a.published)
+	return a
+}
+
+// refusedMoves counts the moves to the DLQ the broker refused (a
+// publisher nack), which hopper logs as MOVE_FAILED.
+func (r *run) refusedMoves() int {
+	return r.hopper.countLines("event=MOVE_FAILED", "to="+r.q.dlq(), "publisher nack")
+}
+
+func makeIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%06d", prefix, i)
+	}
+	return ids
+}
+
+// TestFaultMixed: the app answers a seeded mix of every class (2xx, 425,
+// 429, 409, 500, 503, 400, hangs past the timeout, connection resets)
+// while the suite restarts the broker, SIGKILLs hopper three times, crashes
+// the app, makes it flap, and has the broker refuse publishes to the DLQ for
+// a few seconds. Every id must end answered 2xx or in the DLQ, and exactly
+// where its script says: the scripts are keyed on the attempt and requeue
+// counts hopper sends, so a redelivery or a duplicate copy gets the same
+// answers, and each script leaves one attempt of slack for an unscripted
+// timeout (see newScripts). The expectations are therefore exact, not
+// merely "lost=0 and the reasons look legitimate".
+func TestFaultMixed(t *testing.T) {
+	n := messageCount(t)
+	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
+	ids := makeIDs("mixed", n)
+	scripts := newScripts(ids, seed, maxAttempts)
+	r := begin(t, "mixed", scripts)
+	r.step("N=%d, scripts seeded with %d", n, seed)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pubDone := make(chan publishStats, 1)
+	go func() { pubDone <- publishPaced(ctx, t, r.q.work, ids, 20*time.Second) }()
+
+	// The faults, one after another, while the messages stream in.
+	time.Sleep(1500 * time.Millisecond)
+	r.killHopper(300 * time.Millisecond)
+
+	// The broker refuses every move to the DLQ (publisher nacks) for at
+	// least 3s and until hopper has had one refused.
+	time.Sleep(500 * time.Millisecond)
+	clearPolicy := refuseDLQ(t, r.q)
+	r.step("DLQ refuses publishes (policy max-length 0, reject-publish)")
+	time.Sleep(3 * time.Second)
+	for end := time.Now().Add(15 * time.Second); r.refusedMoves() == 0 && time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	clearPolicy()
+	r.step("DLQ policy cleared after %d refused move(s)", r.refusedMoves())
+
+	time.Sleep(500 * time.Millisecond)
+	r.step("broker restarting")
+	if err := rabbit.Restart(); err != nil {
+		t.Fatalf("broker restart: %v", err)
+	}
+	r.step("broker back")
+
+	time.Sleep(500 * time.Millisecond)
+	r.crashApp(1500 * time.Millisecond)
+
+	time.Sleep(time.Second)
+	r.killHopper(300 * time.Millisecond)
+
+	// The app flaps (down/up every second for 6s); hopper is SIGKILLed in
+	// the middle of it and comes back to an app that keeps going away.
+	var flapping sync.WaitGroup
+	flapping.Add(1)
+	r.step("app flapping: down/up every 1s for 6s")
+	go func() { defer flapping.Done(); r.app.flap(6*time.Second, time.Second) }()
+	time.Sleep(2500 * time.Millisecond)
+	r.killHopper(300 * time.Millisecond)
+	flapping.Wait()
+	r.step("app flapping over, app up")
+
+	a := r.finish(pubDone)
+	a.report(t)
+	checkScripts(t, a, scripts)
+
+	ev := r.hopper.eventCounts("MOVE_FAILED", "BROKER_RECONNECT", "BREAKER_OPEN", "BREAKER_CLOSED", "SETTLE_FAILED", "CONSUMER_STARTED")
+	t.Logf("hopper: %d starts, %d SIGKILLs (%d with a delivery in flight), app crashed %d times; events %v",
+		r.hopper.starts, r.hopper.kills, r.killed, r.app.crashCount(), ev)
+	// The faults must have happened, or this scenario proved nothing.
+	refused := r.refusedMoves()
+	t.Logf("moves to the DLQ refused by the broker: %d", refused)
+	if refused == 0 {
+		t.Error("no MOVE_FAILED with a publisher nack from the DLQ: the refused move was not exercised")
+	}
+	if ev["BROKER_RECONNECT"] == 0 {
+		t.Error("no BROKER_RECONNECT logged: the broker restart was not exercised")
+	}
+	if ev["BREAKER_OPEN"] == 0 {
+		t.Error("no BREAKER_OPEN logged: the app outages never opened the breaker")
+	}
+	if r.killed == 0 {
+		t.Error("no SIGKILL hit a delivery in flight")
+	}
+}
+
+// checkScripts compares every id's end with what its script says: scripts
+// that succeed must not be dead-lettered, a permanent 400 must be in the
+// DLQ as non-retriable, a message failing every attempt as max-attempts
+// and only after the app saw its last attempt.
+func checkScripts(t *testing.T, a *accounting, scripts map[string]*script) {
+	t.Helper()
+	var bad []string
+	for id, s := range scripts {
+		reasons := a.inDLQ[id]
+		switch s.want {
+		case expectAck:
+			if len(reasons) > 0 {
+				bad = append(bad, fmt.Sprintf("%s: scripted to succeed at attempt %d, dead-lettered: %s", id, len(s.fails)+1, a.history(id)))
+			}
+		case expectNonRetriable, expectMaxAttempts:
+			want := "non-retriable"
+			if s.want == expectMaxAttempts {
+				want = "max-attempts"
+			}
+			if a.okCount[id] > 0 {
+				bad = append(bad, fmt.Sprintf("%s: never scripted to answer 2xx, yet did: %s", id, a.history(id)))
+			}
+			for _, got := range reasons {
+				if got != want {
+					bad = append(bad, fmt.Sprintf("%s: dead-lettered as %q, want %q: %s", id, got, want, a.history(id)))
+				}
+			}
+			if len(reasons) > 0 && s.want == expectMaxAttempts && a.maxTried[id] < maxAttempts {
+				bad = append(bad, fmt.Sprintf("%s: dead-lettered for max-attempts but the app never saw attempt %d: %s", id, maxAttempts, a.history(id)))
+			}
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		t.Errorf("%d id(s) did not end as scripted:\n  %s", len(bad), strings.Join(bad[:min(len(bad), 20)], "\n  "))
+	}
+}
+
+// TestFaultOutage: an app that always answers 2xx goes down for several
+// seconds, comes up, goes down again, flaps, then stays up. An outage is
+// not the message failing (SPEC §6): nothing may reach the DLQ, no attempt
+// may be spent (the app sees attempt 1 only), nothing may be lost.
+func TestFaultOutage(t *testing.T) {
+	n := messageCount(t)
+	ids := makeIDs("outage", n)
+	r := begin(t, "outage", nil)
+	r.step("N=%d, the app always answers 2xx", n)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pubDone := make(chan publishStats, 1)
+	go func() { pubDone <- publishPaced(ctx, t, r.q.work, ids, 10*time.Second) }()
+
+	time.Sleep(time.Second)
+	r.crashApp(3 * time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	r.crashApp(2 * time.Second)
+	time.Sleep(time.Second)
+	r.step("app flapping: down/up every 1s for 5s")
+	r.app.flap(5*time.Second, time.Second)
+	r.step("app flapping over, app up")
+
+	a := r.finish(pubDone)
+	a.report(t)
+	if a.dlq != 0 {
+		t.Errorf("an app outage dead-lettered %d message(s) (by reason %v)", a.dlq, a.byReason)
+	}
+	var spent []string
+	for id, at := range a.maxTried {
+		if at > 1 {
+			spent = append(spent, id+": "+a.history(id))
+		}
+	}
+	sort.Strings(spent)
+	if len(spent) > 0 {
+		t.Errorf("an app outage spent attempts on %d message(s) (the app saw attempt > 1):\n  %s",
+			len(spent), strings.Join(spent[:min(len(spent), 10)], "\n  "))
+	}
+	ev := r.hopper.eventCounts("BREAKER_OPEN", "BREAKER_CLOSED", "MOVE_FAILED", "SETTLE_FAILED")
+	t.Logf("app crashed %d times; hopper events %v", r.app.crashCount(), ev)
+	if ev["BREAKER_OPEN"] == 0 {
+		t.Error("no BREAKER_OPEN logged: the outage was not exercised")
+	}
+}
