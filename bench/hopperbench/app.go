@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Request headers the app reads. Hopper sets them (proxy/headers.go); the
+// raw worker sets the same ones so the app treats both alike.
+const (
+	hdrMessageID = "Hopper-Message-Id"
+	hdrAttempt   = "Hopper-Attempt"
+	// hdrSent carries the AMQP header sentHeader (Hopper forwards an
+	// application header x as Hopper-Header-x).
+	hdrSent = "Hopper-Header-" + sentHeader
+	// sentHeader is the AMQP header holding the publish time, Unix ns.
+	sentHeader = "x-bench-sent"
+	// appPath receives the messages; healthPath answers GET 200.
+	appPath    = "/messages"
+	healthPath = "/healthz"
+)
+
+// mode is how the app answers.
+type mode int
+
+const (
+	modeOK      mode = iota // 200
+	modeRetry               // 503 on attempt 1, then 200
+	modeDLQ                 // 400
+	modeLatency             // 200, recording receipt − send
+)
+
+func parseMode(s string) (mode, error) {
+	switch s {
+	case "ok", "happy":
+		return modeOK, nil
+	case "retry":
+		return modeRetry, nil
+	case "dlq":
+		return modeDLQ, nil
+	case "latency":
+		return modeLatency, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q (want ok, retry, dlq or latency)", s)
+}
+
+// appRun is the app's state for one measured run.
+type appRun struct {
+	mode   mode
+	target int64 // final answers that complete the run
+	// onFirst runs, inline, on the first request (it samples CPU counters).
+	onFirst func()
+
+	total atomic.Int64 // every request
+	final atomic.Int64 // final answers: 200 (ok, retry, latency) or 400 (dlq)
+	first atomic.Int64 // Unix ns of the first request
+	last  atomic.Int64 // Unix ns of the target-th final answer
+	done  chan struct{}
+
+	// lat holds receipt − send per client, told apart by the first byte
+	// of the message id (see latencyClient).
+	mu     sync.Mutex
+	lat    [2][]time.Duration
+	seq    [2][]int // the number ending each sample's message id, -1 if none
+	badLat atomic.Int64
+}
+
+// latencyClient maps a latency message id to its client: ids start with
+// "h" for Hopper's queue and "r" for the raw worker's.
+func latencyClient(id []byte) int {
+	if len(id) > 0 && id[0] == 'h' {
+		return 1
+	}
+	return 0
+}
+
+func newAppRun(m mode, target int64, onFirst func()) *appRun {
+	r := &appRun{mode: m, target: target, onFirst: onFirst, done: make(chan struct{})}
+	if m == modeLatency {
+		for i := range r.lat {
+			r.lat[i] = make([]time.Duration, 0, 1<<14)
+		}
+	}
+	return r
+}
+
+// elapsed is first request → target-th final answer.
+func (r *appRun) elapsed() time.Duration {
+	return time.Duration(r.last.Load() - r.first.Load())
+}
+
+// latencies returns a copy of one client's samples, in arrival order, and
+// the sequence number of each.
+func (r *appRun) latencies(client int) ([]time.Duration, []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.lat[client]...), append([]int(nil), r.seq[client]...)
+}
+
+// idSeq is the number after the last '-' of a message id, or -1.
+func idSeq(id []byte) int {
+	i := bytes.LastIndexByte(id, '-')
+	n, err := strconv.Atoi(string(id[i+1:]))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// received is how many latency samples a client has delivered so far.
+func (r *appRun) received(client int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat[client])
+}
+
+// app is the trivial HTTP app both consumers deliver to.
+type app struct {
+	run atomic.Pointer[appRun]
+	srv *fasthttp.Server
+	ln  net.Listener
+	url string // base URL, no path
+}
+
+func startApp(addr string) (*app, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("app listen: %w", err)
+	}
+	a := &app{ln: ln, url: "http://" + ln.Addr().String()}
+	a.srv = &fasthttp.Server{
+		Handler:               a.handle,
+		Name:                  "bench-app",
+		ReadTimeout:           2 * time.Minute,
+		IdleTimeout:           2 * time.Minute,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		NoDefaultServerHeader: true,
+	}
+	go func() {
+		if err := a.srv.Serve(ln); err != nil {
+			logf("app server: %v", err)
+		}
+	}()
+	return a, nil
+}
+
+func (a *app) close() error { return a.srv.Shutdown() }
+
+func (a *app) handle(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		return // health check: 200
+	}
+	r := a.run.Load()
+	if r == nil {
+		return
+	}
+	now := time.Now()
+	r.total.Add(1)
+	if r.first.Load() == 0 && r.first.CompareAndSwap(0, now.UnixNano()) && r.onFirst != nil {
+		r.onFirst()
+	}
+	switch r.mode {
+	case modeRetry:
+		if a := ctx.Request.Header.Peek(hdrAttempt); len(a) == 1 && a[0] == '1' {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			return
+		}
+	case modeDLQ:
+		ctx.SetStatusCode(fasthttp.StatusBadRequest)
+	case modeLatency:
+		sent, err := strconv.ParseInt(string(ctx.Request.Header.Peek(hdrSent)), 10, 64)
+		if err != nil {
+			r.badLat.Add(1)
+			break
+		}
+		id := ctx.Request.Header.Peek(hdrMessageID)
+		c, seq := latencyClient(id), idSeq(id)
+		r.mu.Lock()
+		r.lat[c] = append(r.lat[c], now.Sub(time.Unix(0, sent)))
+		r.seq[c] = append(r.seq[c], seq)
+		r.mu.Unlock()
+	}
+	if n := r.final.Add(1); n == r.target {
+		r.last.Store(now.UnixNano())
+		close(r.done)
+	}
+}
+
+// appMain runs the app as a process of its own (for `hopperbench profile`,
+// so the profiled process holds Hopper alone). It prints its URL on the
+// first line of standard output and serves until SIGTERM.
+func appMain(args []string) int {
+	fs := flag.NewFlagSet("app", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "listen address")
+	modeName := fs.String("mode", "ok", "ok, retry, dlq or latency")
+	_ = fs.Parse(args)
+	m, err := parseMode(*modeName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hopperbench app:", err)
+		return 2
+	}
+	a, err := startApp(*listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hopperbench app:", err)
+		return 1
+	}
+	a.run.Store(newAppRun(m, -1, nil))
+	fmt.Println(a.url)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	if err := a.close(); err != nil {
+		fmt.Fprintln(os.Stderr, "hopperbench app: shutdown:", err)
+	}
+	return 0
+}

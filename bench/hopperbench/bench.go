@@ -1,0 +1,757 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/sidecar"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// options are the benchmark's flags.
+type options struct {
+	n, nMoves, size    int
+	runs               int
+	prefetch, workers  int
+	pubChannels        int
+	paths              []string
+	tier               time.Duration
+	latRate            int
+	latDur, latSegment time.Duration
+	latMode            string
+	hopperBin, workDir string
+	keep, strict       bool
+	latPersistent      bool
+	latDump            bool
+	runTimeout         time.Duration
+}
+
+// The targets of issue 7, on this 2-core machine.
+const (
+	targetRatio      = 0.95
+	targetP99AddedMS = 1.0
+	targetRSSMB      = 30.0
+	targetCPURatio   = 1.2
+)
+
+// retryBreakerFailures keeps Hopper's circuit breaker from opening on the
+// retry path, where every first attempt is a 503 on purpose: the bench
+// measures the retry path, not the breaker pausing the consumer.
+const retryBreakerFailures = 1_000_000
+
+func benchMain(args []string) int {
+	var o options
+	fs := flag.NewFlagSet("hopperbench", flag.ExitOnError)
+	fs.IntVar(&o.n, "n", 100_000, "backlog size per run (messages) of the happy path")
+	fs.IntVar(&o.nMoves, "n-moves", 20_000, "backlog size per run of the retry and dlq paths, which the broker's dead-lettering and confirms make 3-5x slower (0: --n)")
+	fs.IntVar(&o.size, "size", 256, "message body size (bytes)")
+	fs.IntVar(&o.runs, "runs", 3, "runs per consumer and path (the median is reported)")
+	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
+	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
+	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
+	paths := fs.String("paths", "happy,retry,dlq", "throughput paths: happy (200), retry (503 once, then 200), dlq (400)")
+	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
+	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
+	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
+	fs.BoolVar(&o.latPersistent, "lat-persistent", false, "latency test publishes persistent messages (adds the broker's disk writes to both)")
+	fs.BoolVar(&o.latDump, "lat-dump", false, "write every latency sample, in arrival order, to the work directory")
+	fs.StringVar(&o.latMode, "lat-mode", "paired", "latency test: paired (each tick publishes one message to each client's queue) or alternate (segments of --lat-segment to one client, then the other)")
+	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
+	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
+	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, child logs)")
+	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
+	fs.DurationVar(&o.runTimeout, "run-timeout", 10*time.Minute, "give up on one run after this long")
+	_ = fs.Parse(args)
+	for _, p := range strings.Split(*paths, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if _, err := parseMode(p); err != nil || p == "latency" {
+				fmt.Fprintf(os.Stderr, "hopperbench: unknown path %q\n", p)
+				return 2
+			}
+			o.paths = append(o.paths, p)
+		}
+	}
+	if o.latMode != "paired" && o.latMode != "alternate" {
+		fmt.Fprintf(os.Stderr, "hopperbench: --lat-mode %q: want paired or alternate\n", o.latMode)
+		return 2
+	}
+	if o.n < 1 || o.runs < 1 || o.workers < 1 || o.prefetch < o.workers {
+		fmt.Fprintln(os.Stderr, "hopperbench: need --n ≥ 1, --runs ≥ 1 and --prefetch ≥ --workers ≥ 1")
+		return 2
+	}
+
+	e, err := setup(&o)
+	if e != nil {
+		defer e.close()
+	}
+	if err != nil {
+		logf("setup: %v", err)
+		return 1
+	}
+	rep, err := e.bench()
+	if err != nil {
+		logf("FAILED: %v", err)
+		return 1
+	}
+	if !rep.print(os.Stdout, &o) && o.strict {
+		return 3
+	}
+	return 0
+}
+
+// env is one benchmark: a broker, the app, the binaries.
+type env struct {
+	o         *options
+	b         *testbroker.Broker
+	url       string
+	app       *app
+	hopperBin string
+	self      string
+	beamPID   int
+	dir       string
+	mgmt      *amqp.Connection
+	quiet     *slog.Logger
+	pairDiffs []time.Duration // paired latency test: hopper − raw per tick
+}
+
+func setup(o *options) (*env, error) {
+	e := &env{o: o, quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var err error
+	if e.self, err = os.Executable(); err != nil {
+		return e, err
+	}
+	e.dir = o.workDir
+	if e.dir == "" {
+		if e.dir, err = os.MkdirTemp("", "hopperbench-"); err != nil {
+			return e, err
+		}
+	} else if err := os.MkdirAll(e.dir, 0o755); err != nil {
+		return e, err
+	}
+	e.hopperBin = o.hopperBin
+	if e.hopperBin == "" {
+		if e.hopperBin, err = buildHopper(e.dir); err != nil {
+			return e, err
+		}
+	}
+	logf("starting a private RabbitMQ node")
+	if e.b, err = testbroker.Start(testbroker.Options{Quiet: true}); err != nil {
+		return e, fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
+	}
+	e.url = e.b.URL()
+	if pid, err := os.ReadFile(filepath.Join(e.b.Dir(), "rabbitmq.pid")); err == nil {
+		e.beamPID, _ = strconv.Atoi(strings.TrimSpace(string(pid)))
+	}
+	if e.mgmt, err = amqp.Dial(e.url); err != nil {
+		return e, fmt.Errorf("dial broker: %w", err)
+	}
+	if e.app, err = startApp("127.0.0.1:0"); err != nil {
+		return e, err
+	}
+	logf("broker %s (beam pid %d), app %s, hopper %s, work dir %s", e.url, e.beamPID, e.app.url, e.hopperBin, e.dir)
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.app != nil {
+		_ = e.app.close()
+	}
+	if e.mgmt != nil {
+		_ = e.mgmt.Close()
+	}
+	if e.b != nil {
+		if err := e.b.Stop(); err != nil {
+			logf("stop broker: %v", err)
+		}
+	}
+	if e.dir != "" && !e.o.keep && e.o.workDir == "" {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+// buildHopper builds ./cmd/hopper as `make build` does (static, trimmed
+// paths) but keeps the symbol table so perf can name functions.
+func buildHopper(dir string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("run hopperbench inside the hopper module (or pass --hopper-bin)")
+	}
+	bin := filepath.Join(dir, "hopper")
+	logf("building hopper: go build -trimpath -o %s ./cmd/hopper", bin)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/hopper")
+	cmd.Dir = filepath.Dir(gomod)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/hopper: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// hopperConfig is the config Hopper runs with; the raw worker gets the same
+// prefetch, workers, publish channels and queues.
+func (e *env) hopperConfig(queue string, m mode) string {
+	failures := 5
+	if m == modeRetry {
+		failures = retryBreakerFailures
+	}
+	return fmt.Sprintf(`broker:
+  urls: [%q]
+  publishChannels: %d
+queue:
+  name: %s
+topology:
+  declare: true
+app:
+  url: %q
+  healthPath: %s
+consumer:
+  prefetch: %d
+  workers: %d
+retry:
+  tiers: [%q]
+breaker:
+  failures: %d
+admin:
+  listen: "127.0.0.1:0"
+log:
+  level: info
+  format: json
+`, e.url, e.o.pubChannels, queue, e.app.url+appPath, healthPath, e.o.prefetch, e.o.workers,
+		config.FormatDuration(e.o.tier), failures)
+}
+
+// prepare writes the config for queue, loads it with Hopper's own config
+// code and declares the topology Hopper would declare, so both consumers
+// see the same queues with the same arguments.
+func (e *env) prepare(queue string, m mode) (string, *topology.Plan, error) {
+	path := filepath.Join(e.dir, queue+".yaml")
+	if err := os.WriteFile(path, []byte(e.hopperConfig(queue, m)), 0o644); err != nil {
+		return "", nil, err
+	}
+	cfg, _, err := config.Load(path, nil)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("bench config: %w", err)
+	}
+	plan := topology.FromConfig(&cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := broker.Apply(ctx, sidecar.BrokerOptions(&cfg, e.quiet, "hopperbench"), &plan, true); err != nil {
+		return "", nil, fmt.Errorf("declare topology: %w", err)
+	}
+	return path, &plan, nil
+}
+
+func (e *env) deleteQueues(plan *topology.Plan) {
+	ch, err := e.mgmt.Channel()
+	if err != nil {
+		logf("delete queues: %v", err)
+		return
+	}
+	defer ch.Close()
+	for _, q := range plan.Queues() {
+		if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil { // ifUnused, ifEmpty, noWait
+			logf("delete queue %s: %v", q.Name, err)
+			return
+		}
+	}
+}
+
+// depth is the number of ready messages in a queue (a passive declare).
+func (e *env) depth(name string) (int, error) {
+	ch, err := e.mgmt.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if !ch.IsClosed() {
+			ch.Close()
+		}
+	}()
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil) // durable, autoDelete, exclusive, noWait
+	if err != nil {
+		return 0, err
+	}
+	return q.Messages, nil
+}
+
+// startConsumer starts hopper or the raw worker on queue.
+func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag string) (*child, error) {
+	var argv []string
+	if kind == "hopper" {
+		argv = []string{e.hopperBin, "run", "--config", cfgPath}
+	} else {
+		argv = []string{e.self, "raw-worker",
+			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
+			"--retry-queue", plan.Tiers[0].Name, "--dlq", plan.DLQ.Name,
+			"--prefetch", strconv.Itoa(e.o.prefetch), "--workers", strconv.Itoa(e.o.workers),
+			"--publish-channels", strconv.Itoa(e.o.pubChannels)}
+	}
+	// No HOPPER_* variable of the caller may change the config under test.
+	var environ []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, config.EnvPrefix) {
+			environ = append(environ, kv)
+		}
+	}
+	return startChild(kind, filepath.Join(e.dir, tag+".log"), argv, environ)
+}
+
+// runResult is one drain of a backlog by one consumer.
+type runResult struct {
+	kind    string
+	n       int           // backlog size
+	rate    float64       // messages/s
+	elapsed time.Duration // first request → last final answer
+	publish time.Duration // pre-publishing the backlog
+	cpu     time.Duration // consumer process CPU over elapsed
+	broker  time.Duration // broker (beam) CPU over elapsed
+	appCPU  time.Duration // this process (the app) CPU over elapsed
+	hwmKB   int64         // consumer peak RSS
+	reqs    int64         // requests the app saw
+	others  float64       // cores busy with other processes during the run
+}
+
+// backlog is the backlog size of a path.
+func (o *options) backlog(m mode) int {
+	if (m == modeRetry || m == modeDLQ) && o.nMoves > 0 {
+		return o.nMoves
+	}
+	return o.n
+}
+
+// per100k scales a CPU time spent on n messages to 100,000 messages.
+func per100k(d time.Duration, n int) float64 { return d.Seconds() * 100_000 / float64(n) }
+
+// throughput drains one backlog with one consumer.
+func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
+	m, _ := parseMode(pathName)
+	tag := fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run)
+	cfgPath, plan, err := e.prepare(tag, m)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer e.deleteQueues(plan)
+	ctx, cancel := context.WithTimeout(context.Background(), e.o.runTimeout)
+	defer cancel()
+	n := e.o.backlog(m)
+	pub, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", n, e.o.size)
+	if err != nil {
+		return runResult{}, fmt.Errorf("publish backlog: %w", err)
+	}
+
+	var (
+		c                          *child
+		pid                        atomic.Int64 // set once c has started
+		cpu0, broker0, app0, mach0 time.Duration
+	)
+	r := newAppRun(m, int64(n), func() {
+		for pid.Load() == 0 {
+			runtime.Gosched()
+		}
+		cpu0, _ = procCPU(int(pid.Load()))
+		broker0, _ = procCPU(e.beamPID)
+		app0, _ = procCPU(os.Getpid())
+		mach0, _ = machineBusy()
+	})
+	e.app.run.Store(r)
+	defer e.app.run.Store(nil)
+	if c, err = e.startConsumer(kind, cfgPath, plan, tag); err != nil {
+		return runResult{}, err
+	}
+	pid.Store(int64(c.pid()))
+	select {
+	case <-r.done:
+	case <-c.exited:
+		return runResult{}, fmt.Errorf("%s exited during the run: %v\n%s", kind, c.err, logTail(c.logPath, 20))
+	case <-ctx.Done():
+		_ = c.stop(5 * time.Second)
+		return runResult{}, fmt.Errorf("%s run timed out after %s with %d/%d final answers\n%s",
+			kind, e.o.runTimeout, r.final.Load(), n, logTail(c.logPath, 20))
+	}
+	res := runResult{kind: kind, n: n, elapsed: r.elapsed(), publish: pub, reqs: r.total.Load()}
+	cpu1, err := procCPU(c.pid())
+	if err != nil {
+		return res, err
+	}
+	broker1, _ := procCPU(e.beamPID)
+	app1, _ := procCPU(os.Getpid())
+	mach1, _ := machineBusy()
+	res.hwmKB, _ = procStatusKB(c.pid(), "VmHWM")
+	res.cpu, res.broker, res.appCPU = cpu1-cpu0, broker1-broker0, app1-app0
+	// What the rest of the machine (other users' work) took meanwhile, in cores.
+	res.others = max(0, (mach1-mach0)-res.cpu-res.broker-res.appCPU).Seconds() / res.elapsed.Seconds()
+	res.rate = float64(n) / res.elapsed.Seconds()
+	if err := c.stop(30 * time.Second); err != nil {
+		return res, err
+	}
+	return res, e.verify(plan, m)
+}
+
+// verify checks, after the consumer has stopped (so nothing is unacked),
+// that every message was settled where it should be: nothing lost.
+func (e *env) verify(plan *topology.Plan, m mode) error {
+	want := map[string]int{plan.Work.Name: 0, plan.Tiers[0].Name: 0, plan.DLQ.Name: 0}
+	if m == modeDLQ {
+		want[plan.DLQ.Name] = e.o.backlog(m)
+	}
+	for _, q := range plan.Queues() {
+		got, err := e.depth(q.Name)
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", q.Name, err)
+		}
+		if got != want[q.Name] {
+			return fmt.Errorf("verify: queue %s holds %d messages, want %d", q.Name, got, want[q.Name])
+		}
+	}
+	return nil
+}
+
+func (e *env) latMode() uint8 {
+	if e.o.latPersistent {
+		return amqp.Persistent
+	}
+	return amqp.Transient
+}
+
+// latency measures publish → app receipt at a fixed rate on idle queues.
+// Both consumers run at once, each on its own queue, so that whatever else
+// the machine does during the test hits both alike: in paired mode every
+// tick publishes one message to each queue (so each client gets the full
+// rate, and the two samples of a tick can be compared), in alternate mode
+// the publisher sends segments to one queue, then the other (one client
+// busy at a time). It returns the samples of raw and of hopper.
+func (e *env) latency() (raw, hop []time.Duration, err error) {
+	kinds := [2]string{"raw", "hopper"} // index = latencyClient of the message id
+	prefixes := [2]string{"r-", "h-"}
+	var plans [2]*topology.Plan
+	var children [2]*child
+	warm := newAppRun(modeLatency, 1<<40, nil)
+	e.app.run.Store(warm)
+	defer e.app.run.Store(nil)
+	for i, kind := range kinds {
+		tag := "bench-latency-" + kind
+		cfgPath, plan, err := e.prepare(tag, modeLatency)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer e.deleteQueues(plan)
+		c, err := e.startConsumer(kind, cfgPath, plan, tag)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if err := c.stop(30 * time.Second); err != nil {
+				logf("%v", err)
+			}
+		}()
+		plans[i], children[i] = plan, c
+	}
+	ch, err := e.mgmt.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ch.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// Wait until both consume, then warm up connections and code paths.
+	for i := range kinds {
+		for warm.received(i) == 0 {
+			if _, err := publishPaced(ctx, ch, plans[i].Work.Name, prefixes[i]+"probe-", 20, 100*time.Millisecond, e.o.size, e.latMode()); err != nil {
+				return nil, nil, err
+			}
+			select {
+			case <-children[i].exited:
+				return nil, nil, fmt.Errorf("%s exited: %v\n%s", kinds[i], children[i].err, logTail(children[i].logPath, 20))
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("%s never consumed", kinds[i])
+			default:
+			}
+		}
+	}
+	var warmSent [2]int
+	for seg := range 4 {
+		i := seg % 2
+		n, err := publishPaced(ctx, ch, plans[i].Work.Name, prefixes[i]+"warm-", e.o.latRate, 500*time.Millisecond, e.o.size, e.latMode())
+		if err != nil {
+			return nil, nil, err
+		}
+		warmSent[i] += n
+	}
+	for i := range kinds {
+		for warm.received(i) < warmSent[i] && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // stragglers of the warm-up
+	runtime.GC()
+
+	r := newAppRun(modeLatency, 1<<40, nil)
+	e.app.run.Store(r)
+	var sent [2]int
+	if e.o.latMode == "paired" {
+		n, err := publishPairs(ctx, ch, [2]string{plans[0].Work.Name, plans[1].Work.Name},
+			[2]string{prefixes[0] + "pair-", prefixes[1] + "pair-"}, e.o.latRate, e.o.latDur, e.o.size, e.latMode())
+		if err != nil {
+			return nil, nil, err
+		}
+		sent = [2]int{n, n}
+	} else {
+		segs := max(1, int(e.o.latDur/e.o.latSegment))
+		for seg := range 2 * segs {
+			i := seg % 2
+			n, err := publishPaced(ctx, ch, plans[i].Work.Name, fmt.Sprintf("%sseg%d-", prefixes[i], seg), e.o.latRate, e.o.latSegment, e.o.size, e.latMode())
+			if err != nil {
+				return nil, nil, err
+			}
+			sent[i] += n
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for (r.received(0) < sent[0] || r.received(1) < sent[1]) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var (
+		lat [2][]time.Duration
+		seq [2][]int
+	)
+	for i, kind := range kinds {
+		lat[i], seq[i] = r.latencies(i)
+		if len(lat[i]) != sent[i] {
+			return nil, nil, fmt.Errorf("%s: %d of %d latency messages received (%d without a send time)", kind, len(lat[i]), sent[i], r.badLat.Load())
+		}
+		if e.o.latDump {
+			var b strings.Builder
+			for _, d := range lat[i] {
+				fmt.Fprintf(&b, "%d\n", d.Microseconds())
+			}
+			if err := os.WriteFile(filepath.Join(e.dir, "latency-"+kind+".us"), []byte(b.String()), 0o644); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if e.o.latMode == "paired" {
+		// hopper − raw for the two messages published in the same tick.
+		rawBySeq := make(map[int]time.Duration, len(lat[0]))
+		for j, s := range seq[0] {
+			rawBySeq[s] = lat[0][j]
+		}
+		e.pairDiffs = e.pairDiffs[:0]
+		for j, s := range seq[1] {
+			if d, ok := rawBySeq[s]; ok && s >= 0 {
+				e.pairDiffs = append(e.pairDiffs, lat[1][j]-d)
+			}
+		}
+	}
+	return lat[0], lat[1], nil
+}
+
+// report is everything measured.
+type report struct {
+	o       *options
+	paths   map[string]map[string][]runResult // path → kind → runs
+	lat     map[string][]time.Duration        // kind → pooled samples (sorted)
+	started time.Time
+	load0   string
+	pairs   []time.Duration // paired latency: hopper − raw per tick, sorted
+}
+
+func (e *env) bench() (*report, error) {
+	rep := &report{o: e.o, paths: map[string]map[string][]runResult{}, lat: map[string][]time.Duration{}, started: time.Now(), load0: loadAvg()}
+	kinds := []string{"raw", "hopper"}
+	for _, p := range e.o.paths {
+		rep.paths[p] = map[string][]runResult{}
+		for run := 1; run <= e.o.runs; run++ {
+			for _, kind := range kinds {
+				res, err := e.throughput(p, kind, run)
+				if err != nil {
+					return nil, fmt.Errorf("%s path, %s run %d: %w", p, kind, run, err)
+				}
+				rep.paths[p][kind] = append(rep.paths[p][kind], res)
+				logf("%-5s %-6s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k",
+					p, kind, run, e.o.runs, res.rate, res.n, res.elapsed.Round(time.Millisecond), res.publish.Round(time.Millisecond),
+					per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n))
+				logf("      other processes on the machine used %.2f cores during the run (load %s)", res.others, loadAvg())
+			}
+		}
+	}
+	if e.o.latRate > 0 {
+		raw, hop, err := e.latency()
+		if err != nil {
+			return nil, fmt.Errorf("latency: %w", err)
+		}
+		rep.lat["raw"], rep.lat["hopper"] = raw, hop
+		rep.pairs = slices.Clone(e.pairDiffs)
+		slices.Sort(rep.pairs)
+		for _, k := range kinds {
+			s := rep.lat[k]
+			slices.Sort(s)
+			logf("latency %-6s: %d msgs, p50 %.3f ms, p99 %.3f ms, max %.3f ms", k, len(s), ms(percentile(s, 50)), ms(percentile(s, 99)), ms(s[len(s)-1]))
+		}
+	}
+	return rep, nil
+}
+
+func rates(rs []runResult) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = r.rate
+	}
+	return out
+}
+
+func cpus(rs []runResult, f func(runResult) time.Duration) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = per100k(f(r), r.n)
+	}
+	return out
+}
+
+func maxHWM(rs []runResult) float64 {
+	var m int64
+	for _, r := range rs {
+		m = max(m, r.hwmKB)
+	}
+	return float64(m) / 1024
+}
+
+// print writes the results and the final line; it reports whether every
+// target was met.
+func (rep *report) print(w io.Writer, o *options) bool {
+	fmt.Fprintf(w, "\nhopperbench: backlog %d (retry, dlq: %d) x %d B persistent (classic queue), prefetch %d, workers %d, publish channels %d, %d run(s) per consumer, %d CPUs, %s\n",
+		o.n, o.backlog(modeDLQ), o.size, o.prefetch, o.workers, o.pubChannels, o.runs, runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(w, "rates are messages/s of backlog (retry: each message delivered twice); CPU is seconds per 100,000 backlog messages\n")
+	fmt.Fprintf(w, "(cpu: the consumer process; broker: beam.smp; app: this process; others: cores other processes of the machine kept busy meanwhile)\n")
+	fmt.Fprintf(w, "load average at start %s, at end %s\n\n", rep.load0, loadAvg())
+	fmt.Fprintf(w, "%-6s %-7s %9s %9s %9s %10s %10s %10s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "others")
+	ok := true
+	var happyH, happyR summary
+	var happyRSS, cpuRatio float64
+	for _, p := range o.paths {
+		byKind := rep.paths[p]
+		for _, k := range []string{"raw", "hopper"} {
+			rs := byKind[k]
+			s := summarize(rates(rs))
+			c := summarize(cpus(rs, func(r runResult) time.Duration { return r.cpu }))
+			bc := summarize(cpus(rs, func(r runResult) time.Duration { return r.broker }))
+			ac := summarize(cpus(rs, func(r runResult) time.Duration { return r.appCPU }))
+			oc := summarize(func() []float64 {
+				var xs []float64
+				for _, r := range rs {
+					xs = append(xs, r.others)
+				}
+				return xs
+			}())
+			fmt.Fprintf(w, "%-6s %-7s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.2f\n", p, k, s.med, s.min, s.max, c.med, bc.med, ac.med, maxHWM(rs), oc.med)
+		}
+		h, r := summarize(rates(byKind["hopper"])), summarize(rates(byKind["raw"]))
+		hc := summarize(cpus(byKind["hopper"], func(r runResult) time.Duration { return r.cpu })).med
+		rc := summarize(cpus(byKind["raw"], func(r runResult) time.Duration { return r.cpu })).med
+		var pairs []string
+		var pairRatios []float64
+		for i := range byKind["hopper"] {
+			pr := byKind["hopper"][i].rate / byKind["raw"][i].rate
+			pairRatios = append(pairRatios, pr)
+			pairs = append(pairs, fmt.Sprintf("%.3f", pr))
+		}
+		fmt.Fprintf(w, "%-6s ratio   %9.3f (hopper/raw medians; per run pair: %s, their median %.3f)   cpu ratio %.2f\n",
+			p, h.med/r.med, strings.Join(pairs, " "), summarize(pairRatios).med, hc/rc)
+		// When the machine is CPU-bound, throughput is cores / CPU per
+		// message of everything on the path (consumer + broker + app); this
+		// ratio does not depend on how busy the machine was during each run.
+		total := func(k string) float64 {
+			rs := byKind[k]
+			return summarize(cpus(rs, func(r runResult) time.Duration { return r.cpu + r.broker + r.appCPU })).med
+		}
+		fmt.Fprintf(w, "%-6s cpu-bound model: consumer+broker+app %.2f (raw) vs %.2f (hopper) cpu_s/100k -> ratio %.3f\n\n",
+			p, total("raw"), total("hopper"), total("raw")/total("hopper"))
+		if p == "happy" {
+			happyH, happyR, happyRSS, cpuRatio = h, r, maxHWM(byKind["hopper"]), hc/rc
+		}
+	}
+
+	p99Added := 0.0
+	if len(rep.lat["raw"]) > 0 && len(rep.lat["hopper"]) > 0 {
+		how := "alternating every " + o.latSegment.String()
+		if o.latMode == "paired" {
+			how = "paired: each tick publishes to both queues"
+		}
+		fmt.Fprintf(w, "latency, publish → app receipt, idle queues, %d msg/s for %s per client, %s (%s messages):\n",
+			o.latRate, o.latDur, how, map[bool]string{true: "persistent", false: "transient"}[o.latPersistent])
+		fmt.Fprintf(w, "%-7s %8s %8s %8s %8s %8s %8s\n", "client", "samples", "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms")
+		for _, k := range []string{"raw", "hopper"} {
+			s := rep.lat[k]
+			fmt.Fprintf(w, "%-7s %8d %8.3f %8.3f %8.3f %8.3f %8.3f\n", k, len(s), ms(percentile(s, 50)), ms(percentile(s, 90)),
+				ms(percentile(s, 99)), ms(percentile(s, 99.9)), ms(s[len(s)-1]))
+		}
+		added := func(p float64) float64 {
+			return ms(percentile(rep.lat["hopper"], p)) - ms(percentile(rep.lat["raw"], p))
+		}
+		p99Added = added(99)
+		fmt.Fprintf(w, "added   %8s %8.3f %8.3f %8.3f %8.3f   (hopper − raw at each percentile)\n", "", added(50), added(90), added(99), added(99.9))
+		if s := rep.pairs; len(s) > 0 {
+			fmt.Fprintf(w, "pairs   %8d %8.3f %8.3f %8.3f %8.3f   (percentiles of hopper − raw within each tick)\n",
+				len(s), ms(percentile(s, 50)), ms(percentile(s, 90)), ms(percentile(s, 99)), ms(percentile(s, 99.9)))
+		}
+		fmt.Fprintln(w)
+	}
+
+	if happyR.med > 0 {
+		ratio := happyH.med / happyR.med
+		check := func(name string, met bool, format string, args ...any) {
+			verdict := "met"
+			if !met {
+				verdict, ok = "MISSED", false
+			}
+			fmt.Fprintf(w, "target %-28s %-6s "+format+"\n", append([]any{name, verdict}, args...)...)
+		}
+		check("happy ratio >= 0.95", ratio >= targetRatio, "%.3f", ratio)
+		switch {
+		case len(rep.lat["raw"]) == 0:
+		case p99Added < -targetP99AddedMS:
+			// Hopper cannot be faster than the raw loop by more than the
+			// tolerance: the machine's noise is larger than what is measured.
+			fmt.Fprintf(w, "target %-28s %-6s %.3f ms: INCONCLUSIVE, noise on this machine exceeds the 1 ms tolerance (see the raw p99)\n",
+				"p99 added <= 1 ms @ rate", "?", p99Added)
+		default:
+			check("p99 added <= 1 ms @ rate", p99Added <= targetP99AddedMS, "%.3f ms", p99Added)
+		}
+		check("hopper peak RSS <= 30 MB", happyRSS <= targetRSSMB, "%.1f MiB", happyRSS)
+		check("hopper CPU/100k <= 1.2x raw", cpuRatio <= targetCPURatio, "%.2fx", cpuRatio)
+		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
+		p99 := "n/a" // latency test skipped (--lat-rate 0)
+		if len(rep.lat["raw"]) > 0 {
+			p99 = fmt.Sprintf("%.3f", p99Added)
+		}
+		fmt.Fprintf(w, "bench: hopper=%.0f/s raw=%.0f/s ratio=%.3f p99_added_ms=%s rss_mb=%.1f\n",
+			happyH.med, happyR.med, ratio, p99, happyRSS)
+	}
+	return ok
+}

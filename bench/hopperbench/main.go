@@ -1,0 +1,69 @@
+// Command hopperbench measures Hopper against the raw broker limit, on one
+// machine, in one run, on one private RabbitMQ node (internal/testbroker).
+//
+// For each path (happy: every message answered 200; retry: 503 once, then
+// 200 after a short delay tier; dlq: every message answered 400) and each
+// run, it pre-publishes a backlog (persistent, with confirms, to a classic
+// queue) and drains it twice, alternating:
+//
+//   - raw: `hopperbench raw-worker`, a plain amqp091-go consumer with manual
+//     acks at the same prefetch, with the same number of workers each doing
+//     one fasthttp POST per message and acking after the 2xx (or publishing
+//     to the retry queue or DLQ with confirms, then acking). It is the
+//     reference client: the most a consumer of this shape gets from this
+//     broker, app and machine.
+//   - hopper: the real binary (`go build ./cmd/hopper`) as a subprocess, with
+//     the same prefetch, workers and app.
+//
+// The app is a trivial fasthttp server inside this process. A run's rate is
+// backlog / (last final answer − first request), so process start-up and
+// the readiness gate are not counted. CPU is utime+stime of the consumer
+// process over the same window (/proc/<pid>/stat), peak RSS is its VmHWM.
+//
+// Then it measures the latency Hopper adds: with idle queues it publishes at
+// a fixed rate (500 msg/s for 10 s by default) with the send time in a
+// header, and the app records receipt − send; added = hopper − raw at each
+// percentile. Both clients run at once on their own queues and each tick
+// publishes one message to each, so a stall of the machine hits both.
+//
+// On a machine shared with other work, throughput and tail latency vary from
+// run to run: the report shows how many cores other processes used during
+// each run, the CPU per message of consumer, broker and app (stable), and
+// a cpu-bound model ratio derived from them.
+//
+// The last line of standard output is
+//
+//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z
+//
+// Subcommands (used by the benchmark itself, or for profiling):
+//
+//	hopperbench [flags]            the benchmark
+//	hopperbench raw-worker [flags] the reference consumer (started by the benchmark)
+//	hopperbench app [flags]        the trivial app as a process of its own
+//	hopperbench profile [flags]    Hopper's loop in-process under runtime/pprof
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "raw-worker":
+			os.Exit(rawWorkerMain(os.Args[2:]))
+		case "app":
+			os.Exit(appMain(os.Args[2:]))
+		case "profile":
+			os.Exit(profileMain(os.Args[2:]))
+		}
+	}
+	os.Exit(benchMain(os.Args[1:]))
+}
+
+// logf prints progress on standard error; standard output holds results.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s hopperbench: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

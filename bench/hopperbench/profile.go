@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/sidecar"
+)
+
+// profileMain drains one backlog with Hopper and profiles it, in one of two
+// ways:
+//
+//   - in-process (default): the sidecar package runs inside this process,
+//     exactly as cmd/hopper runs it, under runtime/pprof (CPU, and the
+//     allocations made during the drain: allocs-after minus allocs-before).
+//     The app is a separate process (`hopperbench app`) so the profile holds
+//     Hopper alone.
+//   - --perf: the real binary as a subprocess, recorded with
+//     `perf record -g -p <pid>` from its first request to its last; the app
+//     is in this process, which perf does not record.
+//
+// Analyse with, for example:
+//
+//	go tool pprof -top -nodecount=40 DIR/cpu.pprof
+//	go tool pprof -sample_index=alloc_space -top -base DIR/allocs-before.pprof DIR/allocs-after.pprof
+//	perf report -i DIR/perf.data --no-children --sort symbol
+func profileMain(args []string) int {
+	var o options
+	fs := flag.NewFlagSet("profile", flag.ExitOnError)
+	fs.IntVar(&o.n, "n", 100_000, "backlog size (messages)")
+	fs.IntVar(&o.size, "size", 256, "message body size (bytes)")
+	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch")
+	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
+	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
+	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
+	pathName := fs.String("path", "happy", "happy, retry or dlq")
+	out := fs.String("out", "bench-profile", "directory for the profiles")
+	usePerf := fs.Bool("perf", false, "profile the real binary with perf record instead of in-process pprof")
+	hopperBin := fs.String("hopper-bin", "", "Hopper binary for --perf (default: go build ./cmd/hopper)")
+	memRate := fs.Int("memprofilerate", 64<<10, "runtime.MemProfileRate for the in-process profile (bytes)")
+	mutexFrac := fs.Int("mutexprofilefraction", 0, "runtime.SetMutexProfileFraction; >0 writes mutex.pprof")
+	_ = fs.Parse(args)
+	runtime.MemProfileRate = *memRate
+	m, err := parseMode(*pathName)
+	if err != nil || m == modeLatency {
+		fmt.Fprintf(os.Stderr, "hopperbench profile: unknown path %q\n", *pathName)
+		return 2
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "hopperbench profile:", err)
+		return 1
+	}
+	o.workDir, o.keep, o.hopperBin = *out, true, *hopperBin
+	if *mutexFrac > 0 {
+		runtime.SetMutexProfileFraction(*mutexFrac)
+	}
+	if *usePerf {
+		err = profilePerf(&o, *pathName)
+	} else {
+		err = profileInProcess(&o, m, *out, *mutexFrac > 0)
+	}
+	if err != nil {
+		logf("profile: %v", err)
+		return 1
+	}
+	return 0
+}
+
+func profileInProcess(o *options, m mode, out string, mutex bool) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf("starting a private RabbitMQ node")
+	b, err := testbroker.Start(testbroker.Options{Quiet: true})
+	if err != nil {
+		return fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
+	}
+	defer b.Stop()
+
+	// The app runs in its own process: the profile is Hopper's alone.
+	appName := map[mode]string{modeOK: "ok", modeRetry: "retry", modeDLQ: "dlq"}[m]
+	appCmd := exec.Command(self, "app", "--mode", appName)
+	appCmd.Stderr = os.Stderr
+	appCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := appCmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := appCmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = appCmd.Process.Signal(syscall.SIGTERM)
+		_ = appCmd.Wait()
+	}()
+	appURL, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("app did not print its URL: %w", err)
+	}
+
+	e := &env{o: o, b: b, url: b.URL(), app: &app{url: strings.TrimSpace(appURL)}, dir: out,
+		quiet: slog.New(slog.DiscardHandler)}
+	queue := "profile-" + appName
+	cfgPath, plan, err := e.prepare(queue, m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	logf("publishing %d messages", o.n)
+	if _, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
+		return err
+	}
+	cfg, _, err := config.Load(cfgPath, nil)
+	if err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(out, "hopper.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	sc := sidecar.New(&cfg, slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	runCtx, stop := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- sc.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-runErr; err != nil {
+			logf("sidecar: %v", err)
+		}
+	}()
+
+	for st := sc.Stats(); st == nil || st.Received.Load() == 0; st = sc.Stats() {
+		select {
+		case err := <-runErr:
+			runErr <- err
+			return fmt.Errorf("sidecar stopped before consuming: %v", err)
+		case <-ctx.Done():
+			return errors.New("sidecar never consumed")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	st := sc.Stats()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	if err := writeProfile("allocs", filepath.Join(out, "allocs-before.pprof")); err != nil {
+		return err
+	}
+	cpuFile, err := os.Create(filepath.Join(out, "cpu.pprof"))
+	if err != nil {
+		return err
+	}
+	defer cpuFile.Close()
+	if err := pprof.StartCPUProfile(cpuFile); err != nil {
+		return err
+	}
+	cpu0, _ := procCPU(os.Getpid())
+	t0 := time.Now()
+	finished := func() int64 {
+		if m == modeDLQ {
+			return st.DeadLettered.Load()
+		}
+		return st.Acked.Load()
+	}
+	for finished() < int64(o.n) {
+		if ctx.Err() != nil {
+			pprof.StopCPUProfile()
+			return fmt.Errorf("timed out with %d/%d settled", finished(), o.n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(t0)
+	pprof.StopCPUProfile()
+	cpu1, _ := procCPU(os.Getpid())
+	runtime.ReadMemStats(&ms1)
+	if err := writeProfile("allocs", filepath.Join(out, "allocs-after.pprof")); err != nil {
+		return err
+	}
+	if mutex {
+		if err := writeProfile("mutex", filepath.Join(out, "mutex.pprof")); err != nil {
+			return err
+		}
+	}
+	n := float64(o.n)
+	fmt.Printf("profile: path=%s n=%d elapsed=%s rate=%.0f/s cpu_s/100k=%.2f allocs/msg=%.1f bytes/msg=%.0f gcs=%d gc_cpu_fraction=%.3f heap_inuse_mb=%.1f sys_mb=%.1f\n",
+		appName, o.n, elapsed.Round(time.Millisecond), n/elapsed.Seconds(), per100k(cpu1-cpu0, o.n),
+		float64(ms1.Mallocs-ms0.Mallocs)/n, float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, ms1.NumGC-ms0.NumGC,
+		ms1.GCCPUFraction, float64(ms1.HeapInuse)/(1<<20), float64(ms1.Sys)/(1<<20))
+	fmt.Printf("profiles in %s: cpu.pprof allocs-before.pprof allocs-after.pprof (binary: %s)\n", out, self)
+	return nil
+}
+
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup(name).WriteTo(f, 0)
+}
+
+// profilePerf runs one throughput drain of the real binary with perf
+// attached for exactly the measured window.
+func profilePerf(o *options, pathName string) error {
+	if _, err := exec.LookPath("perf"); err != nil {
+		return fmt.Errorf("perf is not installed (apt-get install linux-perf): %w", err)
+	}
+	o.runs = 1
+	o.runTimeout = 15 * time.Minute
+	e, err := setup(o)
+	if e != nil {
+		defer e.close()
+	}
+	if err != nil {
+		return err
+	}
+	m, _ := parseMode(pathName)
+	tag := "perf-" + pathName
+	cfgPath, plan, err := e.prepare(tag, m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.runTimeout)
+	defer cancel()
+	if _, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
+		return err
+	}
+	perfData := filepath.Join(e.dir, "perf.data")
+	var perf *exec.Cmd
+	var c *child
+	started := make(chan error, 1)
+	r := newAppRun(m, int64(o.n), func() {
+		// Called on the app's first request: attach perf now.
+		perf = exec.Command("perf", "record", "-F", "999", "-g", "-o", perfData, "-p", fmt.Sprint(c.pid()))
+		perf.Stdout, perf.Stderr = os.Stderr, os.Stderr
+		started <- perf.Start()
+	})
+	e.app.run.Store(r)
+	if c, err = e.startConsumer("hopper", cfgPath, plan, tag); err != nil {
+		return err
+	}
+	select {
+	case <-r.done:
+	case <-c.exited:
+		return fmt.Errorf("hopper exited: %v\n%s", c.err, logTail(c.logPath, 20))
+	case <-ctx.Done():
+		return errors.New("timed out")
+	}
+	if err := <-started; err != nil {
+		return fmt.Errorf("perf record: %w", err)
+	}
+	_ = perf.Process.Signal(syscall.SIGINT)
+	_ = perf.Wait()
+	fmt.Printf("perf: path=%s n=%d rate=%.0f/s data=%s binary=%s\n", pathName, o.n,
+		float64(o.n)/r.elapsed().Seconds(), perfData, e.hopperBin)
+	return c.stop(30 * time.Second)
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// body is a message body of n printable bytes.
+func body(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+// publishBacklog publishes n persistent messages to queue with publisher
+// confirms, keeping up to window publishes unconfirmed, and returns once
+// every one is confirmed.
+func publishBacklog(ctx context.Context, url, queue, prefix string, n, size int) (time.Duration, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return 0, fmt.Errorf("publisher dial: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("publisher channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil { // noWait=false
+		return 0, fmt.Errorf("confirm mode: %w", err)
+	}
+	const window = 1000
+	b := body(size)
+	pending := make([]*amqp.DeferredConfirmation, 0, 2*window)
+	wait := func(dcs []*amqp.DeferredConfirmation) error {
+		for _, dc := range dcs {
+			ok, err := dc.WaitContext(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("broker nacked a backlog message")
+			}
+		}
+		return nil
+	}
+	start := time.Now()
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue,
+			false, // mandatory
+			false, // immediate
+			amqp.Publishing{
+				ContentType:  "application/octet-stream",
+				DeliveryMode: amqp.Persistent,
+				MessageId:    prefix + strconv.Itoa(i),
+				Body:         b,
+			})
+		if err != nil {
+			return 0, fmt.Errorf("publish: %w", err)
+		}
+		pending = append(pending, dc)
+		if len(pending) >= 2*window {
+			if err := wait(pending[:window]); err != nil {
+				return 0, err
+			}
+			pending = append(pending[:0], pending[window:]...)
+		}
+	}
+	if err := wait(pending); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// publishPaced publishes messages carrying their send time (sentHeader,
+// Unix ns) at a fixed rate for dur, on a schedule that does not drift, and
+// returns how many it published. Message ids are idPrefix + a sequence.
+func publishPaced(ctx context.Context, ch *amqp.Channel, queue, idPrefix string, rate int, dur time.Duration, size int, mode uint8) (int, error) {
+	interval := time.Second / time.Duration(rate)
+	n := int(dur / interval)
+	b := body(size)
+	start := time.Now()
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		err := ch.PublishWithContext(ctx, "", queue,
+			false, // mandatory
+			false, // immediate
+			amqp.Publishing{
+				Headers:      amqp.Table{sentHeader: time.Now().UnixNano()},
+				ContentType:  "application/octet-stream",
+				DeliveryMode: mode,
+				MessageId:    idPrefix + strconv.Itoa(i),
+				Body:         b,
+			})
+		if err != nil {
+			return i, fmt.Errorf("publish: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// publishPairs publishes, at a fixed rate for dur, one message to each of
+// two queues per tick (the order alternating from tick to tick), so both
+// clients see the same moments of the machine. The ids are prefixes[i] +
+// the tick number, which pairs the two samples of a tick.
+func publishPairs(ctx context.Context, ch *amqp.Channel, queues, prefixes [2]string, rate int, dur time.Duration, size int, mode uint8) (int, error) {
+	interval := time.Second / time.Duration(rate)
+	n := int(dur / interval)
+	b := body(size)
+	start := time.Now()
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		for k := range 2 {
+			c := (i + k) % 2
+			err := ch.PublishWithContext(ctx, "", queues[c],
+				false, // mandatory
+				false, // immediate
+				amqp.Publishing{
+					Headers:      amqp.Table{sentHeader: time.Now().UnixNano()},
+					ContentType:  "application/octet-stream",
+					DeliveryMode: mode,
+					MessageId:    prefixes[c] + strconv.Itoa(i),
+					Body:         b,
+				})
+			if err != nil {
+				return i, fmt.Errorf("publish: %w", err)
+			}
+		}
+	}
+	return n, nil
+}

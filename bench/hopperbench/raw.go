@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/valyala/fasthttp"
+)
+
+// rawWorker is the reference consumer: what a competent hand-written
+// amqp091-go + fasthttp loop does, and nothing more. Manual acks at the same
+// prefetch as Hopper, the same number of workers, one POST per message, ack
+// after a 2xx. A 5xx (or any non-2xx but 400) is republished to the retry
+// queue with x-retry-count+1, a 400 to the DLQ, both on a confirm-mode
+// channel of a separate connection, acking the original after the confirm;
+// a transport error nacks with requeue. It sends only the request headers the
+// bench app reads (message id, attempt, send time).
+type rawWorker struct {
+	appURL, retryQueue, dlq string
+	timeout                 time.Duration
+
+	client *fasthttp.Client
+	pool   chan *amqp.Channel
+}
+
+func rawWorkerMain(args []string) int {
+	fs := flag.NewFlagSet("raw-worker", flag.ExitOnError)
+	url := fs.String("broker", "", "AMQP URL")
+	queue := fs.String("queue", "", "work queue")
+	appURL := fs.String("app", "", "app URL (POST target)")
+	retryQueue := fs.String("retry-queue", "", "queue a 5xx is republished to")
+	dlq := fs.String("dlq", "", "queue a 400 is republished to")
+	prefetch := fs.Int("prefetch", 200, "AMQP prefetch")
+	workers := fs.Int("workers", 64, "concurrent deliveries")
+	pubChannels := fs.Int("publish-channels", 8, "confirm-mode channels for republishes")
+	timeout := fs.Duration("timeout", 30*time.Second, "per request")
+	_ = fs.Parse(args)
+	if *url == "" || *queue == "" || *appURL == "" {
+		fmt.Fprintln(os.Stderr, "raw-worker: --broker, --queue and --app are required")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// For comparing profiles: HOPPERBENCH_RAW_PROFILE=DIR writes the raw
+	// loop's CPU profile and allocation counts there.
+	if dir := os.Getenv("HOPPERBENCH_RAW_PROFILE"); dir != "" {
+		done, err := profileRaw(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "raw-worker: profile:", err)
+			return 1
+		}
+		defer done()
+	}
+	if err := runRaw(ctx, *url, *queue, *prefetch, *workers, *pubChannels, &rawWorker{
+		appURL: *appURL, retryQueue: *retryQueue, dlq: *dlq, timeout: *timeout,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "raw-worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func runRaw(ctx context.Context, url, queue string, prefetch, workers, pubChannels int, w *rawWorker) error {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	pubConn, err := amqp.Dial(url)
+	if err != nil {
+		return fmt.Errorf("dial publisher: %w", err)
+	}
+	defer pubConn.Close()
+	w.pool = make(chan *amqp.Channel, pubChannels)
+	for range pubChannels {
+		pc, err := pubConn.Channel()
+		if err != nil {
+			return fmt.Errorf("publish channel: %w", err)
+		}
+		if err := pc.Confirm(false); err != nil { // noWait=false
+			return fmt.Errorf("confirm mode: %w", err)
+		}
+		w.pool <- pc
+	}
+	w.client = &fasthttp.Client{
+		Name:                          "raw",
+		MaxConnsPerHost:               workers + 4,
+		MaxIdleConnDuration:           30 * time.Second,
+		ReadTimeout:                   w.timeout,
+		WriteTimeout:                  w.timeout,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+	}
+
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("channel: %w", err)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
+		return fmt.Errorf("qos: %w", err)
+	}
+	deliveries, err := ch.Consume(queue, "raw",
+		false, // autoAck
+		false, // exclusive
+		false, // noLocal
+		false, // noWait
+		nil)
+	if err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				// Not ctx: a delivery taken before SIGTERM is finished
+				// (its move confirmed and acked), as Hopper does.
+				w.handle(context.Background(), &d)
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+	case e := <-closed:
+		return fmt.Errorf("connection closed: %v", e)
+	}
+	// Stop taking deliveries, let the in-flight ones settle, then close.
+	if err := ch.Cancel("raw", false); err != nil { // noWait=false
+		return fmt.Errorf("cancel: %w", err)
+	}
+	wg.Wait()
+	return nil
+}
+
+// rawHandled counts deliveries, for the profile's per-message figures.
+var rawHandled atomic.Int64
+
+// profileRaw starts a CPU profile from the first delivery on; the returned
+// func writes it and the allocation counts per message.
+func profileRaw(dir string) (func(), error) {
+	f, err := os.Create(filepath.Join(dir, "raw-cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	started := make(chan runtime.MemStats, 1)
+	go func() {
+		for rawHandled.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "raw-worker: cpu profile:", err)
+		}
+		started <- ms
+	}()
+	return func() {
+		ms0 := <-started
+		pprof.StopCPUProfile()
+		f.Close()
+		var ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms1)
+		n := float64(rawHandled.Load())
+		fmt.Fprintf(os.Stderr, "raw-worker: %0.f deliveries, allocs/msg=%.1f bytes/msg=%.0f gcs=%d\n",
+			n, float64(ms1.Mallocs-ms0.Mallocs)/n, float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, ms1.NumGC-ms0.NumGC)
+	}, nil
+}
+
+func (w *rawWorker) handle(ctx context.Context, d *amqp.Delivery) {
+	rawHandled.Add(1)
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	retries, _ := asInt(d.Headers["x-retry-count"])
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(w.appURL)
+	ct := d.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	req.Header.SetContentType(ct)
+	req.Header.Set(hdrMessageID, d.MessageId)
+	req.Header.Set(hdrAttempt, strconv.FormatInt(retries+1, 10))
+	if sent, ok := asInt(d.Headers[sentHeader]); ok {
+		req.Header.Set(hdrSent, strconv.FormatInt(sent, 10))
+	}
+	req.SetBodyRaw(d.Body)
+
+	err := w.client.DoTimeout(req, resp, w.timeout)
+	var status int
+	if err == nil {
+		status = resp.StatusCode()
+	}
+	switch {
+	case err != nil:
+		_ = d.Nack(false, true) // multiple=false, requeue=true
+	case status >= 200 && status <= 299:
+		_ = d.Ack(false)
+	case status == fasthttp.StatusBadRequest:
+		w.move(ctx, d, w.dlq, retries)
+	default:
+		w.move(ctx, d, w.retryQueue, retries+1)
+	}
+}
+
+// move publishes a copy with confirms, then acks; a failed publish nacks.
+func (w *rawWorker) move(ctx context.Context, d *amqp.Delivery, queue string, retries int64) {
+	h := make(amqp.Table, len(d.Headers)+1)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	h["x-retry-count"] = int32(retries)
+	pc := <-w.pool
+	err := publishConfirmed(ctx, pc, queue, amqp.Publishing{
+		Headers:      h,
+		ContentType:  d.ContentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    d.MessageId,
+		Body:         d.Body,
+	})
+	w.pool <- pc
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "raw-worker: move:", err)
+		_ = d.Nack(false, true) // multiple=false, requeue=true
+		return
+	}
+	_ = d.Ack(false)
+}
+
+func publishConfirmed(ctx context.Context, ch *amqp.Channel, queue string, p amqp.Publishing) error {
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue,
+		false, // mandatory
+		false, // immediate
+		p)
+	if err != nil {
+		return err
+	}
+	ok, err := dc.WaitContext(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("publisher nack")
+	}
+	return nil
+}
+
+func asInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	}
+	return 0, false
+}
