@@ -43,6 +43,8 @@ type HTTPApp struct {
 	opts     HTTPAppOptions
 	client   *fasthttp.Client
 	template bool
+	urlAttr  string
+	conns    connSet
 	// HeadersSkipped counts application headers not forwarded.
 	HeadersSkipped atomic.Int64
 }
@@ -69,20 +71,67 @@ func NewHTTPApp(o HTTPAppOptions) *HTTPApp {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
-	return &HTTPApp{opts: o, client: c, template: strings.Contains(o.URL, "{")}
+	a := &HTTPApp{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
+	c.DialTimeout = func(addr string, timeout time.Duration) (net.Conn, error) {
+		conn, err := fasthttp.DialTimeout(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return a.conns.track(conn), nil
+	}
+	return a
+}
+
+// connSet tracks the open connections to the app, so that a cancelled
+// context (the end of the shutdown grace period) can cut in-flight calls
+// off: fasthttp only knows deadlines.
+type connSet struct {
+	mu sync.Mutex
+	m  map[*trackedConn]struct{}
+}
+
+type trackedConn struct {
+	net.Conn
+	set *connSet
+}
+
+func (c *trackedConn) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.m, c)
+	c.set.mu.Unlock()
+	return c.Conn.Close()
+}
+
+func (s *connSet) track(conn net.Conn) net.Conn {
+	tc := &trackedConn{Conn: conn, set: s}
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[*trackedConn]struct{}{}
+	}
+	s.m[tc] = struct{}{}
+	s.mu.Unlock()
+	return tc
+}
+
+// closeAll closes every connection; calls on them fail at once.
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	conns := make([]net.Conn, 0, len(s.m))
+	for c := range s.m {
+		conns = append(conns, c.Conn)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close() //nolint:errcheck // cutting calls off; the callers see the error
+	}
 }
 
 // Deliver POSTs one message and classifies the result.
 func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
-	defer func() {
-		// nil when an abandoned call still owns them.
-		if req != nil {
-			fasthttp.ReleaseRequest(req)
-			fasthttp.ReleaseResponse(resp)
-		}
-	}()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
 
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(a.url(in))
@@ -102,9 +151,11 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 
 	// The CLIENT span's context goes to the app as traceparent, so the app's
 	// own spans join the message's trace.
-	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("http.request.method", "POST"), attribute.String("url.full", redactURL(req.URI().String()))))
+	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", "POST"), attribute.String("url.full", a.urlAttr))
+	}
 	propagator.Inject(ctx, requestCarrier{req})
 
 	deadline := time.Now().Add(a.opts.Timeout)
@@ -112,7 +163,7 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 		deadline = d
 	}
 	err := a.do(ctx, req, resp, deadline)
-	if staleConn(err) && time.Now().Before(deadline) {
+	if staleConn(err) && ctx.Err() == nil && time.Now().Before(deadline) {
 		// A pooled keep-alive connection the app closed (it restarted):
 		// drop every idle one and try once on a fresh connection, instead of
 		// failing one message per dead connection.
@@ -120,11 +171,9 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 		resp.Reset()
 		err = a.do(ctx, req, resp, deadline)
 	}
-	if errors.Is(err, errCancelled) {
-		// Shutdown cut the call off: req and resp now belong to the
-		// abandoned call. The app may still answer; the message goes back
-		// to the queue unacked either way.
-		req, resp = nil, nil
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		// Shutdown cut the call off. The app may still have done the work;
+		// the message goes back to the queue unacked either way.
 		span.SetStatus(codes.Error, "cancelled")
 		return retry.Outcome{Kind: retry.Unavailable, Error: "request cancelled by shutdown"}
 	}
@@ -151,51 +200,18 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 	return o
 }
 
-// errCancelled reports a call abandoned because ctx was cancelled.
-var errCancelled = errors.New("cancelled")
-
-// do runs the request, returning early when ctx is cancelled (fasthttp
-// itself only knows deadlines). After an early return the call goes on in
-// the background and releases req and resp itself.
+// do runs the request; cancelling ctx closes the app connections, which
+// ends the call at once.
 func (a *HTTPApp) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	if ctx.Done() == nil {
-		return a.client.DoDeadline(req, resp, deadline)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			if errors.Is(ctx.Err(), context.Canceled) { // a deadline is fasthttp's own
+				a.conns.closeAll()
+			}
+		})
+		defer stop()
 	}
-	var (
-		mu                  sync.Mutex
-		finished, abandoned bool
-	)
-	done := make(chan error, 1)
-	go func() {
-		err := a.client.DoDeadline(req, resp, deadline)
-		mu.Lock()
-		if abandoned {
-			mu.Unlock()
-			fasthttp.ReleaseRequest(req)
-			fasthttp.ReleaseResponse(resp)
-			return
-		}
-		finished = true
-		mu.Unlock()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// fasthttp has the same deadline and returns at once: a
-			// timeout, not a cancellation.
-			return <-done
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if finished {
-			return <-done // it won the race: req and resp are ours again
-		}
-		abandoned = true
-		return errCancelled
-	}
+	return a.client.DoDeadline(req, resp, deadline)
 }
 
 // requestCarrier writes trace context into the request headers.

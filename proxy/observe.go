@@ -75,9 +75,11 @@ var (
 // startProducer opens the PRODUCER span of a move and writes its context
 // into the copy's headers, so the next attempt's span joins the same trace.
 func startProducer(ctx context.Context, tr trace.Tracer, queue, why string, headers map[string]any) (context.Context, trace.Span) {
-	ctx, span := tr.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attrSystem, keyDestination.String(queue), keyOperation.String("send"),
-			attribute.String("hopper.move", why)))
+	ctx, span := tr.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(attrSystem, keyDestination.String(queue), keyOperation.String("send"),
+			attribute.String("hopper.move", why))
+	}
 	propagator.Inject(ctx, headerCarrier(headers))
 	return ctx, span
 }

@@ -208,10 +208,12 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 	// One CONSUMER span per attempt, parented on the context the message
 	// carries: the publisher's, or the previous attempt's move.
 	ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
-	ctx, span := p.tr.Start(ctx, "process "+info.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attrSystem, keyDestination.String(info.Queue), keyOperation.String("process"),
+	ctx, span := p.tr.Start(ctx, "process "+info.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(attrSystem, keyDestination.String(info.Queue), keyOperation.String("process"),
 			keyRoutingKey.String(info.RoutingKey), keyMessageID.String(m.MessageID),
-			keyConversation.String(m.CorrelationID), keyAttempt.Int(info.Attempt)))
+			keyConversation.String(m.CorrelationID), keyAttempt.Int(info.Attempt))
+	}
 	defer span.End()
 	pol := p.o.Selector.Select(retry.Subject{
 		RoutingKey: info.RoutingKey,
@@ -241,13 +243,17 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 		out = p.o.App.Deliver(ctx, m, info)
 		latency, called = time.Since(start), !out.Refused
 		dec = retry.Decide(pol, st, out, p.o.Now(), p.o.Rand)
-		p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", m.MessageID,
-			"attempt", info.Attempt, "status", out.Status, "decision", dec.Action.String(),
-			"latency_ms", latency.Milliseconds(), "trace_id", traceID(span))
+		if p.log.Enabled(ctx, slog.LevelDebug) {
+			p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", m.MessageID,
+				"attempt", info.Attempt, "status", out.Status, "decision", dec.Action.String(),
+				"latency_ms", latency.Milliseconds(), "trace_id", traceID(span))
+		}
 	}
-	span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
-	if dec.Reason != "" {
-		span.SetAttributes(keyReason.String(dec.Reason))
+	if span.IsRecording() {
+		span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
+		if dec.Reason != "" {
+			span.SetAttributes(keyReason.String(dec.Reason))
+		}
 	}
 	if out.Error != "" && dec.Action != retry.Ack {
 		span.SetStatus(codes.Error, dlq.Truncate(out.Error, dlq.MaxErrorLen))
