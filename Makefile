@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build deps tools test unit demo vet fmt clean jaeger-check
+.PHONY: all build deps tools test unit demo vet fmt clean jaeger-check fuzz
 
 all: build
 
@@ -27,6 +27,13 @@ tools:
 ## end-to-end check, chart lint/render and Dockerfile checks
 test: deps tools vet
 	$(GO) test -count=1 -timeout 25m ./...
+	$(MAKE) fuzz FUZZTIME=10s
+
+## fuzz: the header mapping and the config loader under the Go fuzzer
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzBuildHeaders -fuzztime=$(FUZZTIME) ./proxy/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./config/
 
 ## jaeger-check: one message failing twice then accepted shows as one trace in a
 ## real Jaeger (publisher span, three attempts, two retry moves)

@@ -374,3 +374,19 @@ func TestBreakerOpensOn5xx(t *testing.T) {
 	}
 	r.settled(0)
 }
+
+// TestBrokerURLsTriedInTurn: an unreachable first address does not stop
+// Hopper; the next one in the list is used.
+func TestBrokerURLsTriedInTurn(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	dead := "amqp://guest:guest@127.0.0.1:1/" // nothing listens on port 1
+	cfg.Broker.URLs = []string{dead, rabbit.URL()}
+	r := start(t, cfg)
+	app.script("via-second", 200)
+	r.publish("via-second")
+	r.settled(0)
+	if len(app.callsFor("via-second")) != 1 {
+		t.Fatal("not delivered through the second broker address")
+	}
+}
