@@ -120,6 +120,9 @@ type Options struct {
 	BinDir string
 	// StartTimeout bounds each node boot. Zero means 2 minutes.
 	StartTimeout time.Duration
+	// ExtraConfig is appended to the node's rabbitmq.conf (for example a
+	// TLS listener).
+	ExtraConfig string
 }
 
 // Broker is a private RabbitMQ node. Its methods are safe for concurrent
@@ -133,6 +136,7 @@ type Broker struct {
 	serverLog    string
 	nodeLog      string
 	quiet        bool
+	extraConfig  string
 	startTimeout time.Duration
 
 	mu       sync.Mutex
@@ -189,6 +193,7 @@ func Start(opts Options) (*Broker, error) {
 		serverLog:    filepath.Join(dir, "server.log"),
 		nodeLog:      filepath.Join(dir, "log", nodeName+".log"),
 		quiet:        opts.Quiet,
+		extraConfig:  opts.ExtraConfig,
 		startTimeout: timeout,
 	}
 	if err := b.prepareDir(); err != nil {
@@ -460,7 +465,7 @@ func (b *Broker) prepareDir() error {
 		// loopback_users = none: let guest log in however 127.0.0.1 is
 		// reached. log.console = false: the node logs to its own file
 		// under log/, server.log only gets the banner and crashes.
-		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n", 0o644},
+		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n" + b.extraConfig, 0o644},
 		{"enabled_plugins", "[].\n", 0o644},
 		// Used instead of /etc/rabbitmq/rabbitmq-env.conf, so a system
 		// setting (NODENAME, NODE_PORT, ...) cannot leak into the node.
