@@ -91,17 +91,30 @@ func (t Table) Lookup(o Outcome) Action {
 		}
 		return Return
 	}
-	if a, ok := t[strconv.Itoa(o.Status)]; ok {
-		return a
-	}
 	if o.Status >= 100 && o.Status < 600 {
-		if a, ok := t[strconv.Itoa(o.Status/100)+"xx"]; ok {
+		if a, ok := t[statusKeys[o.Status]]; ok {
+			return a
+		}
+		if a, ok := t[classKeys[o.Status/100]]; ok {
 			return a
 		}
 	}
 	// A status outside the table (for example 600+) is garbage from the app:
 	// treat it as a failed attempt rather than guess that it succeeded.
 	return Retry
+}
+
+// statusKeys and classKeys are the table keys of every status, made once so
+// a lookup on the delivery path allocates nothing.
+var (
+	statusKeys [600]string
+	classKeys  = [6]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
+)
+
+func init() {
+	for i := 100; i < 600; i++ {
+		statusKeys[i] = strconv.Itoa(i)
+	}
 }
 
 // Match selects the messages a policy applies to. Empty fields match
