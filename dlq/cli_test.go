@@ -818,7 +818,7 @@ func TestCLIReplaySIGKILLLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	const n, parallel = 3000, 8
 	e.fillFast(e.DLQ, "k", n, bytes.Repeat([]byte("x"), 256))
-	cmd := e.command("replay", "--dlq", e.DLQ, "--parallel", strconv.Itoa(parallel), "--rate", "2000")
+	cmd := e.command("replay", "--dlq", e.DLQ, "--parallel", strconv.Itoa(parallel), "--rate", "300") // ~10s: the kill lands mid-run even with slow polling
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
