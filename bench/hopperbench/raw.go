@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/msg"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
 )
@@ -263,24 +264,5 @@ func publishConfirmed(ctx context.Context, ch *amqp.Channel, queue string, p amq
 	return nil
 }
 
-func asInt(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case int:
-		return int64(n), true
-	case uint8:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	}
-	return 0, false
-}
+// asInt reads an integer header as Hopper does.
+func asInt(v any) (int64, bool) { return msg.AsInt(v) }
