@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -39,6 +40,12 @@ func (d *Delivery) Ack() error {
 	if d.s.dead.Load() {
 		return ErrChannelGone
 	}
+	if d.s.acker != nil {
+		if err := d.s.acker.ack(d.tag, time.Now()); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+		return nil
+	}
 	if err := d.s.ch.Ack(d.tag, false); err != nil { // multiple=false
 		return fmt.Errorf("ack: %w", err)
 	}
@@ -49,6 +56,12 @@ func (d *Delivery) Ack() error {
 func (d *Delivery) Nack(requeue bool) error {
 	if d.s.dead.Load() {
 		return ErrChannelGone
+	}
+	if d.s.acker != nil {
+		if err := d.s.acker.nack(d.tag, requeue); err != nil {
+			return fmt.Errorf("nack: %w", err)
+		}
+		return nil
 	}
 	if err := d.s.ch.Nack(d.tag, false, requeue); err != nil { // multiple=false
 		return fmt.Errorf("nack: %w", err)
@@ -61,6 +74,33 @@ type session struct {
 	conn *amqp.Connection
 	ch   *amqp.Channel
 	dead atomic.Bool
+	// acker coalesces acks on a consumer channel (nil for tools that get
+	// one message at a time).
+	acker    *acker
+	stopAck  chan struct{}
+	stopOnce sync.Once
+}
+
+// ackInterval is how long an ack may wait to be coalesced with others.
+const ackInterval = 2 * time.Millisecond
+
+func (s *session) startAcker() {
+	s.acker = newAcker(s.ch)
+	s.stopAck = make(chan struct{})
+	go s.acker.run(ackInterval, s.stopAck)
+}
+
+// end sends the acks still held (when the channel is alive) and stops the
+// acker.
+func (s *session) end() {
+	s.stopOnce.Do(func() {
+		if s.acker != nil {
+			if !s.dead.Load() && !s.ch.IsClosed() {
+				s.acker.flush(time.Now(), true) //nolint:errcheck // a dead channel: the broker redelivers
+			}
+			close(s.stopAck)
+		}
+	})
 }
 
 // ConsumerOptions configure a Consumer.
@@ -200,6 +240,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		}
 		// The session is lost: its deliveries cannot be acked any more.
 		s.dead.Store(true)
+		s.end()
 		if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 			log.Debug("close lost connection", "error", err.Error())
 		}
@@ -227,7 +268,9 @@ func (c *Consumer) open(ctx context.Context, start int) (*session, int, error) {
 	if err != nil {
 		return fail(fmt.Errorf("open channel: %w", err))
 	}
-	return &session{conn: conn, ch: ch}, idx, nil
+	s := &session{conn: conn, ch: ch}
+	s.startAcker()
+	return s, idx, nil
 }
 
 // consume runs one session until it fails or ctx is done, and says why it
@@ -260,6 +303,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 		err := s.ch.Cancel(tag, false) // noWait=false
 		for d := range deliveries {
 			if handOver {
+				s.acker.register(d.DeliveryTag)
 				handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
 			}
 		}
@@ -321,6 +365,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			if !ok {
 				return "delivery channel closed"
 			}
+			s.acker.register(d.DeliveryTag)
 			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
 		}
 	}
@@ -335,6 +380,7 @@ func (c *Consumer) Close() error {
 	if s == nil {
 		return nil
 	}
+	s.end() // settled deliveries' acks go out before the channel closes
 	s.dead.Store(true)
 	if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		return fmt.Errorf("close consumer connection: %w", err)
