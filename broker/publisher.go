@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -43,8 +44,9 @@ type Publisher struct {
 	next   time.Time // no dial before this
 	pool   chan *pubChannel
 
-	blockedMu sync.Mutex
-	blocked   chan struct{} // closed when not blocked
+	blockedMu  sync.Mutex
+	blocked    chan struct{} // closed when not blocked
+	blockEpoch atomic.Int64  // bumped on every block
 }
 
 type pubChannel struct {
@@ -85,16 +87,19 @@ func (p *Publisher) Publish(ctx context.Context, queue string, m *msg.Message) e
 
 // PublishTo is Publish to an exchange and routing key.
 func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
-	defer cancel()
+	// While the broker blocks publishing (memory or disk alarm) the move
+	// waits, however long: failing it would only put the message back to be
+	// delivered and fail again. The confirm timeout starts after.
 	if err := p.waitUnblocked(ctx); err != nil {
 		return err
 	}
+	tctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
+	defer cancel()
 	var slot *pubChannel
 	select {
 	case slot = <-p.pool:
-	case <-ctx.Done():
-		return fmt.Errorf("wait for a publish channel: %w", ctx.Err())
+	case <-tctx.Done():
+		return fmt.Errorf("wait for a publish channel: %w", tctx.Err())
 	}
 	ok := false
 	defer func() {
@@ -108,7 +113,7 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 
 	if slot == nil || slot.ch.IsClosed() || slot.gen != p.generation() {
 		var err error
-		if slot, err = p.openChannel(ctx); err != nil {
+		if slot, err = p.openChannel(tctx); err != nil {
 			return err
 		}
 	}
@@ -116,6 +121,9 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	for len(slot.returns) > 0 {
 		<-slot.returns
 	}
+	epoch := p.blockEpoch.Load()
+	// The write itself may stall while the broker blocks the connection
+	// (it stops reading); the confirm wait below starts after it.
 	dc, err := slot.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
 		true,  // mandatory: an unroutable copy must come back, not vanish
 		false, // immediate
@@ -123,12 +131,30 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	if err != nil {
 		return fmt.Errorf("publish to %q: %w", key, err)
 	}
-	select {
-	case <-dc.Done():
-	case e := <-slot.closed:
-		return fmt.Errorf("publish channel closed before confirm: %w", amqpErr(e))
-	case <-ctx.Done():
-		return fmt.Errorf("publish to %q: %w after %s", key, ErrConfirmWait, p.opts.ConfirmTimeout)
+	timer := time.NewTimer(p.opts.ConfirmTimeout)
+	defer timer.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-dc.Done():
+			waiting = false
+		case e := <-slot.closed:
+			return fmt.Errorf("publish channel closed before confirm: %w", amqpErr(e))
+		case <-ctx.Done():
+			return fmt.Errorf("publish to %q: %w", key, ctx.Err())
+		case <-timer.C:
+			if now := p.blockEpoch.Load(); now != epoch {
+				// The broker blocked the connection meanwhile: the confirm
+				// is late, not lost. Wait out the block, then give it the
+				// full timeout again.
+				epoch = now
+				if err := p.waitUnblocked(ctx); err != nil {
+					return err
+				}
+				timer.Reset(p.opts.ConfirmTimeout)
+				continue
+			}
+			return fmt.Errorf("publish to %q: %w after %s", key, ErrConfirmWait, p.opts.ConfirmTimeout)
+		}
 	}
 	// The reader goroutine delivers basic.return before the confirm it
 	// precedes, so a return for this publish is already in the buffer.
@@ -211,6 +237,7 @@ func (p *Publisher) watchBlocked(ch <-chan amqp.Blocking) {
 	for b := range ch {
 		p.blockedMu.Lock()
 		if b.Active {
+			p.blockEpoch.Add(1)
 			p.opts.logger().Warn("broker blocked publishing", "event", "BROKER_BLOCKED", "reason", b.Reason)
 			p.blocked = make(chan struct{})
 		} else {

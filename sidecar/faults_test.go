@@ -390,3 +390,52 @@ func TestBrokerURLsTriedInTurn(t *testing.T) {
 		t.Fatal("not delivered through the second broker address")
 	}
 }
+
+// TestBlockedBrokerPausesMoves: while a memory alarm blocks publishing, a
+// retry move waits instead of failing (longer than the confirm timeout),
+// the original stays unacked in the work queue, and the move completes once
+// the alarm clears.
+func TestBlockedBrokerPausesMoves(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int64
+	app := newScriptApp(t)
+	app.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Hopper-Message-Id") == "held" && calls.Add(1) == 1 {
+			<-release // answer 503 only once the alarm is on
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(200)
+	})
+	cfg := testConfig(t, app.URL)
+	cfg.Broker.ConfirmTimeout = config.Duration(time.Second)
+	cfg.App.Timeout = config.Duration(20 * time.Second)
+	r := start(t, cfg)
+	r.publish("warm") // opens the publishing connections before the alarm
+	r.settled(0)
+	r.publish("held")
+	waitFor(t, 10*time.Second, "the first attempt in progress", func() bool { return calls.Load() == 1 })
+	if _, err := rabbit.Ctl("set_vm_memory_high_watermark", "0.000001"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rabbit.Ctl("set_vm_memory_high_watermark", "0.4") }) //nolint:errcheck // best effort
+	time.Sleep(time.Second)                                                 // the alarm reaches the connections
+	close(release)
+	time.Sleep(3 * time.Second) // three confirm timeouts
+	if n := r.sc.Stats().MoveFailed.Load(); n != 0 {
+		t.Fatalf("%d moves failed while the broker was blocked; they must wait", n)
+	}
+	if n := r.sc.Stats().Retried.Load(); n != 0 {
+		t.Fatalf("the retry move completed while the broker was blocked (%d)", n)
+	}
+	if d := allDepths(t)[r.cfg.Queue.Name]; d != 1 {
+		t.Fatalf("work queue %d, want the held message unacked in it", d)
+	}
+	if _, err := rabbit.Ctl("set_vm_memory_high_watermark", "0.4"); err != nil {
+		t.Fatal(err)
+	}
+	r.settled(0)
+	if calls.Load() != 2 || r.sc.Stats().Retried.Load() != 1 {
+		t.Fatalf("after the alarm: %d calls, %d retries", calls.Load(), r.sc.Stats().Retried.Load())
+	}
+}
