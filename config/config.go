@@ -111,6 +111,10 @@ type App struct {
 	UnavailableBackoff Duration `yaml:"unavailableBackoff"`
 	// MaxBodyBytes is the largest response body Hopper reads. Default 65536.
 	MaxBodyBytes int `yaml:"maxBodyBytes"`
+	// CloudEvents adds CloudEvents binary-mode headers (ce-specversion,
+	// ce-id, ce-source, ce-type, ce-subject, ce-time) for apps written for
+	// Knative eventing. Default false.
+	CloudEvents bool `yaml:"cloudEvents"`
 }
 
 // Consumer sets concurrency.

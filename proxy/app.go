@@ -36,6 +36,8 @@ type HTTPAppOptions struct {
 	MaxBodyBytes int
 	// Tracer makes the CLIENT span of each request (noop when nil).
 	Tracer trace.Tracer
+	// CloudEvents adds the CloudEvents binary-mode ce-* headers.
+	CloudEvents bool
 }
 
 // HTTPApp delivers messages to the app with pooled keep-alive connections.
@@ -141,6 +143,9 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 	}
 	req.Header.SetContentType(SanitizeValue(ct))
 	hdrs, skipped := BuildHeaders(make([]Header, 0, 24), m, in)
+	if a.opts.CloudEvents {
+		hdrs = CloudEventHeaders(hdrs, m, in)
+	}
 	if skipped > 0 {
 		a.HeadersSkipped.Add(int64(skipped))
 	}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"time"
@@ -153,4 +155,53 @@ func SanitizeValue(s string) string {
 		b = b[:cut]
 	}
 	return string(b)
+}
+
+// CloudEvents binary-mode headers (HTTP protocol binding), for apps written
+// for Knative eventing. The message body is the event data and Content-Type
+// its datacontenttype.
+const (
+	ceSpecVersion = "ce-specversion"
+	ceID          = "ce-id"
+	ceSource      = "ce-source"
+	ceType        = "ce-type"
+	ceSubject     = "ce-subject"
+	ceTime        = "ce-time"
+	// DefaultCloudEventType is ce-type for messages without an AMQP type.
+	DefaultCloudEventType = "com.rabbitmq.message"
+)
+
+// CloudEventHeaders appends the ce-* attributes of a message. ce-id is the
+// message id; a message without one gets an id derived from its content, so
+// a redelivery keeps the same id (consumers deduplicate on source + id).
+func CloudEventHeaders(dst []Header, m *msg.Message, in RequestInfo) []Header {
+	id := m.MessageID
+	if id == "" {
+		h := sha256.New()
+		h.Write([]byte(in.RoutingKey))
+		h.Write([]byte{0})
+		h.Write(m.Body)
+		id = hex.EncodeToString(h.Sum(nil)[:16])
+	}
+	source := "/rabbitmq/queue/" + in.Queue
+	if in.Exchange != "" {
+		source = "/rabbitmq/exchange/" + in.Exchange
+	}
+	typ := m.Type
+	if typ == "" {
+		typ = DefaultCloudEventType
+	}
+	dst = append(dst,
+		Header{ceSpecVersion, "1.0"},
+		Header{ceID, SanitizeValue(id)},
+		Header{ceSource, SanitizeValue(source)},
+		Header{ceType, SanitizeValue(typ)},
+	)
+	if in.RoutingKey != "" {
+		dst = append(dst, Header{ceSubject, SanitizeValue(in.RoutingKey)})
+	}
+	if !m.Timestamp.IsZero() {
+		dst = append(dst, Header{ceTime, m.Timestamp.UTC().Format(time.RFC3339)})
+	}
+	return dst
 }

@@ -413,3 +413,34 @@ func FuzzBuildHeaders(f *testing.F) {
 		}
 	})
 }
+
+func TestCloudEventHeaders(t *testing.T) {
+	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	m := &msg.Message{MessageID: "id-1", Type: "order.created", Timestamp: ts, Body: []byte("{}")}
+	got := map[string]string{}
+	for _, h := range proxy.CloudEventHeaders(nil, m, proxy.RequestInfo{Queue: "orders", Exchange: "shop", RoutingKey: "order.created.eu"}) {
+		got[h.Name] = h.Value
+	}
+	want := map[string]string{"ce-specversion": "1.0", "ce-id": "id-1", "ce-source": "/rabbitmq/exchange/shop",
+		"ce-type": "order.created", "ce-subject": "order.created.eu", "ce-time": "2026-01-02T03:04:05Z"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	// Without id, type and exchange: a stable derived id, the default type,
+	// the queue as source.
+	bare := &msg.Message{Body: []byte("x")}
+	a := proxy.CloudEventHeaders(nil, bare, proxy.RequestInfo{Queue: "orders", RoutingKey: "orders"})
+	b := proxy.CloudEventHeaders(nil, bare, proxy.RequestInfo{Queue: "orders", RoutingKey: "orders"})
+	am := map[string]string{}
+	for _, h := range a {
+		am[h.Name] = h.Value
+	}
+	if am["ce-id"] == "" || a[1] != b[1] || am["ce-type"] != proxy.DefaultCloudEventType || am["ce-source"] != "/rabbitmq/queue/orders" {
+		t.Errorf("derived attributes %v", am)
+	}
+	if _, ok := am["ce-time"]; ok {
+		t.Error("ce-time without a timestamp")
+	}
+}

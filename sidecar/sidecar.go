@@ -153,6 +153,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		MaxConns:     Workers(cfg) + 4,
 		MaxBodyBytes: cfg.App.MaxBodyBytes,
 		Tracer:       tracer,
+		CloudEvents:  cfg.App.CloudEvents,
 	})
 	s.app.Store(app)
 	gate, err := proxy.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
