@@ -112,12 +112,7 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 	if err != nil {
 		return fail(fmt.Errorf("open channel: %w", err))
 	}
-	q, err := ch.QueueDeclarePassive(queue,
-		true,  // durable
-		false, // autoDelete
-		false, // exclusive
-		false, // noWait
-		nil)
+	q, err := declarePassive(ch, queue)
 	if err != nil {
 		return fail(queueError(queue, err))
 	}

@@ -55,12 +55,7 @@ func (i *Inspector) Depth(queue string) (int, error) {
 		return 0, fmt.Errorf("open channel: %w", err)
 	}
 	defer closeQuietly(ch)
-	q, err := ch.QueueDeclarePassive(queue,
-		true,  // durable
-		false, // autoDelete
-		false, // exclusive
-		false, // noWait
-		nil)
+	q, err := declarePassive(ch, queue)
 	if err != nil {
 		return 0, fmt.Errorf("%w: queue %q: %w", ErrTopology, queue, err)
 	}

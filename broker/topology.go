@@ -66,12 +66,7 @@ func exists(conn *amqp.Connection, name string) error {
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer closeQuietly(ch)
-	if _, err := ch.QueueDeclarePassive(name,
-		true,  // durable
-		false, // autoDelete
-		false, // exclusive
-		false, // noWait
-		nil); err != nil {
+	if _, err := declarePassive(ch, name); err != nil {
 		return fmt.Errorf("%w: queue %q does not exist: %w", ErrTopology, name, err)
 	}
 	return nil
@@ -97,6 +92,17 @@ func declare(conn *amqp.Connection, q topology.Queue) error {
 		return fmt.Errorf("declare %s queue %q: %w", q.Role, q.Name, err)
 	}
 	return nil
+}
+
+// declarePassive checks that a durable queue exists, creating nothing. A
+// failure closes ch (the broker closes the channel on a 404).
+func declarePassive(ch *amqp.Channel, name string) (amqp.Queue, error) {
+	return ch.QueueDeclarePassive(name,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		nil)
 }
 
 func closeQuietly(ch *amqp.Channel) {
