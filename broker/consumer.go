@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,13 +132,16 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	cur       *session
-	paused    bool
+	paused    map[string]bool // why consuming is paused; empty when it is not
 	prefetch  int
 	wake      chan struct{}
 	connected atomic.Bool
 	active    atomic.Bool
 	// Reconnects counts sessions after the first.
 	Reconnects atomic.Int64
+	// Reconsumes counts consumers started again on a live connection after
+	// the broker cancelled one (queue deleted, quorum leader moved).
+	Reconsumes atomic.Int64
 }
 
 // NewConsumer returns a consumer; Run starts it.
@@ -144,7 +149,7 @@ func NewConsumer(o ConsumerOptions) *Consumer {
 	if o.Name == "" {
 		o.Name = "hopper-consumer"
 	}
-	return &Consumer{opts: o, prefetch: o.Prefetch, wake: make(chan struct{}, 1)}
+	return &Consumer{opts: o, prefetch: o.Prefetch, paused: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // Connected reports whether the consumer's connection is up (consuming or
@@ -154,31 +159,61 @@ func (c *Consumer) Connected() bool { return c.connected.Load() }
 // Active reports whether a consumer is registered on the broker now.
 func (c *Consumer) Active() bool { return c.active.Load() }
 
-// Paused reports whether Pause is in effect.
+// Paused reports whether consuming is paused for any reason.
 func (c *Consumer) Paused() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.paused
+	return len(c.paused) > 0
 }
 
-// Pause cancels the consumer on the broker and keeps it cancelled, across
-// reconnects, until Resume.
-func (c *Consumer) Pause() {
+// PauseReasons lists why consuming is paused, sorted; empty when it is not.
+func (c *Consumer) PauseReasons() []string {
 	c.mu.Lock()
-	c.paused = true
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.paused))
+}
+
+// Reasons to pause. Each holds the consumer paused on its own: consuming
+// resumes once none is left.
+const (
+	// PauseBreaker: the app is unavailable and the circuit breaker is open.
+	PauseBreaker = "app unavailable (breaker open)"
+	// PauseMoves: moving a message (to a delay tier, the DLQ or back to the
+	// work queue) keeps failing; taking more would only pile up held
+	// deliveries.
+	PauseMoves = "moves failing"
+)
+
+// PauseFor cancels the consumer on the broker and keeps it cancelled,
+// across reconnects, until ResumeFor is called with the same reason and no
+// other reason holds it.
+func (c *Consumer) PauseFor(reason string) {
+	c.mu.Lock()
+	c.paused[reason] = true
 	c.mu.Unlock()
 	c.poke()
 }
 
-// Resume consumes again with the given prefetch (0 keeps the configured
-// one). The circuit breaker resumes with 1 to let a single delivery probe
-// the app, then with the full prefetch.
+// ResumeFor drops one reason to pause.
+func (c *Consumer) ResumeFor(reason string) {
+	c.mu.Lock()
+	delete(c.paused, reason)
+	c.mu.Unlock()
+	c.poke()
+}
+
+// Pause pauses for the circuit breaker.
+func (c *Consumer) Pause() { c.PauseFor(PauseBreaker) }
+
+// Resume ends the circuit breaker's pause and consumes with the given
+// prefetch (0 keeps the configured one). The breaker resumes with a small
+// prefetch to probe the app, then with the full one.
 func (c *Consumer) Resume(prefetch int) {
 	if prefetch <= 0 {
 		prefetch = c.opts.Prefetch
 	}
 	c.mu.Lock()
-	c.paused = false
+	delete(c.paused, PauseBreaker)
 	c.prefetch = prefetch
 	c.mu.Unlock()
 	c.poke()
@@ -194,7 +229,7 @@ func (c *Consumer) poke() {
 func (c *Consumer) want() (paused bool, prefetch int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.paused, c.prefetch
+	return len(c.paused) > 0, c.prefetch
 }
 
 // Run consumes until ctx is done, calling handle for each delivery from the
@@ -328,7 +363,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				return fmt.Sprintf("set prefetch: %v", err)
 			}
 			seq++
-			tag = fmt.Sprintf("hopper-%s-%d-%d", c.opts.Queue, c.Reconnects.Load(), seq)
+			tag = fmt.Sprintf("hopper-%s-%d-%d-%d", c.opts.Queue, c.Reconnects.Load(), c.Reconsumes.Load(), seq)
 			d, err := s.ch.ConsumeWithContext(ctx, c.opts.Queue, tag,
 				false, // autoAck
 				false, // exclusive
@@ -340,7 +375,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			}
 			deliveries, curPrefch = d, prefetch
 			c.active.Store(true)
-			c.opts.logger().Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", prefetch)
+			c.opts.logger().Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", prefetch, "consumer_tag", tag)
 		}
 
 		select {
@@ -358,17 +393,79 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 		case e := <-chClosed:
 			return fmt.Sprintf("channel closed: %v", e)
 		case t := <-cancels:
-			// Queue deleted, or quorum leader moved: the consumer is gone but
-			// the channel lives; start over so the topology is re-declared.
-			return fmt.Sprintf("consumer %s cancelled by the broker", t)
+			if t != tag || deliveries == nil {
+				continue // an earlier consumer of this channel, already replaced
+			}
+			if reason := c.reconsume(ctx, s, t, &deliveries, handle); reason != "" {
+				return reason
+			}
 		case d, ok := <-deliveries:
 			if !ok {
-				return "delivery channel closed"
+				// The library closes the delivery channel when the broker
+				// cancels the consumer; the cancel notice may still be on
+				// its way.
+				if s.ch.IsClosed() || s.conn.IsClosed() {
+					return "delivery channel closed"
+				}
+				deliveries = nil
+				if reason := c.reconsume(ctx, s, tag, &deliveries, handle); reason != "" {
+					return reason
+				}
+				continue
 			}
 			s.acker.register(d.DeliveryTag)
 			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
 		}
 	}
+}
+
+// reconsume handles a consumer the broker cancelled (its queue was deleted,
+// its quorum leader moved, the node hosting it went down) while the channel
+// and connection live on. Deliveries already received stay valid on this
+// channel: they are handed over, and the acks held for settled ones go out
+// now, so none of them is redelivered. The topology is prepared again (a
+// deleted queue comes back) with backoff, and the loop then consumes anew
+// on the same channel. It returns a reason when the session must end.
+func (c *Consumer) reconsume(ctx context.Context, s *session, tag string, deliveries *<-chan amqp.Delivery,
+	handle func(*Delivery)) string {
+	log := c.opts.logger()
+	c.active.Store(false)
+	if *deliveries != nil {
+		for d := range *deliveries {
+			s.acker.register(d.DeliveryTag)
+			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+		}
+		*deliveries = nil
+	}
+	if err := s.acker.flush(time.Now(), false); err != nil {
+		return fmt.Sprintf("flush acks after consumer cancel: %v", err)
+	}
+	log.Warn("consumer cancelled by the broker; consuming again on the same connection",
+		"event", "CONSUMER_CANCELLED", "queue", c.opts.Queue, "consumer_tag", tag)
+	bo := Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
+	for {
+		err := prepare(ctx, s.conn, c.opts.Topology)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return "shutdown"
+		}
+		if s.conn.IsClosed() || s.ch.IsClosed() {
+			return fmt.Sprintf("prepare topology after consumer cancel: %v", err)
+		}
+		wait := bo.Next()
+		log.Warn("topology not ready after consumer cancel; retrying", "event", "TOPOLOGY_RETRY",
+			"error", err.Error(), "retry_in", wait.String())
+		if sleep(ctx, wait) != nil {
+			return "shutdown"
+		}
+	}
+	c.Reconsumes.Add(1)
+	if c.opts.OnReconnect != nil {
+		c.opts.OnReconnect(fmt.Sprintf("consumer %s cancelled by the broker", tag))
+	}
+	return ""
 }
 
 // Close closes the consumer's connection. Unsettled deliveries go back to

@@ -44,9 +44,13 @@ type Publisher struct {
 	next   time.Time // no dial before this
 	pool   chan *pubChannel
 
+	// blocked is closed while publishing is not blocked. Only the watcher
+	// of the current connection (blockedGen) may change it, so a watcher of
+	// a connection already replaced can neither unblock nor re-close it.
 	blockedMu  sync.Mutex
-	blocked    chan struct{} // closed when not blocked
-	blockEpoch atomic.Int64  // bumped on every block
+	blocked    chan struct{}
+	blockedGen int
+	blockEpoch atomic.Int64 // bumped on every block
 }
 
 type pubChannel struct {
@@ -226,37 +230,48 @@ func (p *Publisher) connection(ctx context.Context) (*amqp.Connection, int, erro
 	p.bo.Reset()
 	p.conn = conn
 	p.gen++
+	p.setBlocked(p.gen, false) // a new connection starts unblocked
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	go p.watchBlocked(blocked)
+	go p.watchBlocked(p.gen, blocked)
 	return conn, p.gen, nil
 }
 
 // watchBlocked pauses publishing while the broker says the connection is
 // blocked (memory or disk alarm), instead of letting moves time out.
-func (p *Publisher) watchBlocked(ch <-chan amqp.Blocking) {
+func (p *Publisher) watchBlocked(gen int, ch <-chan amqp.Blocking) {
 	for b := range ch {
-		p.blockedMu.Lock()
 		if b.Active {
-			p.blockEpoch.Add(1)
 			p.opts.logger().Warn("broker blocked publishing", "event", "BROKER_BLOCKED", "reason", b.Reason)
-			p.blocked = make(chan struct{})
 		} else {
 			p.opts.logger().Info("broker unblocked publishing", "event", "BROKER_UNBLOCKED")
-			close(p.blocked)
-			unblocked := make(chan struct{})
-			close(unblocked)
-			p.blocked = unblocked
 		}
-		p.blockedMu.Unlock()
+		p.setBlocked(gen, b.Active)
 	}
 	// Connection gone: never leave publishers waiting on it.
+	p.setBlocked(gen, false)
+}
+
+// setBlocked records connection gen's blocked state. A connection newer
+// than gen takes ownership of the state; an older one is ignored. Waiters
+// on a blocked state are released exactly once, when it ends.
+func (p *Publisher) setBlocked(gen int, active bool) {
 	p.blockedMu.Lock()
-	select {
-	case <-p.blocked:
-	default:
-		close(p.blocked)
+	defer p.blockedMu.Unlock()
+	if gen < p.blockedGen {
+		return
 	}
-	p.blockedMu.Unlock()
+	p.blockedGen = gen
+	select {
+	case <-p.blocked: // not blocked now
+		if active {
+			p.blockEpoch.Add(1)
+			p.blocked = make(chan struct{})
+		}
+	default: // blocked now
+		if !active {
+			close(p.blocked)
+		}
+	}
 }
 
 func (p *Publisher) waitUnblocked(ctx context.Context) error {

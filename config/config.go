@@ -47,8 +47,19 @@ type Broker struct {
 	ReconnectMin Duration `yaml:"reconnectMin"`
 	ReconnectMax Duration `yaml:"reconnectMax"`
 	// ConfirmTimeout bounds the wait for a publisher confirm when moving a
-	// message; past it the original is nacked with requeue. Default 15s.
+	// message; past it the move counts as failed and is retried. Default 15s.
 	ConfirmTimeout Duration `yaml:"confirmTimeout"`
+	// MoveRetryMin and MoveRetryMax bound the jittered exponential backoff
+	// between attempts of a move that failed (refused, returned, not
+	// confirmed). The delivery is held meanwhile and the app is not called
+	// again. Defaults 1s and 30s.
+	MoveRetryMin Duration `yaml:"moveRetryMin"`
+	MoveRetryMax Duration `yaml:"moveRetryMax"`
+	// MoveHoldMax is how long a delivery whose move keeps failing is held
+	// before it is given back to the work queue. It must stay under the
+	// broker's consumer_timeout (30m by default), past which the broker
+	// closes the channel. Default 10m.
+	MoveHoldMax Duration `yaml:"moveHoldMax"`
 	// PublishChannels is the number of confirm-mode channels used for moves
 	// in parallel. Default 8.
 	PublishChannels int `yaml:"publishChannels"`
@@ -223,6 +234,9 @@ func Default() Config {
 			ReconnectMin:    Duration(500 * time.Millisecond),
 			ReconnectMax:    Duration(30 * time.Second),
 			ConfirmTimeout:  Duration(15 * time.Second),
+			MoveRetryMin:    Duration(time.Second),
+			MoveRetryMax:    Duration(30 * time.Second),
+			MoveHoldMax:     Duration(10 * time.Minute),
 			PublishChannels: 8,
 		},
 		Queue:    Queue{Type: "classic"},

@@ -62,6 +62,15 @@ func (c *Config) Validate() error {
 	positive("broker.reconnectMin", c.Broker.ReconnectMin)
 	positive("broker.reconnectMax", c.Broker.ReconnectMax)
 	positive("broker.confirmTimeout", c.Broker.ConfirmTimeout)
+	positive("broker.moveRetryMin", c.Broker.MoveRetryMin)
+	positive("broker.moveRetryMax", c.Broker.MoveRetryMax)
+	positive("broker.moveHoldMax", c.Broker.MoveHoldMax)
+	if c.Broker.MoveRetryMax < c.Broker.MoveRetryMin {
+		add("broker.moveRetryMax", "must be at least moveRetryMin (%s)", c.Broker.MoveRetryMin)
+	}
+	if c.Broker.MoveHoldMax >= Duration(30*time.Minute) {
+		add("broker.moveHoldMax", "must stay under the broker's consumer_timeout (30m by default), got %s", c.Broker.MoveHoldMax)
+	}
 	if c.Broker.ReconnectMax < c.Broker.ReconnectMin {
 		add("broker.reconnectMax", "must be at least reconnectMin (%s)", c.Broker.ReconnectMin)
 	}

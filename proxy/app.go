@@ -180,7 +180,7 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 		// Shutdown cut the call off. The app may still have done the work;
 		// the message goes back to the queue unacked either way.
 		span.SetStatus(codes.Error, "cancelled")
-		return retry.Outcome{Kind: retry.Unavailable, Error: "request cancelled by shutdown"}
+		return retry.Outcome{Kind: retry.Unavailable, Error: "request cancelled by shutdown", CutOff: true}
 	}
 	if err != nil && !(errors.Is(err, fasthttp.ErrBodyTooLarge) && resp.StatusCode() > 0) {
 		o := classify(err)

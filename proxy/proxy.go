@@ -5,12 +5,26 @@
 //
 //	queued ─(worker free)→ delivering ─(app answers)→ decided ─→ settled
 //	   │                       │                          │
-//	   └─ shutdown: nack,      └─ shutdown after grace:   ├─ ack / drop: ack
-//	      requeue (never         channel closed, broker   ├─ return: nack requeue (classic)
-//	      the DLQ)               requeues it              │   or republish → confirm → ack (quorum)
-//	                                                      └─ requeue / retry / dlq:
+//	   └─ shutdown: given      └─ shutdown after grace:   ├─ ack / drop: ack
+//	      back (never the        call cut off, given      ├─ return: given back
+//	      DLQ)                   back                     └─ requeue / retry / dlq:
 //	                                                          publish copy → confirm → ack;
-//	                                                          a failed publish → nack requeue
+//	                                                          a failed publish is retried
+//	                                                          with backoff while the
+//	                                                          delivery is held
+//
+// "Given back" is a nack with requeue on a classic queue. On a quorum queue
+// it is a republish of the message as it came (same counters, origin and
+// deadline) → confirm → ack, because a quorum queue counts every nack
+// against its delivery limit and drops or dead-letters the message past it:
+// a message the app never saw must not spend that budget.
+//
+// Once the app has answered, the decision is kept: a move whose publish
+// fails is retried, never decided again, so the app is not called a second
+// time for a message whose fate is settled. While any move keeps failing the
+// proxy reports it (OnMovesFailing) so consumption can pause; the delivery is
+// let go (given back) only at shutdown, when its channel dies, or after
+// MoveHoldMax, which stays under the broker's consumer timeout.
 //
 // The original is acked only after its copy is confirmed, so a message is
 // always in at least one queue. Duplicates are possible, loss is not.
@@ -64,15 +78,24 @@ type Options struct {
 	// buffer (at least the prefetch, so the consumer never blocks).
 	Workers int
 	Queue   int
-	// Quorum makes returns republish instead of nack (SPEC §4): a quorum
-	// queue counts every nack against its delivery-limit.
+	// Quorum makes give-backs republish instead of nack: a quorum queue
+	// counts every nack against its delivery limit. Default false.
 	Quorum bool
 	// UnavailableBackoff is waited before returning a message the app could
-	// not take, so an app that is down is not spun on.
+	// not take, so an app that is down is not spun on. Default 0.
 	UnavailableBackoff time.Duration
-	// MoveFailureBackoff is waited before nacking a message whose move
-	// failed, so a refusing broker is not spun on.
-	MoveFailureBackoff time.Duration
+	// MoveRetryMin and MoveRetryMax bound the jittered exponential backoff
+	// between attempts of a move whose publish failed. Defaults 1s and 30s.
+	MoveRetryMin, MoveRetryMax time.Duration
+	// MoveHoldMax is how long a delivery whose move keeps failing is held
+	// before it is given back. It must stay under the broker's
+	// consumer_timeout (30 min by default), past which the broker closes
+	// the channel. Default 10m.
+	MoveHoldMax time.Duration
+	// OnMovesFailing is told true when a first delivery starts waiting on a
+	// failing move and false when none is left waiting, so the caller can
+	// pause consumption meanwhile. Optional.
+	OnMovesFailing func(failing bool)
 	// DeadlineHeader names an application header with an absolute deadline.
 	DeadlineHeader string
 	Logger         *slog.Logger
@@ -89,6 +112,9 @@ type Options struct {
 type Stats struct {
 	Received, Acked, Dropped, Requeued, Retried, DeadLettered, Returned atomic.Int64
 	MoveFailed, SettleFailed, ReturnedOnShutdown, InFlight              atomic.Int64
+	// MovesFailing is the number of deliveries held now because their move
+	// keeps failing.
+	MovesFailing atomic.Int64
 }
 
 // Proxy is the worker pool.
@@ -121,8 +147,14 @@ func New(o Options) *Proxy {
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
-	if o.MoveFailureBackoff <= 0 {
-		o.MoveFailureBackoff = time.Second
+	if o.MoveRetryMin <= 0 {
+		o.MoveRetryMin = time.Second
+	}
+	if o.MoveRetryMax < o.MoveRetryMin {
+		o.MoveRetryMax = max(30*time.Second, o.MoveRetryMin)
+	}
+	if o.MoveHoldMax <= 0 {
+		o.MoveHoldMax = 10 * time.Minute
 	}
 	log := o.Logger
 	if log == nil {
@@ -188,14 +220,16 @@ func (p *Proxy) stopped() bool {
 
 // handle runs one delivery through deliver → decide → settle.
 func (p *Proxy) handle(ctx context.Context, d Delivery) {
-	if p.stopped() {
-		p.Stats.ReturnedOnShutdown.Add(1)
-		p.nack(d)
-		return
-	}
-	if a, ok := d.(interface{ Alive() bool }); ok && !a.Alive() {
+	if !alive(d) {
 		// Its channel died while it waited: the broker has requeued it.
 		p.Stats.SettleFailed.Add(1)
+		return
+	}
+	if p.stopped() {
+		p.Stats.ReturnedOnShutdown.Add(1)
+		m := d.Message()
+		st, info := p.state(m, p.o.Now())
+		p.giveBack(ctx, d, m, st, info)
 		return
 	}
 	p.Stats.InFlight.Add(1)
@@ -234,8 +268,9 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 		latency time.Duration
 		called  bool
 	)
-	if !st.Deadline.IsZero() && !now.Before(st.Deadline) {
-		// Never deliver stale.
+	if !st.Deadline.IsZero() && now.After(st.Deadline) {
+		// Never deliver stale. A deadline of "now" (AMQP expiration 0:
+		// deliver at once or never) is still delivered on first receipt.
 		dec = retry.Expired(pol, st)
 		out.Error = "deadline passed before delivery"
 	} else {
@@ -258,8 +293,19 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 	if out.Error != "" && dec.Action != retry.Ack {
 		span.SetStatus(codes.Error, dlq.Truncate(out.Error, dlq.MaxErrorLen))
 	}
+	// Counted once, after the settle, as what actually happened: a decision
+	// the proxy had to let go of is counted as a return.
+	if !p.settle(ctx, d, m, st, info, dec, out) {
+		dec = retry.Decision{Action: retry.Return, Retries: st.Retries, Requeues: st.Requeues}
+	}
 	p.obs.Decided(out, called, dec, latency)
-	p.settle(ctx, d, m, st, info, dec, out)
+}
+
+// alive reports whether a delivery can still be settled. Deliveries that
+// cannot tell are taken to be alive.
+func alive(d Delivery) bool {
+	a, ok := d.(interface{ Alive() bool })
+	return !ok || a.Alive()
 }
 
 // state reads the message's history from its headers.
@@ -319,14 +365,15 @@ func parseTime(v any) (time.Time, bool) {
 }
 
 // settle carries out a decision. It is the one place where deliveries are
-// acked or nacked.
+// acked, nacked or moved. It reports whether the decision was carried out;
+// false means the delivery was given back (or its channel was lost) instead.
 func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
-	dec retry.Decision, out retry.Outcome) {
+	dec retry.Decision, out retry.Outcome) bool {
 	switch dec.Action {
 	case retry.Ack, retry.Drop:
 		if err := d.Ack(); err != nil {
 			p.settleFailed(m, "ack", err)
-			return
+			return false
 		}
 		if dec.Action == retry.Drop {
 			p.Stats.Dropped.Add(1)
@@ -334,40 +381,42 @@ func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry
 		} else {
 			p.Stats.Acked.Add(1)
 		}
+		return true
 
 	case retry.Return:
 		p.Stats.Returned.Add(1)
-		if !out.Refused {
+		if !out.Given() {
 			p.wait(p.o.UnavailableBackoff)
 		}
-		if !p.o.Quorum {
-			p.nack(d)
-			return
-		}
-		p.move(ctx, d, m, p.o.Plan.Work.Name, m.Clone(), "return")
+		p.giveBack(ctx, d, m, st, info)
+		return true
 
 	case retry.Requeue:
 		cp := p.copyFor(m, info, st, dec, out)
 		moved := false
 		if dec.Tier > 0 {
-			moved = p.toTier(ctx, d, m, cp, dec.Tier, "requeue")
+			moved = p.toTier(ctx, d, m, st, info, cp, dec.Tier, "requeue")
 		} else {
 			if !p.wait(dec.Hold) {
-				p.nack(d) // shutting down: back to the queue as it was
-				return
+				// Shutting down: back to the queue as it came.
+				p.giveBack(ctx, d, m, st, info)
+				return false
 			}
-			moved = p.move(ctx, d, m, p.o.Plan.Work.Name, cp, "requeue")
+			moved = p.move(ctx, d, m, st, info, p.o.Plan.Work.Name, cp, "requeue")
 		}
 		if moved {
 			p.Stats.Requeued.Add(1)
 		}
+		return moved
 
 	case retry.Retry:
 		cp := p.copyFor(m, info, st, dec, out)
 		cp.Headers[msg.HeaderFirstFailureTime] = firstFailure(m, p.o.Now())
-		if p.toTier(ctx, d, m, cp, dec.Tier, "retry") {
+		if p.toTier(ctx, d, m, st, info, cp, dec.Tier, "retry") {
 			p.Stats.Retried.Add(1)
+			return true
 		}
+		return false
 
 	case retry.DLQ:
 		cp := p.copyFor(m, info, st, dec, out)
@@ -379,22 +428,27 @@ func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry
 			Status: out.Status, Error: out.Error, Retries: dec.Retries, Reason: dec.Reason,
 			FirstFailure: first, Now: now, TraceID: tid,
 		})
-		if p.move(ctx, d, m, p.o.Plan.DLQ.Name, cp, "dlq") {
-			p.Stats.DeadLettered.Add(1)
-			p.log.Warn("message dead-lettered", "event", dlq.Event(dec.Reason), "message_id", m.MessageID,
-				"queue", info.Queue, "routing_key", info.RoutingKey, "reason", dec.Reason,
-				"status", out.Status, "retries", dec.Retries, "error", dlq.Truncate(out.Error, dlq.MaxErrorLen),
-				"trace_id", tid)
+		if !p.move(ctx, d, m, st, info, p.o.Plan.DLQ.Name, cp, "dlq") {
+			return false
 		}
-	default:
-		// A decision without an action is a bug; keep the message.
-		p.log.Error("no action decided; message returned", "event", "DECISION_MISSING", "message_id", m.MessageID)
-		p.nack(d)
+		p.Stats.DeadLettered.Add(1)
+		p.log.Warn("message dead-lettered", "event", dlq.Event(dec.Reason), "message_id", m.MessageID,
+			"queue", info.Queue, "routing_key", info.RoutingKey, "reason", dec.Reason,
+			"status", out.Status, "retries", dec.Retries, "error", dlq.Truncate(out.Error, dlq.MaxErrorLen),
+			"trace_id", tid)
+		return true
 	}
+	// A decision without an action is a bug; keep the message.
+	p.log.Error("no action decided; message returned", "event", "DECISION_MISSING", "message_id", m.MessageID)
+	p.giveBack(ctx, d, m, st, info)
+	return false
 }
 
-// copyFor builds the copy a move publishes: Hopper's counters updated, the
-// original exchange and routing key and the deadline pinned.
+// copyFor builds the copy a move publishes: Hopper's counters as the
+// decision leaves them, the original exchange and routing key and the
+// deadline pinned. Every republish, a give-back included, goes through it,
+// so the app keeps seeing where the message was first published and a
+// deadline never restarts.
 func (p *Proxy) copyFor(m *msg.Message, info RequestInfo, st retry.State, dec retry.Decision, out retry.Outcome) *msg.Message {
 	cp := m.Clone()
 	h := cp.Headers
@@ -419,37 +473,65 @@ func firstFailure(m *msg.Message, now time.Time) string {
 	return now.UTC().Format(time.RFC3339Nano)
 }
 
-func (p *Proxy) toTier(ctx context.Context, d Delivery, m, cp *msg.Message, tier time.Duration, why string) bool {
+func (p *Proxy) toTier(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
+	cp *msg.Message, tier time.Duration, why string) bool {
 	q, ok := p.o.Plan.TierQueue(tier)
 	if !ok {
 		// The selector only picks configured tiers; keep the message if not.
 		p.log.Error("no queue for delay tier; message returned", "event", "TIER_MISSING", "tier", tier.String())
-		p.nack(d)
+		p.giveBack(ctx, d, m, st, info)
 		return false
 	}
-	return p.move(ctx, d, m, q, cp, why)
+	return p.move(ctx, d, m, st, info, q, cp, why)
 }
 
-// move publishes cp to queue, waits for the confirm, then acks d. When the
-// publish fails the original is nacked with requeue after a backoff. It
-// reports whether the move completed.
-func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, queue string, cp *msg.Message, why string) bool {
-	// The publish must finish even during shutdown: a copy whose confirm we
-	// abandon would become a duplicate. It has its own confirm timeout.
-	pctx, span := startProducer(context.WithoutCancel(ctx), p.tr, queue, why, cp.Headers)
-	err := p.o.Pub.Publish(pctx, queue, cp)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-	if err != nil {
+// move publishes cp to queue, waits for the confirm, then acks d. A failed
+// publish is retried with backoff while the delivery is held; the decision
+// is never taken again. The delivery is let go (given back) only when it
+// must: shutdown, its channel lost, or held for MoveHoldMax. It reports
+// whether the move completed.
+func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
+	queue string, cp *msg.Message, why string) bool {
+	var (
+		started = time.Now()
+		bo      = backoff{min: p.o.MoveRetryMin, max: p.o.MoveRetryMax, rnd: p.o.Rand}
+		held    bool
+	)
+	defer func() {
+		if held {
+			p.movesFailing(-1)
+		}
+	}()
+	for {
+		err := p.publish(ctx, queue, cp, why)
+		if err == nil {
+			break
+		}
 		p.Stats.MoveFailed.Add(1)
 		p.obs.MoveFailed(why)
-		p.log.Error("move failed; message returned to the work queue", "event", "MOVE_FAILED",
-			"message_id", m.MessageID, "to", queue, "why", why, "error", err.Error())
-		p.wait(p.o.MoveFailureBackoff)
-		p.nack(d)
-		return false
+		if !held {
+			held = true
+			p.movesFailing(1)
+			p.log.Error("move failed; holding the message and retrying the move", "event", "MOVE_FAILED",
+				"message_id", m.MessageID, "to", queue, "why", why, "error", err.Error())
+		}
+		switch {
+		case !alive(d):
+			// The broker has put the original back already.
+			p.settleFailed(m, "move", err)
+			return false
+		case p.stopped(), time.Since(started) >= p.o.MoveHoldMax:
+			p.log.Warn("move still failing; message given back to the work queue", "event", "MOVE_ABANDONED",
+				"message_id", m.MessageID, "to", queue, "why", why, "held_ms", time.Since(started).Milliseconds(),
+				"error", err.Error())
+			p.giveBack(ctx, d, m, st, info)
+			return false
+		}
+		p.wait(bo.next())
+	}
+	if held {
+		p.log.Info("move succeeded after failing", "event", "MOVE_RECOVERED", "message_id", m.MessageID,
+			"to", queue, "why", why, "held_ms", time.Since(started).Milliseconds())
 	}
 	if err := d.Ack(); err != nil {
 		// The copy exists and the original will be redelivered: a duplicate,
@@ -458,6 +540,57 @@ func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, queue stri
 		return false
 	}
 	return true
+}
+
+// publish sends one copy and waits for its confirm. The publish finishes
+// even during shutdown: a copy whose confirm is abandoned would become a
+// duplicate. It has its own confirm timeout.
+func (p *Proxy) publish(ctx context.Context, queue string, cp *msg.Message, why string) error {
+	pctx, span := startProducer(context.WithoutCancel(ctx), p.tr, queue, why, cp.Headers)
+	err := p.o.Pub.Publish(pctx, queue, cp)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
+}
+
+func (p *Proxy) movesFailing(delta int64) {
+	n := p.Stats.MovesFailing.Add(delta)
+	if p.o.OnMovesFailing == nil {
+		return
+	}
+	switch {
+	case delta > 0 && n == 1:
+		p.o.OnMovesFailing(true)
+	case delta < 0 && n == 0:
+		p.o.OnMovesFailing(false)
+	}
+}
+
+// giveBack returns a delivery to the work queue as it came, without
+// spending an attempt: the app could not take it, or Hopper is letting go
+// of it. On a classic queue that is a nack with requeue. On a quorum queue
+// it is a republish of the same message (counters, origin and deadline
+// kept) → confirm → ack, so the queue's delivery limit is not spent; only
+// when that republish fails too is the delivery nacked, the one way left.
+func (p *Proxy) giveBack(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo) {
+	if !p.o.Quorum {
+		p.nack(d)
+		return
+	}
+	cp := p.copyFor(m, info, st, retry.Decision{Action: retry.Return, Retries: st.Retries, Requeues: st.Requeues}, retry.Outcome{})
+	if err := p.publish(ctx, p.o.Plan.Work.Name, cp, "return"); err != nil {
+		p.Stats.MoveFailed.Add(1)
+		p.obs.MoveFailed("return")
+		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
+			"message_id", m.MessageID, "error", err.Error())
+		p.nack(d)
+		return
+	}
+	if err := d.Ack(); err != nil {
+		p.settleFailed(m, "ack after return", err)
+	}
 }
 
 func (p *Proxy) nack(d Delivery) {
@@ -470,6 +603,25 @@ func (p *Proxy) settleFailed(m *msg.Message, what string, err error) {
 	p.Stats.SettleFailed.Add(1)
 	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
 		"op", what, "message_id", m.MessageID, "error", err.Error())
+}
+
+// backoff is jittered exponential backoff: each step doubles up to max, and
+// the wait is drawn from the upper half of the step so that many held
+// deliveries do not retry in lockstep.
+type backoff struct {
+	min, max time.Duration
+	rnd      retry.Rand
+	n        int
+}
+
+func (b *backoff) next() time.Duration {
+	step := b.min
+	for i := 0; i < b.n && step < b.max; i++ {
+		step *= 2
+	}
+	step = min(step, b.max)
+	b.n++
+	return step/2 + time.Duration(b.rnd()*float64(step/2))
 }
 
 // wait sleeps d, cut short by shutdown. It reports whether it slept fully.

@@ -44,22 +44,42 @@ func (d *fakeDelivery) Nack(requeue bool) error {
 }
 func (d *fakeDelivery) Alive() bool { return d.alive }
 
+// fakePub fails its first fails publishes with err (all of them when fails
+// is negative); onFail runs after each failure.
 type fakePub struct {
-	j   *journal
-	err error
-	got []*msg.Message
-	to  []string
+	j      *journal
+	err    error
+	fails  int
+	onFail func(n int)
+	got    []*msg.Message
+	to     []string
+	failed int
 }
 
 func (p *fakePub) Publish(_ context.Context, queue string, m *msg.Message) error {
 	p.j.add("publish " + queue)
 	p.got, p.to = append(p.got, m), append(p.to, queue)
-	return p.err
+	if p.err != nil && (p.fails < 0 || p.failed < p.fails) {
+		p.failed++
+		if p.onFail != nil {
+			p.onFail(p.failed)
+		}
+		return p.err
+	}
+	return nil
 }
 
-type fakeApp struct{ out retry.Outcome }
+type fakeApp struct {
+	out   retry.Outcome
+	calls *int
+}
 
-func (a fakeApp) Deliver(context.Context, *msg.Message, RequestInfo) retry.Outcome { return a.out }
+func (a fakeApp) Deliver(context.Context, *msg.Message, RequestInfo) retry.Outcome {
+	if a.calls != nil {
+		*a.calls++
+	}
+	return a.out
+}
 
 func newTestProxy(t *testing.T, out retry.Outcome, pubErr error) (*Proxy, *fakePub, *journal) {
 	t.Helper()
@@ -72,9 +92,9 @@ func newTestProxy(t *testing.T, out retry.Outcome, pubErr error) (*Proxy, *fakeP
 	}
 	plan := topology.FromConfig(&cfg)
 	j := &journal{}
-	pub := &fakePub{j: j, err: pubErr}
-	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: fakeApp{out}, Pub: pub,
-		Workers: 1, MoveFailureBackoff: time.Millisecond, UnavailableBackoff: time.Millisecond})
+	pub := &fakePub{j: j, err: pubErr, fails: -1}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: fakeApp{out: out}, Pub: pub,
+		Workers: 1, MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, UnavailableBackoff: time.Millisecond})
 	return p, pub, j
 }
 
@@ -90,7 +110,8 @@ func msgWith(h map[string]any) *msg.Message {
 }
 
 // TestMoveAcksOnlyAfterConfirm: every move publishes first and acks after;
-// a failed publish nacks with requeue and never acks.
+// a failed publish is retried while the delivery is held, and the original
+// is acked only once a copy is confirmed.
 func TestMoveAcksOnlyAfterConfirm(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -101,26 +122,138 @@ func TestMoveAcksOnlyAfterConfirm(t *testing.T) {
 		{"retry", retry.Outcome{Kind: retry.Response, Status: 503}, nil, []string{"publish orders.retry.1s", "ack"}},
 		{"dlq", retry.Outcome{Kind: retry.Response, Status: 400}, nil, []string{"publish orders.dlq", "ack"}},
 		{"requeue", retry.Outcome{Kind: retry.Response, Status: 425}, nil, []string{"publish orders", "ack"}},
-		{"retry refused", retry.Outcome{Kind: retry.Response, Status: 503}, errors.New("nacked"), []string{"publish orders.retry.1s", "nack-requeue"}},
-		{"dlq refused", retry.Outcome{Kind: retry.Response, Status: 400}, errors.New("returned"), []string{"publish orders.dlq", "nack-requeue"}},
-		{"requeue refused", retry.Outcome{Kind: retry.Response, Status: 425}, errors.New("timeout"), []string{"publish orders", "nack-requeue"}},
+		{"retry refused twice", retry.Outcome{Kind: retry.Response, Status: 503}, errors.New("nacked"), []string{"publish orders.retry.1s", "publish orders.retry.1s", "publish orders.retry.1s", "ack"}},
+		{"dlq refused twice", retry.Outcome{Kind: retry.Response, Status: 400}, errors.New("returned"), []string{"publish orders.dlq", "publish orders.dlq", "publish orders.dlq", "ack"}},
+		{"requeue refused twice", retry.Outcome{Kind: retry.Response, Status: 425}, errors.New("timeout"), []string{"publish orders", "publish orders", "publish orders", "ack"}},
 		{"ack", retry.Outcome{Kind: retry.Response, Status: 200}, nil, []string{"ack"}},
 		{"unavailable classic", retry.Outcome{Kind: retry.Unavailable}, nil, []string{"nack-requeue"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _, j := newTestProxy(t, tc.out, tc.pubErr)
+			p, pub, j := newTestProxy(t, tc.out, tc.pubErr)
+			pub.fails = 2
+			calls := 0
+			p.o.App = fakeApp{out: tc.out, calls: &calls}
+			var failing []bool
+			p.o.OnMovesFailing = func(f bool) { failing = append(failing, f) }
 			run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
-			got := j.all()
-			if len(got) != len(tc.want) {
+			if got := j.all(); !equal(got, tc.want) {
 				t.Fatalf("calls %v, want %v", got, tc.want)
 			}
-			for i := range got {
-				if got[i] != tc.want[i] {
-					t.Fatalf("calls %v, want %v", got, tc.want)
+			if calls != 1 {
+				t.Fatalf("the app was called %d times, want once: a failed move must not decide again", calls)
+			}
+			wantFailing := []bool(nil)
+			if tc.pubErr != nil {
+				wantFailing = []bool{true, false}
+			}
+			if !equalBools(failing, wantFailing) {
+				t.Fatalf("OnMovesFailing calls %v, want %v", failing, wantFailing)
+			}
+			if n := p.Stats.MovesFailing.Load(); n != 0 {
+				t.Fatalf("MovesFailing %d after the move went through", n)
+			}
+		})
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func equalBools(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFailedMoveLetGo: a move that keeps failing is given back only when
+// the proxy must let go: at shutdown, or after MoveHoldMax. On a classic
+// queue that is a nack; on a quorum queue a republish to the work queue
+// first (a nack spends the delivery limit), and a nack only when that fails
+// too.
+func TestFailedMoveLetGo(t *testing.T) {
+	dlq400 := retry.Outcome{Kind: retry.Response, Status: 400}
+	cases := []struct {
+		name     string
+		quorum   bool
+		shutdown bool // let go by shutdown (else by MoveHoldMax)
+		failAll  bool // the give-back republish fails too
+		want     []string
+	}{
+		{"classic shutdown", false, true, true, []string{"publish orders.dlq", "publish orders.dlq", "nack-requeue"}},
+		{"classic hold max", false, false, true, []string{"publish orders.dlq", "nack-requeue"}},
+		{"quorum shutdown republishes", true, true, false, []string{"publish orders.dlq", "publish orders.dlq", "publish orders", "ack"}},
+		{"quorum hold max republishes", true, false, false, []string{"publish orders.dlq", "publish orders", "ack"}},
+		{"quorum republish fails too", true, true, true, []string{"publish orders.dlq", "publish orders.dlq", "publish orders", "nack-requeue"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, pub, j := newTestProxy(t, dlq400, errors.New("refused"))
+			p.o.Quorum = tc.quorum
+			pub.fails = -1
+			if !tc.failAll {
+				// Only publishes to the DLQ fail (a full DLQ).
+				pub.fails = 2
+				if !tc.shutdown {
+					pub.fails = 1
+				}
+			}
+			if tc.shutdown {
+				pub.onFail = func(n int) {
+					if n == 2 {
+						close(p.stopping)
+					}
+				}
+			} else {
+				p.o.MoveHoldMax = time.Nanosecond
+			}
+			run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+			if got := j.all(); !equal(got, tc.want) {
+				t.Fatalf("calls %v, want %v", got, tc.want)
+			}
+			if tc.quorum && !tc.failAll {
+				back := pub.got[len(pub.got)-1]
+				if n, _ := back.Int(msg.HeaderRetryCount); n != 0 {
+					t.Fatalf("the given-back copy spent an attempt: x-retry-count %d", n)
+				}
+				if back.String(msg.HeaderDeadLetterReason) != "" {
+					t.Fatalf("the given-back copy carries the DLQ stamp: %v", back.Headers)
 				}
 			}
 		})
+	}
+}
+
+// TestFailedMoveOnDeadChannel: when the delivery's channel is lost while its
+// move keeps failing, the broker has put the original back already: the
+// proxy neither acks nor nacks it and stops retrying.
+func TestFailedMoveOnDeadChannel(t *testing.T) {
+	p, pub, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 503}, errors.New("refused"))
+	d := &fakeDelivery{m: msgWith(nil), j: j, alive: true}
+	pub.onFail = func(n int) {
+		if n == 3 {
+			d.alive = false
+		}
+	}
+	run(p, d)
+	want := []string{"publish orders.retry.1s", "publish orders.retry.1s", "publish orders.retry.1s"}
+	if got := j.all(); !equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
 	}
 }
 
@@ -176,12 +309,135 @@ func TestDeadDeliveryNotDelivered(t *testing.T) {
 }
 
 // TestShutdownReturnsQueued: after Shutdown starts, queued deliveries are
-// nacked back, not delivered.
+// given back, not delivered: nacked on a classic queue, republished as they
+// came on a quorum queue.
 func TestShutdownReturnsQueued(t *testing.T) {
 	p, _, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 200}, nil)
 	close(p.stopping)
 	run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
 	if got := j.all(); len(got) != 1 || got[0] != "nack-requeue" {
 		t.Fatalf("calls %v", got)
+	}
+
+	p, pub, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 200}, nil)
+	p.o.Quorum = true
+	close(p.stopping)
+	m := msgWith(map[string]any{msg.HeaderRetryCount: int32(3)})
+	m.Exchange, m.RoutingKey = "shop", "order.created"
+	run(p, &fakeDelivery{m: m, j: j, alive: true})
+	if got := j.all(); !equal(got, []string{"publish orders", "ack"}) {
+		t.Fatalf("quorum shutdown: calls %v", got)
+	}
+	cp := pub.got[0]
+	if n, _ := cp.Int(msg.HeaderRetryCount); n != 3 || cp.String(msg.HeaderOriginalRoutingKey) != "order.created" {
+		t.Fatalf("quorum shutdown copy lost its history: %v", cp.Headers)
+	}
+}
+
+// TestQuorumHoldCutShortRepublishes: a 425 hold cut short by shutdown gives
+// the message back by republishing it on a quorum queue, with its requeue
+// count unchanged (the requeue did not happen).
+func TestQuorumHoldCutShortRepublishes(t *testing.T) {
+	out := retry.Outcome{Kind: retry.Response, Status: 425, RetryAfter: time.Hour, HasRetryAfter: true, Override: "requeue"}
+	p, pub, j := newTestProxy(t, out, nil)
+	p.o.Quorum = true
+	pol := p.o.Selector.Select(retry.Subject{})
+	pol.MaxHold = 2 * time.Hour // a hold, not a tier
+	close(p.stopping)
+	// A delivery that reached the worker before shutdown started.
+	m := msgWith(map[string]any{msg.HeaderRequeueCount: int32(4)})
+	d := &fakeDelivery{m: m, j: j, alive: true}
+	st, info := p.state(m, time.Now())
+	dec := retry.Decide(pol, st, out, time.Now(), p.o.Rand)
+	if dec.Action != retry.Requeue || dec.Hold != time.Hour {
+		t.Fatalf("setup: decision %+v", dec)
+	}
+	if p.settle(context.Background(), d, m, st, info, dec, out) {
+		t.Fatal("a hold cut short reported the requeue as done")
+	}
+	if got := j.all(); !equal(got, []string{"publish orders", "ack"}) {
+		t.Fatalf("calls %v", got)
+	}
+	if n, _ := pub.got[0].Int(msg.HeaderRequeueCount); n != 4 {
+		t.Fatalf("x-requeue-count %d, want 4 (unchanged)", n)
+	}
+}
+
+// TestQuorumReturnKeepsOriginAndDeadline: a message given back on a quorum
+// queue keeps its original exchange and routing key and its deadline, so
+// after an outage the app sees the same routing key and a deadline never
+// restarts.
+func TestQuorumReturnKeepsOriginAndDeadline(t *testing.T) {
+	p, pub, j := newTestProxy(t, retry.Outcome{Kind: retry.Unavailable}, nil)
+	p.o.Quorum = true
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	p.o.Now = func() time.Time { return now }
+	m := msgWith(nil)
+	m.Exchange, m.RoutingKey, m.Expiration = "shop", "order.created", "60000"
+	run(p, &fakeDelivery{m: m, j: j, alive: true})
+	if got := j.all(); !equal(got, []string{"publish orders", "ack"}) {
+		t.Fatalf("calls %v", got)
+	}
+	cp := pub.got[0]
+	if cp.String(msg.HeaderOriginalExchange) != "shop" || cp.String(msg.HeaderOriginalRoutingKey) != "order.created" {
+		t.Fatalf("origin lost: %v", cp.Headers)
+	}
+	if ms, _ := cp.Int(msg.HeaderDeadline); ms != now.Add(time.Minute).UnixMilli() {
+		t.Fatalf("deadline %d, want %d", ms, now.Add(time.Minute).UnixMilli())
+	}
+	// Delivered again from the work queue, the copy is seen as published.
+	again, _ := p.state(&msg.Message{Exchange: "", RoutingKey: "orders", Headers: cp.Headers}, now.Add(time.Hour))
+	_, info := p.state(&msg.Message{Exchange: "", RoutingKey: "orders", Headers: cp.Headers}, now.Add(time.Hour))
+	if info.RoutingKey != "order.created" || info.Exchange != "shop" || !again.Deadline.Equal(now.Add(time.Minute)) {
+		t.Fatalf("redelivered copy reads as %+v, deadline %v", info, again.Deadline)
+	}
+}
+
+// TestExpirationZeroIsDelivered: AMQP expiration "0" means deliver now or
+// never; a message Hopper has received is delivered, not dead-lettered.
+func TestExpirationZeroIsDelivered(t *testing.T) {
+	calls := 0
+	p, _, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 200}, nil)
+	p.o.App = fakeApp{out: retry.Outcome{Kind: retry.Response, Status: 200}, calls: &calls}
+	m := msgWith(nil)
+	m.Expiration = "0"
+	run(p, &fakeDelivery{m: m, j: j, alive: true})
+	if calls != 1 || !equal(j.all(), []string{"ack"}) {
+		t.Fatalf("app calls %d, settles %v; want delivered and acked", calls, j.all())
+	}
+}
+
+type countingObserver struct {
+	decided []retry.Action
+}
+
+func (o *countingObserver) Decided(_ retry.Outcome, _ bool, dec retry.Decision, _ time.Duration) {
+	o.decided = append(o.decided, dec.Action)
+}
+func (o *countingObserver) MoveFailed(string) {}
+func (o *countingObserver) InFlight(int)      {}
+
+// TestDecisionCountedOnceAfterSettle: a decision is counted once, as what
+// happened: a dead-lettering whose move was let go counts as a return.
+func TestDecisionCountedOnceAfterSettle(t *testing.T) {
+	p, pub, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 400}, errors.New("refused"))
+	obs := &countingObserver{}
+	p.obs = obs
+	pub.onFail = func(n int) {
+		if n == 2 {
+			close(p.stopping)
+		}
+	}
+	run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	if len(obs.decided) != 1 || obs.decided[0] != retry.Return {
+		t.Fatalf("counted %v, want one return", obs.decided)
+	}
+
+	p, _, j = newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 400}, nil)
+	obs = &countingObserver{}
+	p.obs = obs
+	run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	if len(obs.decided) != 1 || obs.decided[0] != retry.DLQ {
+		t.Fatalf("counted %v, want one dlq", obs.decided)
 	}
 }

@@ -102,7 +102,15 @@ type Outcome struct {
 	// open. The message goes back without the unavailable backoff, since
 	// the consumer is paused and will not see it again soon.
 	Refused bool
+	// CutOff means Hopper itself ended the request because it is shutting
+	// down. The app may have done the work, but the message did not fail.
+	CutOff bool
 }
+
+// Given reports whether the message was taken from Hopper's side: refused
+// by the breaker or cut off by shutdown. Such a message goes back to the
+// work queue whatever the outcome table says, and never spends an attempt.
+func (o Outcome) Given() bool { return o.Refused || o.CutOff }
 
 // State is what the message's headers say about its history.
 type State struct {
@@ -173,13 +181,19 @@ type Rand func() float64
 // was seen; rnd jitters the 425 hold.
 func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 	d := Decision{Retries: st.Retries, Requeues: st.Requeues}
+	if o.Given() {
+		d.Action = Return
+		return d
+	}
 
 	action := p.Table.Lookup(o)
 	if o.Override != "" && o.Kind == Response {
 		if a, err := ParseAction(o.Override); err == nil && a != Return {
 			action = a
 			if a == DLQ {
-				d.Action, d.Reason = DLQ, ReasonAppAction
+				// The app answered and asked for the DLQ: that answer is a
+				// failed attempt, counted like every other final one.
+				d.Action, d.Reason, d.Retries = DLQ, ReasonAppAction, st.Attempt()
 				return d
 			}
 		}
@@ -193,13 +207,16 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 	case Return:
 		d.Action = Return
 	case DLQ:
-		d.Action, d.Reason = DLQ, ReasonNonRetriable
+		// The failed attempt that decided it is counted, so the DLQ copy's
+		// retry count means the same for every reason.
+		d.Action, d.Reason, d.Retries = DLQ, ReasonNonRetriable, st.Attempt()
 	case Requeue:
-		d.Requeues = st.Requeues + 1
 		if p.MaxRequeues > 0 && st.Requeues >= p.MaxRequeues {
+			// Requeues done so far; this 425 is not requeued.
 			d.Action, d.Reason = DLQ, ReasonTooEarly
 			return d
 		}
+		d.Requeues = st.Requeues + 1
 		d.Action = Requeue
 		if o.HasRetryAfter && o.RetryAfter > p.MaxHold {
 			d.Tier = TierFor(p.Tiers, o.RetryAfter)
@@ -225,8 +242,10 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 		}
 		if !st.Deadline.IsZero() && !now.Add(d.Tier).Before(st.Deadline) {
 			// The message would come back stale: settle it now rather than
-			// churn a tier queue for nothing.
-			return Expired(p, st)
+			// churn a tier queue for nothing. This attempt failed too.
+			e := Expired(p, st)
+			e.Retries = attempt
+			return e
 		}
 	default:
 		// Unreachable with a validated table; fail safe by retrying.

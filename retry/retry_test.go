@@ -37,7 +37,7 @@ func TestDecideOutcomeTable(t *testing.T) {
 		{"425 requeues with jittered hold", State{}, resp(425), Decision{Action: Requeue, Hold: 3 * time.Second, Requeues: 1}},
 		{"425 with short Retry-After holds that long", State{Retries: 2}, Outcome{Kind: Response, Status: 425, RetryAfter: 2 * time.Second, HasRetryAfter: true}, Decision{Action: Requeue, Hold: 2 * time.Second, Retries: 2, Requeues: 1}},
 		{"425 with long Retry-After goes through the smallest tier >= it", State{}, Outcome{Kind: Response, Status: 425, RetryAfter: 20 * time.Second, HasRetryAfter: true}, Decision{Action: Requeue, Tier: 30 * time.Second, Requeues: 1}},
-		{"425 past the requeue cap dead-letters", State{Requeues: 100}, resp(425), Decision{Action: DLQ, Reason: ReasonTooEarly, Requeues: 101}},
+		{"425 past the requeue cap dead-letters", State{Requeues: 100}, resp(425), Decision{Action: DLQ, Reason: ReasonTooEarly, Requeues: 100}},
 		{"429 retries on tier 1", State{}, resp(429), Decision{Action: Retry, Tier: time.Second, Retries: 1}},
 		{"409 retries", State{Retries: 1}, resp(409), Decision{Action: Retry, Tier: 5 * time.Second, Retries: 2}},
 		{"408 retries", State{}, resp(408), Decision{Action: Retry, Tier: time.Second, Retries: 1}},
@@ -48,18 +48,21 @@ func TestDecideOutcomeTable(t *testing.T) {
 		{"Retry-After beyond the last tier uses the last", State{}, Outcome{Kind: Response, Status: 429, RetryAfter: 5 * time.Hour, HasRetryAfter: true}, Decision{Action: Retry, Tier: 30 * time.Minute, Retries: 1}},
 		{"timeout counts as an attempt", State{}, Outcome{Kind: Timeout}, Decision{Action: Retry, Tier: time.Second, Retries: 1}},
 		{"unavailable returns without an attempt", State{Retries: 4}, Outcome{Kind: Unavailable}, Decision{Action: Return, Retries: 4}},
-		{"400 dead-letters at once", State{}, resp(400), Decision{Action: DLQ, Reason: ReasonNonRetriable}},
-		{"404 dead-letters", State{}, resp(404), Decision{Action: DLQ, Reason: ReasonNonRetriable}},
-		{"410 dead-letters", State{}, resp(410), Decision{Action: DLQ, Reason: ReasonNonRetriable}},
-		{"422 dead-letters", State{Retries: 1}, resp(422), Decision{Action: DLQ, Reason: ReasonNonRetriable, Retries: 1}},
+		{"breaker refusal returns without an attempt", State{Retries: 9}, Outcome{Kind: Unavailable, Refused: true}, Decision{Action: Return, Retries: 9}},
+		{"shutdown cut-off returns without an attempt", State{Retries: 9, Requeues: 3}, Outcome{Kind: Unavailable, CutOff: true}, Decision{Action: Return, Retries: 9, Requeues: 3}},
+		{"425 at the requeue cap still requeues", State{Requeues: 99}, resp(425), Decision{Action: Requeue, Hold: 3 * time.Second, Requeues: 100}},
+		{"400 dead-letters at once, counting the failed attempt", State{}, resp(400), Decision{Action: DLQ, Reason: ReasonNonRetriable, Retries: 1}},
+		{"404 dead-letters", State{}, resp(404), Decision{Action: DLQ, Reason: ReasonNonRetriable, Retries: 1}},
+		{"410 dead-letters", State{}, resp(410), Decision{Action: DLQ, Reason: ReasonNonRetriable, Retries: 1}},
+		{"422 dead-letters", State{Retries: 1}, resp(422), Decision{Action: DLQ, Reason: ReasonNonRetriable, Retries: 2}},
 		{"garbage status retries", State{}, resp(799), Decision{Action: Retry, Tier: time.Second, Retries: 1}},
-		{"override dlq", State{}, Outcome{Kind: Response, Status: 200, Override: "dlq"}, Decision{Action: DLQ, Reason: ReasonAppAction}},
+		{"override dlq", State{}, Outcome{Kind: Response, Status: 200, Override: "dlq"}, Decision{Action: DLQ, Reason: ReasonAppAction, Retries: 1}},
 		{"override drop", State{}, Outcome{Kind: Response, Status: 500, Override: "DROP"}, Decision{Action: Drop, Reason: ReasonAppAction}},
 		{"override retry still counts", State{Retries: 9}, Outcome{Kind: Response, Status: 200, Override: "retry"}, Decision{Action: DLQ, Reason: ReasonMaxAttempts, Retries: 10}},
 		{"override ack", State{}, Outcome{Kind: Response, Status: 500, Override: "ack"}, Decision{Action: Ack}},
 		{"override requeue", State{}, Outcome{Kind: Response, Status: 200, Override: "requeue", RetryAfter: time.Second, HasRetryAfter: true}, Decision{Action: Requeue, Hold: time.Second, Requeues: 1}},
 		{"unknown override is ignored", State{}, Outcome{Kind: Response, Status: 200, Override: "explode"}, Decision{Action: Ack}},
-		{"retry that would outlive the deadline expires now", State{Retries: 2, Deadline: now.Add(10 * time.Second)}, resp(503), Decision{Action: DLQ, Reason: ReasonExpired, Retries: 2}},
+		{"retry that would outlive the deadline expires now", State{Retries: 2, Deadline: now.Add(10 * time.Second)}, resp(503), Decision{Action: DLQ, Reason: ReasonExpired, Retries: 3}},
 		{"retry within the deadline", State{Deadline: now.Add(10 * time.Second)}, resp(503), Decision{Action: Retry, Tier: time.Second, Retries: 1}},
 	}
 	for _, tc := range cases {
@@ -208,5 +211,33 @@ func TestSelector(t *testing.T) {
 		if got := s.Select(tc.sub).Name; got != tc.want {
 			t.Errorf("Select(%+v) = %s want %s", tc.sub, got, tc.want)
 		}
+	}
+}
+
+// A refusal or a shutdown cut-off never spends an attempt, even with a table
+// that would retry an unreachable app (one built in code, since config
+// rejects it).
+func TestGivenBackIgnoresTheTable(t *testing.T) {
+	p := defaultPolicy()
+	p.Table = Merge(DefaultTable(), Table{KeyUnavailable: Retry})
+	for _, o := range []Outcome{{Kind: Unavailable, Refused: true}, {Kind: Unavailable, CutOff: true}} {
+		d := Decide(p, State{Retries: 9}, o, time.Now(), half)
+		if d.Action != Return || d.Retries != 9 {
+			t.Fatalf("Decide(%+v) = %+v, want return with 9 retries", o, d)
+		}
+	}
+	if d := Decide(p, State{Retries: 9}, Outcome{Kind: Unavailable}, time.Now(), half); d.Action != DLQ {
+		t.Fatalf("the table itself is still honoured for a plain unavailable outcome: %+v", d)
+	}
+}
+
+func TestParseTableRejectsRetryingAnUnreachableApp(t *testing.T) {
+	for _, a := range []string{"retry", "dlq", "ack", "requeue", "drop"} {
+		if _, err := ParseTable(map[string]string{"unavailable": a}); err == nil || !strings.Contains(err.Error(), "must be return") {
+			t.Fatalf("unavailable: %s accepted (err %v)", a, err)
+		}
+	}
+	if _, err := ParseTable(map[string]string{"unavailable": "return"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -69,10 +69,11 @@ func ParseTable(raw map[string]string) (Table, error) {
 			errs = append(errs, fmt.Errorf("%q: %w", k, err))
 			continue
 		}
-		if key == KeyUnavailable && a != Return && a != Retry {
-			// An app that is down did not fail the message: sending it to the DLQ
-			// is exactly the failure of seed 000.
-			errs = append(errs, fmt.Errorf("%q: must be return (or retry), never %s", k, a))
+		if key == KeyUnavailable && a != Return {
+			// An app that is down did not fail the message: retrying would spend
+			// its attempts and dead-lettering would empty the queue into the DLQ
+			// during an outage or a restart.
+			errs = append(errs, fmt.Errorf("%q: must be return, never %s (an app that cannot be reached did not fail the message)", k, a))
 			continue
 		}
 		t[key] = a

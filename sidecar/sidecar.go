@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,12 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 			}
 			return 0
 		},
+		MovesFailing: func() int64 {
+			if px := s.px.Load(); px != nil {
+				return px.Stats.MovesFailing.Load()
+			}
+			return 0
+		},
 	})
 	return s
 }
@@ -104,6 +111,14 @@ func (s *Sidecar) Consuming() bool {
 func (s *Sidecar) Paused() bool {
 	c := s.cons.Load()
 	return s.consuming.Load() && c != nil && c.Connected() && c.Paused()
+}
+
+// PauseReasons lists why consuming is paused (empty when it is not).
+func (s *Sidecar) PauseReasons() []string {
+	if c := s.cons.Load(); c != nil {
+		return c.PauseReasons()
+	}
+	return nil
 }
 
 // BreakerState is "closed", "open" or "half-open" ("" without a breaker).
@@ -225,6 +240,20 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		Queue:              prefetch,
 		Quorum:             cfg.Queue.Type == "quorum",
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
+		MoveRetryMin:       cfg.Broker.MoveRetryMin.D(),
+		MoveRetryMax:       cfg.Broker.MoveRetryMax.D(),
+		MoveHoldMax:        cfg.Broker.MoveHoldMax.D(),
+		// Taking more messages while moves fail would only pile up held
+		// deliveries: pause until every held move has gone through.
+		OnMovesFailing: func(failing bool) {
+			if failing {
+				log.Warn("moves failing: consuming paused until they go through", "event", "CONSUMER_PAUSED_MOVES")
+				cons.PauseFor(broker.PauseMoves)
+			} else {
+				log.Info("moves going through again: consuming resumed", "event", "CONSUMER_RESUMED_MOVES")
+				cons.ResumeFor(broker.PauseMoves)
+			}
+		},
 		DeadlineHeader:     cfg.Retry.DeadlineHeader,
 		Logger:             log,
 		Tracer:             tracer,
@@ -249,6 +278,15 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	finished := px.Shutdown(graceCtx)
 	cancel()
 	endWork()
+	if !finished {
+		// The grace period is over: the calls still running were cut off and
+		// their workers give the messages back now (on a quorum queue by a
+		// confirmed republish). Wait for that, bounded by one confirm, so
+		// the channel is not closed under them.
+		backCtx, cancel := context.WithTimeout(context.Background(), cfg.Broker.ConfirmTimeout.D()+5*time.Second)
+		px.Shutdown(backCtx)
+		cancel()
+	}
 	// Closing the consumer connection hands every unsettled delivery back to
 	// the broker, which requeues it.
 	if err := cons.Close(); err != nil {
@@ -316,9 +354,9 @@ func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: waiting for the app")
 		case s.Paused():
-			// Paused on purpose: the pod is healthy, the app is down; taking
-			// it out of service would not help.
-			fmt.Fprintf(w, "ready: paused on purpose, app unavailable (breaker %s)\n", s.BreakerState())
+			// Paused on purpose: the pod is healthy, the app is down or moves
+			// are failing; taking it out of service would not help.
+			fmt.Fprintf(w, "ready: paused on purpose: %s (breaker %s)\n", strings.Join(s.PauseReasons(), ", "), s.BreakerState())
 		case !s.Consuming():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: not consuming (broker connection down or shutting down)")

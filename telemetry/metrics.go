@@ -36,6 +36,7 @@ type Sources struct {
 	Paused         func() bool
 	HeadersSkipped func() int64
 	SpansDropped   func() int64
+	MovesFailing   func() int64
 }
 
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
@@ -70,7 +71,7 @@ func NewMetrics(src Sources) *Metrics {
 			Name: "hopper_returns_total", Help: "Messages returned to the work queue because the app could not take them.",
 		}),
 		movesFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_moves_failed_total", Help: "Moves whose publish failed; the original went back to the work queue.",
+			Name: "hopper_moves_failed_total", Help: "Move publishes that failed (each retry counts); the original is held and the move retried.",
 		}, []string{"move"}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hopper_breaker_state", Help: "1 for the circuit breaker's current state.",
@@ -94,7 +95,13 @@ func NewMetrics(src Sources) *Metrics {
 		}))
 	}
 	boolGauge("hopper_broker_connected", "1 while the consumer's broker connection is up.", src.Connected)
-	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open).", src.Paused)
+	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open, or moves failing).", src.Paused)
+	if src.MovesFailing != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hopper_moves_failing",
+			Help: "Deliveries held now because their move (to a tier, the DLQ or back to the work queue) keeps failing; consuming is paused while it is above 0.",
+		}, func() float64 { return float64(src.MovesFailing()) }))
+	}
 	counterFunc := func(name, help string, f func() int64) {
 		if f == nil {
 			return

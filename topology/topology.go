@@ -90,6 +90,18 @@ func FromConfig(c *config.Config) Plan {
 		dargs["x-overflow"] = "reject-publish"
 	}
 	p.DLQ = Queue{Name: Name(c.Topology.DLQ, q, 0), Role: RoleDLQ, Args: dargs, Owned: true}
+	if p.Work.Owned {
+		// What the broker itself drops from the work queue (a quorum queue's
+		// delivery limit, a per-message TTL running out while consuming is
+		// paused, a max-length overflow) lands in the DLQ instead of
+		// vanishing. The DLQ tools read the broker's x-death reason on it.
+		p.Work.Args["x-dead-letter-exchange"] = ""
+		p.Work.Args["x-dead-letter-routing-key"] = p.DLQ.Name
+		if c.Queue.Type == "quorum" {
+			p.Work.Args["x-dead-letter-strategy"] = "at-least-once"
+			p.Work.Args["x-overflow"] = "reject-publish"
+		}
+	}
 	return p
 }
 
@@ -113,9 +125,12 @@ func (p *Plan) Queues() []Queue {
 // Warnings lists risky but legal setups, for the operator to read.
 func (p *Plan) Warnings() []string {
 	var w []string
+	if !p.Work.Owned {
+		w = append(w, fmt.Sprintf("work queue %q is declared by the operator: give it x-dead-letter-exchange=\"\" and x-dead-letter-routing-key=%q, or whatever the broker drops from it (delivery limit, message TTL, max-length) is lost instead of landing in the DLQ", p.Work.Name, p.DLQ.Name))
+	}
 	if p.Work.Args["x-queue-type"] == "quorum" {
 		if _, ok := p.Work.Args["x-delivery-limit"]; !ok {
-			w = append(w, fmt.Sprintf("quorum work queue %q has no x-delivery-limit: RabbitMQ 4.x applies a default of 20 returns and drops the message past it when no dead-letter exchange is set; Hopper republishes returned messages instead of nacking them so the limit is not spent on messages the app never saw", p.Work.Name))
+			w = append(w, fmt.Sprintf("quorum work queue %q has no x-delivery-limit: RabbitMQ 4.x applies a default of 20 returns; Hopper republishes messages it gives back instead of nacking them so the limit is not spent on messages the app never saw", p.Work.Name))
 		}
 	}
 	return w

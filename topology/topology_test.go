@@ -41,7 +41,9 @@ func TestFromConfigClassic(t *testing.T) {
 		t.Error("plan.Declare false with topology.declare true")
 	}
 	wantWork := topology.Queue{Name: "orders", Role: topology.RoleWork, Owned: true,
-		Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}}
+		Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2),
+			// What the broker drops from the work queue lands in the DLQ.
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}}
 	if !reflect.DeepEqual(p.Work, wantWork) {
 		t.Errorf("work queue %+v, want %+v", p.Work, wantWork)
 	}
@@ -130,7 +132,9 @@ func TestFromConfigQuorum(t *testing.T) {
 		c.Topology.DLQMaxLength = 10
 	})
 	p := topology.FromConfig(c)
-	if want := map[string]any{"x-queue-type": "quorum", "x-delivery-limit": int32(50)}; !reflect.DeepEqual(p.Work.Args, want) {
+	if want := map[string]any{"x-queue-type": "quorum", "x-delivery-limit": int32(50),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq",
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}; !reflect.DeepEqual(p.Work.Args, want) {
 		t.Errorf("work args %#v, want %#v", p.Work.Args, want)
 	}
 	for i, q := range p.Tiers {
@@ -310,8 +314,13 @@ func TestVerifyModeAndPlanText(t *testing.T) {
 			t.Errorf("plan text lacks %q:\n%s", want, s)
 		}
 	}
-	if strings.Contains(s, "warning") {
-		t.Errorf("warning in a classic plan:\n%s", s)
+	// The operator's work queue: Hopper cannot see its arguments, so it
+	// says what the queue needs for broker drops to reach the DLQ.
+	if want := `warning: work queue "orders" is declared by the operator: give it x-dead-letter-exchange="" and x-dead-letter-routing-key="orders.dlq"`; !strings.Contains(s, want) {
+		t.Errorf("plan text lacks %q:\n%s", want, s)
+	}
+	if n := strings.Count(s, "warning"); n != 1 {
+		t.Errorf("%d warnings in a classic verify plan, want 1:\n%s", n, s)
 	}
 }
 
