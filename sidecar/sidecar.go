@@ -254,10 +254,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				cons.ResumeFor(broker.PauseMoves)
 			}
 		},
-		DeadlineHeader:     cfg.Retry.DeadlineHeader,
-		Logger:             log,
-		Tracer:             tracer,
-		Observer:           s.metrics,
+		DeadlineHeader: cfg.Retry.DeadlineHeader,
+		Logger:         log,
+		Tracer:         tracer,
+		Observer:       s.metrics,
 	})
 	s.px.Store(px)
 	// workCtx ends when the grace period does: in-flight HTTP calls are cut
