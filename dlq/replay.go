@@ -499,6 +499,14 @@ func ReplayCopy(m *msg.Message, dlq string, now time.Time, resetAttempts, clearD
 	if clearDeadline {
 		delete(cp.Headers, msg.HeaderDeadline)
 	}
+	if _, ok := cp.Headers[msg.HeaderOriginalRoutingKey]; !ok {
+		// Dead-lettered by the broker: pin where it was first going, so the
+		// app sees the original routing key and not the DLQ's.
+		if ex, rk, ok := Origin(m); ok {
+			cp.Headers[msg.HeaderOriginalExchange] = ex
+			cp.Headers[msg.HeaderOriginalRoutingKey] = rk
+		}
+	}
 	cp.Headers[HeaderReplayCount] = int32(ReplayCount(m) + 1)
 	cp.Headers[HeaderReplayTime] = now.UTC().Format(time.RFC3339Nano)
 	if dlq != "" {

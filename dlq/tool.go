@@ -77,11 +77,98 @@ const HeaderDeliveryCount = "x-delivery-count"
 // in its headers, in stats and summaries.
 const Unknown = "(unknown)"
 
-// OriginalQueue is where a dead-lettered message came from, or "".
-func OriginalQueue(m *msg.Message) string { return m.String(msg.HeaderOriginalQueue) }
+// OriginalQueue is where a dead-lettered message came from, or "": the
+// queue Hopper stamped, else the queue the broker dead-lettered it from.
+func OriginalQueue(m *msg.Message) string {
+	if q := m.String(msg.HeaderOriginalQueue); q != "" {
+		return q
+	}
+	if d := lastDeath(m); d.queue != "" {
+		return d.queue
+	}
+	return m.String(HeaderFirstDeathQueue)
+}
 
-// Reason is the message's x-dead-letter-reason, or "".
-func Reason(m *msg.Message) string { return m.String(msg.HeaderDeadLetterReason) }
+// Reason is why the message is in the DLQ, or "": Hopper's
+// x-dead-letter-reason, else the reason of the broker's own dead-lettering
+// (delivery_limit, expired, maxlen, rejected).
+func Reason(m *msg.Message) string {
+	if r := m.String(msg.HeaderDeadLetterReason); r != "" {
+		return r
+	}
+	if d := lastDeath(m); d.reason != "" {
+		return d.reason
+	}
+	return m.String(HeaderFirstDeathReason)
+}
+
+// Headers the broker writes when it dead-letters a message itself. x-death
+// holds one entry per queue and reason, the most recent first; the
+// x-first-death-* headers describe the oldest, which for a message that
+// went through a delay tier is the tier's expiry, not what brought it here.
+const (
+	HeaderDeath              = "x-death"
+	HeaderFirstDeathQueue    = "x-first-death-queue"
+	HeaderFirstDeathReason   = "x-first-death-reason"
+	HeaderFirstDeathExchange = "x-first-death-exchange"
+)
+
+// BrokerReasons are the reasons the broker writes when it dead-letters a
+// message itself.
+var BrokerReasons = []string{"delivery_limit", "expired", "maxlen", "rejected"}
+
+type death struct {
+	queue, reason, exchange, routingKey string
+	ok                                  bool
+}
+
+// lastDeath reads the most recent x-death entry: the dead-lettering that
+// put the message where it is now.
+func lastDeath(m *msg.Message) death {
+	list, ok := m.Headers[HeaderDeath].([]any)
+	if !ok || len(list) == 0 {
+		return death{}
+	}
+	e, ok := list[0].(map[string]any)
+	if !ok {
+		return death{}
+	}
+	str := func(k string) string {
+		switch v := e[k].(type) {
+		case string:
+			return v
+		case []byte:
+			return string(v)
+		}
+		return ""
+	}
+	d := death{queue: str("queue"), reason: str("reason"), exchange: str("exchange"), ok: true}
+	if keys, ok := e["routing-keys"].([]any); ok && len(keys) > 0 {
+		switch k := keys[0].(type) {
+		case string:
+			d.routingKey = k
+		case []byte:
+			d.routingKey = string(k)
+		}
+	}
+	return d
+}
+
+// Origin is the exchange and routing key the message was first published
+// with: the ones Hopper pinned, else those recorded by the broker's
+// dead-lettering, else the ones it was delivered with; ok is false in the
+// last case. A message the broker dead-lettered is delivered from the DLQ
+// with the DLQ's routing key, so x-death is the only record of where it was
+// going.
+func Origin(m *msg.Message) (exchange, routingKey string, ok bool) {
+	if _, ok := m.Headers[msg.HeaderOriginalRoutingKey]; ok {
+		return m.String(msg.HeaderOriginalExchange), m.String(msg.HeaderOriginalRoutingKey), true
+	}
+	if d := lastDeath(m); d.ok {
+		return d.exchange, d.routingKey, true
+	}
+	return m.Exchange, m.RoutingKey, false
+}
 
 // Status is the message's x-final-status-code; ok is false without one.
 func Status(m *msg.Message) (int, bool) {
@@ -93,10 +180,8 @@ func Status(m *msg.Message) (int, bool) {
 // one Hopper pinned in x-original-routing-key, else the one it was
 // delivered with.
 func RoutingKey(m *msg.Message) string {
-	if _, ok := m.Headers[msg.HeaderOriginalRoutingKey]; ok {
-		return m.String(msg.HeaderOriginalRoutingKey)
-	}
-	return m.RoutingKey
+	_, rk, _ := Origin(m)
+	return rk
 }
 
 // DeadLetterTime is when the message entered the DLQ: x-dead-letter-time
