@@ -148,3 +148,48 @@ func TestQuorumShutdownsSpendNoDeliveryLimit(t *testing.T) {
 		}
 	}
 }
+
+// consumerPort is the client port of the sidecar's consumer connection, as
+// the broker lists it ("" when there is none).
+func consumerPort(t *testing.T, queue string) string {
+	t.Helper()
+	out, err := rabbit.Ctl("list_connections", "-q", "--no-table-headers", "peer_port", "client_properties")
+	if err != nil {
+		t.Fatalf("list connections: %v", err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "hopper-consumer "+queue) {
+			return strings.Fields(line)[0]
+		}
+	}
+	return ""
+}
+
+// TestConsumerCancelKeepsConnection: a broker-side consumer cancel (here the
+// queue deleted) is handled on the same connection: Hopper declares the
+// queue again and consumes anew without reconnecting, so deliveries held on
+// that channel stay settleable.
+func TestConsumerCancelKeepsConnection(t *testing.T) {
+	app := newScriptApp(t)
+	r := start(t, testConfig(t, app.URL))
+	before := consumerPort(t, r.cfg.Queue.Name)
+	if before == "" {
+		t.Fatal("no consumer connection listed")
+	}
+	if _, err := rabbit.Ctl("delete_queue", r.cfg.Queue.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "queue re-declared and consumed", func() bool {
+		_, ok := allDepths(t)[r.cfg.Queue.Name]
+		return ok && r.sc.Consuming()
+	})
+	if after := consumerPort(t, r.cfg.Queue.Name); after != before {
+		t.Fatalf("consumer connection replaced after a cancel: port %s, then %s", before, after)
+	}
+	app.script("again", 200)
+	publishRetrying(t, r, "again")
+	r.settled(0)
+	if len(app.callsFor("again")) != 1 {
+		t.Fatal("not delivered after the queue came back")
+	}
+}
