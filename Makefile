@@ -32,7 +32,7 @@ test: deps tools vet
 ## fuzz: the header mapping and the config loader under the Go fuzzer
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzBuildHeaders -fuzztime=$(FUZZTIME) ./proxy/
+	$(GO) test -run='^$$' -fuzz=FuzzBuildHeaders -fuzztime=$(FUZZTIME) ./app/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./config/
 
 ## jaeger-check: one message failing twice then accepted shows as one trace in a

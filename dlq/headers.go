@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/hopper-sidecar/hopper/msg"
-	"github.com/hopper-sidecar/hopper/retry"
 )
 
 // MaxErrorLen bounds x-final-error: the DLQ is for diagnosis, not for
@@ -55,23 +54,6 @@ func Mark(m *msg.Message, in Info) {
 	if in.TraceID != "" {
 		h[msg.HeaderTraceID] = in.TraceID
 	}
-}
-
-// Event is the stable log event name for a dead-lettering reason.
-func Event(reason string) string {
-	switch reason {
-	case retry.ReasonMaxAttempts:
-		return "RABBITMQ_MESSAGE_MAX_RETRIES_EXCEEDED"
-	case retry.ReasonNonRetriable:
-		return "RABBITMQ_MESSAGE_NON_RETRIABLE"
-	case retry.ReasonExpired:
-		return "RABBITMQ_MESSAGE_EXPIRED"
-	case retry.ReasonTooEarly:
-		return "RABBITMQ_MESSAGE_TOO_EARLY_LIMIT_EXCEEDED"
-	case retry.ReasonAppAction:
-		return "RABBITMQ_MESSAGE_DEAD_LETTERED_BY_APP"
-	}
-	return "RABBITMQ_MESSAGE_DEAD_LETTERED"
 }
 
 // Truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

@@ -57,15 +57,3 @@ func TestMarkFirstFailureDefaultsToNow(t *testing.T) {
 	}
 }
 
-func TestEventNames(t *testing.T) {
-	if Event(retry.ReasonMaxAttempts) != "RABBITMQ_MESSAGE_MAX_RETRIES_EXCEEDED" {
-		t.Fatal("max-attempts must log the seed's event name")
-	}
-	seen := map[string]bool{}
-	for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired, retry.ReasonTooEarly, retry.ReasonAppAction} {
-		if seen[Event(r)] {
-			t.Fatalf("event for %s not distinct", r)
-		}
-		seen[Event(r)] = true
-	}
-}

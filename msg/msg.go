@@ -1,5 +1,8 @@
-// Package msg holds the broker-neutral form of a message and the names of the
-// headers Hopper keeps on it.
+// Package msg holds the broker-neutral form of a message and Hopper's header
+// contract: every header Hopper keeps on a message (headers.go), how its
+// history is read back (history.go), and how each kind of copy is made when
+// a message moves (copy.go): to a delay tier (retry), back to the work queue
+// (requeue, give-back), into the DLQ, and out of it again (replay).
 //
 // Only the broker package speaks AMQP. Everything else (proxy, retry, dlq) sees
 // a Message, so the outcome logic and the header mapping can be tested without
@@ -41,36 +44,6 @@ type Message struct {
 
 	Body []byte
 }
-
-// Headers Hopper reads and writes on a message. They are AMQP application
-// headers, so they survive every republish and any AMQP tool can show them.
-const (
-	// HeaderRetryCount counts failed attempts (SPEC §5). It is Hopper's own
-	// counter: RabbitMQ 3.13+ no longer maintains x-death for republished
-	// messages, so x-death is history only.
-	HeaderRetryCount = "x-retry-count"
-	// HeaderRequeueCount counts 425 Too Early requeues, which are not attempts.
-	HeaderRequeueCount = "x-requeue-count"
-	// HeaderOriginalExchange and HeaderOriginalRoutingKey are set on the first
-	// move so that the app keeps seeing where the message was first published.
-	HeaderOriginalExchange   = "x-original-exchange"
-	HeaderOriginalRoutingKey = "x-original-routing-key"
-	HeaderOriginalQueue      = "x-original-queue"
-	HeaderFirstFailureTime   = "x-first-failure-time"
-	HeaderLastFailureTime    = "x-last-failure-time"
-	HeaderLastStatusCode     = "x-last-status-code"
-	// HeaderDeadline holds the message's absolute deadline in Unix milliseconds.
-	// It is set at first receipt from the AMQP expiration and never reset.
-	HeaderDeadline = "x-hopper-deadline"
-
-	// DLQ headers (SPEC §9).
-	HeaderFinalStatusCode  = "x-final-status-code"
-	HeaderFinalError       = "x-final-error"
-	HeaderFinalRetryCount  = "x-final-retry-count"
-	HeaderDeadLetterReason = "x-dead-letter-reason"
-	HeaderDeadLetterTime   = "x-dead-letter-time"
-	HeaderTraceID          = "x-trace-id"
-)
 
 // Clone returns a copy whose Headers map can be changed without touching m.
 // The body is shared: nothing in Hopper mutates a body.

@@ -34,7 +34,6 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +42,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 	"github.com/hopper-sidecar/hopper/topology"
@@ -65,10 +63,10 @@ type Publisher interface {
 
 // Deliverer sends a message to the app and classifies what happened.
 type Deliverer interface {
-	Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome
+	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
 }
 
-// Options configure a Proxy.
+// Options configure a Loop.
 type Options struct {
 	Plan     *topology.Plan
 	Selector *retry.Selector
@@ -117,8 +115,9 @@ type Stats struct {
 	MovesFailing atomic.Int64
 }
 
-// Proxy is the worker pool.
-type Proxy struct {
+// Loop is the delivery loop: a pool of workers that take deliveries from
+// the consumer, send each to the app, decide and settle.
+type Loop struct {
 	o     Options
 	log   *slog.Logger
 	tr    trace.Tracer
@@ -133,8 +132,8 @@ type Proxy struct {
 	stopOnce sync.Once
 }
 
-// New returns a proxy; Start launches its workers.
-func New(o Options) *Proxy {
+// New returns a loop; Start launches its workers.
+func New(o Options) *Loop {
 	if o.Workers < 1 {
 		o.Workers = 1
 	}
@@ -160,7 +159,7 @@ func New(o Options) *Proxy {
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Proxy{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
+	p := &Loop{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
 	if p.tr == nil {
 		p.tr = noop.NewTracerProvider().Tracer("hopper")
 	}
@@ -172,7 +171,7 @@ func New(o Options) *Proxy {
 
 // Start launches the workers. ctx bounds in-flight work: cancelling it is the
 // end of the shutdown grace period.
-func (p *Proxy) Start(ctx context.Context) {
+func (p *Loop) Start(ctx context.Context) {
 	for range p.o.Workers {
 		p.wg.Add(1)
 		go func() {
@@ -185,7 +184,7 @@ func (p *Proxy) Start(ctx context.Context) {
 }
 
 // Handle hands a delivery to the workers. It is called by the consumer.
-func (p *Proxy) Handle(d Delivery) {
+func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.work <- d
 }
@@ -194,7 +193,7 @@ func (p *Proxy) Handle(d Delivery) {
 // deliveries finish, queued ones are returned to the queue. It returns
 // false if ctx ended first (the caller then closes the broker channel and
 // the broker requeues what is left).
-func (p *Proxy) Shutdown(ctx context.Context) bool {
+func (p *Loop) Shutdown(ctx context.Context) bool {
 	p.stopOnce.Do(func() {
 		close(p.stopping)
 		close(p.work)
@@ -209,7 +208,7 @@ func (p *Proxy) Shutdown(ctx context.Context) bool {
 	}
 }
 
-func (p *Proxy) stopped() bool {
+func (p *Loop) stopped() bool {
 	select {
 	case <-p.stopping:
 		return true
@@ -219,7 +218,7 @@ func (p *Proxy) stopped() bool {
 }
 
 // handle runs one delivery through deliver → decide → settle.
-func (p *Proxy) handle(ctx context.Context, d Delivery) {
+func (p *Loop) handle(ctx context.Context, d Delivery) {
 	if !alive(d) {
 		// Its channel died while it waited: the broker has requeued it.
 		p.Stats.SettleFailed.Add(1)
@@ -228,8 +227,8 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 	if p.stopped() {
 		p.Stats.ReturnedOnShutdown.Add(1)
 		m := d.Message()
-		st, info := p.state(m, p.o.Now())
-		p.giveBack(ctx, d, m, st, info)
+		in, _ := p.history(m, p.o.Now())
+		p.giveBack(ctx, d, m, in)
 		return
 	}
 	p.Stats.InFlight.Add(1)
@@ -238,26 +237,26 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 
 	m := d.Message()
 	now := p.o.Now()
-	st, info := p.state(m, now)
+	in, st := p.history(m, now)
 	// One CONSUMER span per attempt, parented on the context the message
 	// carries: the publisher's, or the previous attempt's move.
 	ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
-	ctx, span := p.tr.Start(ctx, "process "+info.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := p.tr.Start(ctx, "process "+in.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		span.SetAttributes(attrSystem, keyDestination.String(info.Queue), keyOperation.String("process"),
-			keyRoutingKey.String(info.RoutingKey), keyMessageID.String(m.MessageID),
-			keyConversation.String(m.CorrelationID), keyAttempt.Int(info.Attempt))
+		span.SetAttributes(attrSystem, keyDestination.String(in.Queue), keyOperation.String("process"),
+			keyRoutingKey.String(in.RoutingKey), keyMessageID.String(m.MessageID),
+			keyConversation.String(m.CorrelationID), keyAttempt.Int(in.Attempt))
 	}
 	defer span.End()
 	pol := p.o.Selector.Select(retry.Subject{
-		RoutingKey: info.RoutingKey,
+		RoutingKey: in.RoutingKey,
 		Type:       m.Type,
 		Header: func(name string) (string, bool) {
 			v, ok := m.Headers[name]
 			if !ok {
 				return "", false
 			}
-			s, _ := scalar(v)
+			s, _ := msg.Scalar(v)
 			return s, true
 		},
 	})
@@ -275,12 +274,12 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 		out.Error = "deadline passed before delivery"
 	} else {
 		start := time.Now()
-		out = p.o.App.Deliver(ctx, m, info)
+		out = p.o.App.Deliver(ctx, m, in)
 		latency, called = time.Since(start), !out.Refused
 		dec = retry.Decide(pol, st, out, p.o.Now(), p.o.Rand)
 		if p.log.Enabled(ctx, slog.LevelDebug) {
 			p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", m.MessageID,
-				"attempt", info.Attempt, "status", out.Status, "decision", dec.Action.String(),
+				"attempt", in.Attempt, "status", out.Status, "decision", dec.Action.String(),
 				"latency_ms", latency.Milliseconds(), "trace_id", traceID(span))
 		}
 	}
@@ -291,12 +290,12 @@ func (p *Proxy) handle(ctx context.Context, d Delivery) {
 		}
 	}
 	if out.Error != "" && dec.Action != retry.Ack {
-		span.SetStatus(codes.Error, dlq.Truncate(out.Error, dlq.MaxErrorLen))
+		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
 	}
 	// Counted once, after the settle, as what actually happened: a decision
 	// the proxy had to let go of is counted as a return.
-	if !p.settle(ctx, d, m, st, info, dec, out) {
-		dec = retry.Decision{Action: retry.Return, Retries: st.Retries, Requeues: st.Requeues}
+	if !p.settle(ctx, d, m, in, dec, out) {
+		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
 	}
 	p.obs.Decided(out, called, dec, latency)
 }
@@ -308,66 +307,17 @@ func alive(d Delivery) bool {
 	return !ok || a.Alive()
 }
 
-// state reads the message's history from its headers.
-func (p *Proxy) state(m *msg.Message, now time.Time) (retry.State, RequestInfo) {
-	retries, _ := m.Int(msg.HeaderRetryCount)
-	requeues, _ := m.Int(msg.HeaderRequeueCount)
-	st := retry.State{Retries: int(max(retries, 0)), Requeues: int(max(requeues, 0))}
-	st.Deadline = p.deadline(m, now)
-	info := RequestInfo{
-		Queue:      p.o.Plan.Work.Name,
-		Exchange:   m.Exchange,
-		RoutingKey: m.RoutingKey,
-		Attempt:    st.Attempt(),
-		Requeues:   st.Requeues,
-		Deadline:   st.Deadline,
-	}
-	if _, moved := m.Headers[msg.HeaderOriginalRoutingKey]; moved {
-		info.Exchange = m.String(msg.HeaderOriginalExchange)
-		info.RoutingKey = m.String(msg.HeaderOriginalRoutingKey)
-	}
-	return st, info
-}
-
-// deadline is, in order: Hopper's own header (set on an earlier move, never
-// reset), the configured deadline header, or the AMQP expiration counted
-// from first receipt.
-func (p *Proxy) deadline(m *msg.Message, now time.Time) time.Time {
-	if ms, ok := m.Int(msg.HeaderDeadline); ok && ms > 0 {
-		return time.UnixMilli(ms)
-	}
-	if p.o.DeadlineHeader != "" {
-		if t, ok := parseTime(m.Headers[p.o.DeadlineHeader]); ok {
-			return t
-		}
-	}
-	if m.Expiration != "" {
-		if ms, err := strconv.ParseInt(m.Expiration, 10, 64); err == nil && ms >= 0 {
-			return now.Add(time.Duration(ms) * time.Millisecond)
-		}
-	}
-	return time.Time{}
-}
-
-func parseTime(v any) (time.Time, bool) {
-	switch x := v.(type) {
-	case time.Time:
-		return x, true
-	case string:
-		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
-			return t, true
-		}
-	}
-	if ms, ok := msg.AsInt(v); ok && ms > 0 {
-		return time.UnixMilli(ms), true
-	}
-	return time.Time{}, false
+// history reads the delivery's history from its headers, and the part of
+// it the outcome table decides on.
+func (p *Loop) history(m *msg.Message, now time.Time) (msg.Info, retry.State) {
+	in := msg.Read(m, p.o.Plan.Work.Name, p.o.DeadlineHeader, now)
+	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Deadline: in.Deadline}
 }
 
 // settle carries out a decision. It is the one place where deliveries are
 // acked, nacked or moved. It reports whether the decision was carried out;
 // false means the delivery was given back (or its channel was lost) instead.
-func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
+func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
 	dec retry.Decision, out retry.Outcome) bool {
 	switch dec.Action {
 	case retry.Ack, retry.Drop:
@@ -388,21 +338,21 @@ func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry
 		if !out.Given() {
 			p.wait(p.o.UnavailableBackoff)
 		}
-		p.giveBack(ctx, d, m, st, info)
+		p.giveBack(ctx, d, m, in)
 		return true
 
 	case retry.Requeue:
-		cp := p.copyFor(m, info, st, dec, out)
+		cp := msg.RequeueCopy(m, in, dec.Requeues)
 		moved := false
 		if dec.Tier > 0 {
-			moved = p.toTier(ctx, d, m, st, info, cp, dec.Tier, "requeue")
+			moved = p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue")
 		} else {
 			if !p.wait(dec.Hold) {
 				// Shutting down: back to the queue as it came.
-				p.giveBack(ctx, d, m, st, info)
+				p.giveBack(ctx, d, m, in)
 				return false
 			}
-			moved = p.move(ctx, d, m, st, info, p.o.Plan.Work.Name, cp, "requeue")
+			moved = p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue")
 		}
 		if moved {
 			p.Stats.Requeued.Add(1)
@@ -410,79 +360,45 @@ func (p *Proxy) settle(ctx context.Context, d Delivery, m *msg.Message, st retry
 		return moved
 
 	case retry.Retry:
-		cp := p.copyFor(m, info, st, dec, out)
-		cp.Headers[msg.HeaderFirstFailureTime] = firstFailure(m, p.o.Now())
-		if p.toTier(ctx, d, m, st, info, cp, dec.Tier, "retry") {
+		cp := msg.RetryCopy(m, in, dec.Retries, out.Status, p.o.Now())
+		if p.toTier(ctx, d, m, in, cp, dec.Tier, "retry") {
 			p.Stats.Retried.Add(1)
 			return true
 		}
 		return false
 
 	case retry.DLQ:
-		cp := p.copyFor(m, info, st, dec, out)
-		now := p.o.Now()
-		first, _ := time.Parse(time.RFC3339Nano, m.String(msg.HeaderFirstFailureTime))
 		tid := traceID(trace.SpanFromContext(ctx))
-		dlq.Mark(cp, dlq.Info{
-			Queue: info.Queue, Exchange: info.Exchange, RoutingKey: info.RoutingKey,
-			Status: out.Status, Error: out.Error, Retries: dec.Retries, Reason: dec.Reason,
-			FirstFailure: first, Now: now, TraceID: tid,
+		cp := msg.DLQCopy(m, in, msg.DeadLetter{
+			Reason: dec.Reason, Status: out.Status, Error: out.Error, Retries: dec.Retries,
+			TraceID: tid, Now: p.o.Now(),
 		})
-		if !p.move(ctx, d, m, st, info, p.o.Plan.DLQ.Name, cp, "dlq") {
+		if !p.move(ctx, d, m, in, p.o.Plan.DLQ.Name, cp, "dlq") {
 			return false
 		}
 		p.Stats.DeadLettered.Add(1)
-		p.log.Warn("message dead-lettered", "event", dlq.Event(dec.Reason), "message_id", m.MessageID,
-			"queue", info.Queue, "routing_key", info.RoutingKey, "reason", dec.Reason,
-			"status", out.Status, "retries", dec.Retries, "error", dlq.Truncate(out.Error, dlq.MaxErrorLen),
+		p.log.Warn("message dead-lettered", "event", retry.Event(dec.Reason), "message_id", m.MessageID,
+			"queue", in.Queue, "routing_key", in.RoutingKey, "reason", dec.Reason,
+			"status", out.Status, "retries", dec.Retries, "error", msg.Truncate(out.Error, msg.MaxErrorLen),
 			"trace_id", tid)
 		return true
 	}
 	// A decision without an action is a bug; keep the message.
 	p.log.Error("no action decided; message returned", "event", "DECISION_MISSING", "message_id", m.MessageID)
-	p.giveBack(ctx, d, m, st, info)
+	p.giveBack(ctx, d, m, in)
 	return false
 }
 
-// copyFor builds the copy a move publishes: Hopper's counters as the
-// decision leaves them, the original exchange and routing key and the
-// deadline pinned. Every republish, a give-back included, goes through it,
-// so the app keeps seeing where the message was first published and a
-// deadline never restarts.
-func (p *Proxy) copyFor(m *msg.Message, info RequestInfo, st retry.State, dec retry.Decision, out retry.Outcome) *msg.Message {
-	cp := m.Clone()
-	h := cp.Headers
-	h[msg.HeaderRetryCount] = int32(dec.Retries)
-	h[msg.HeaderRequeueCount] = int32(dec.Requeues)
-	h[msg.HeaderOriginalExchange] = info.Exchange
-	h[msg.HeaderOriginalRoutingKey] = info.RoutingKey
-	if !st.Deadline.IsZero() {
-		h[msg.HeaderDeadline] = st.Deadline.UnixMilli()
-	}
-	if dec.Action == retry.Retry {
-		h[msg.HeaderLastFailureTime] = p.o.Now().UTC().Format(time.RFC3339Nano)
-		h[msg.HeaderLastStatusCode] = int32(out.Status)
-	}
-	return cp
-}
-
-func firstFailure(m *msg.Message, now time.Time) string {
-	if s := m.String(msg.HeaderFirstFailureTime); s != "" {
-		return s
-	}
-	return now.UTC().Format(time.RFC3339Nano)
-}
-
-func (p *Proxy) toTier(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
+func (p *Loop) toTier(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
 	cp *msg.Message, tier time.Duration, why string) bool {
 	q, ok := p.o.Plan.TierQueue(tier)
 	if !ok {
 		// The selector only picks configured tiers; keep the message if not.
 		p.log.Error("no queue for delay tier; message returned", "event", "TIER_MISSING", "tier", tier.String())
-		p.giveBack(ctx, d, m, st, info)
+		p.giveBack(ctx, d, m, in)
 		return false
 	}
-	return p.move(ctx, d, m, st, info, q, cp, why)
+	return p.move(ctx, d, m, in, q, cp, why)
 }
 
 // move publishes cp to queue, waits for the confirm, then acks d. A failed
@@ -490,7 +406,7 @@ func (p *Proxy) toTier(ctx context.Context, d Delivery, m *msg.Message, st retry
 // is never taken again. The delivery is let go (given back) only when it
 // must: shutdown, its channel lost, or held for MoveHoldMax. It reports
 // whether the move completed.
-func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo,
+func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
 	queue string, cp *msg.Message, why string) bool {
 	var (
 		started = time.Now()
@@ -524,7 +440,7 @@ func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, st retry.S
 			p.log.Warn("move still failing; message given back to the work queue", "event", "MOVE_ABANDONED",
 				"message_id", m.MessageID, "to", queue, "why", why, "held_ms", time.Since(started).Milliseconds(),
 				"error", err.Error())
-			p.giveBack(ctx, d, m, st, info)
+			p.giveBack(ctx, d, m, in)
 			return false
 		}
 		p.wait(bo.next())
@@ -545,7 +461,7 @@ func (p *Proxy) move(ctx context.Context, d Delivery, m *msg.Message, st retry.S
 // publish sends one copy and waits for its confirm. The publish finishes
 // even during shutdown: a copy whose confirm is abandoned would become a
 // duplicate. It has its own confirm timeout.
-func (p *Proxy) publish(ctx context.Context, queue string, cp *msg.Message, why string) error {
+func (p *Loop) publish(ctx context.Context, queue string, cp *msg.Message, why string) error {
 	pctx, span := startProducer(context.WithoutCancel(ctx), p.tr, queue, why, cp.Headers)
 	err := p.o.Pub.Publish(pctx, queue, cp)
 	if err != nil {
@@ -555,7 +471,7 @@ func (p *Proxy) publish(ctx context.Context, queue string, cp *msg.Message, why 
 	return err
 }
 
-func (p *Proxy) movesFailing(delta int64) {
+func (p *Loop) movesFailing(delta int64) {
 	n := p.Stats.MovesFailing.Add(delta)
 	if p.o.OnMovesFailing == nil {
 		return
@@ -574,12 +490,12 @@ func (p *Proxy) movesFailing(delta int64) {
 // it is a republish of the same message (counters, origin and deadline
 // kept) → confirm → ack, so the queue's delivery limit is not spent; only
 // when that republish fails too is the delivery nacked, the one way left.
-func (p *Proxy) giveBack(ctx context.Context, d Delivery, m *msg.Message, st retry.State, info RequestInfo) {
+func (p *Loop) giveBack(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) {
 	if !p.o.Quorum {
 		p.nack(d)
 		return
 	}
-	cp := p.copyFor(m, info, st, retry.Decision{Action: retry.Return, Retries: st.Retries, Requeues: st.Requeues}, retry.Outcome{})
+	cp := msg.ReturnCopy(m, in)
 	if err := p.publish(ctx, p.o.Plan.Work.Name, cp, "return"); err != nil {
 		p.Stats.MoveFailed.Add(1)
 		p.obs.MoveFailed("return")
@@ -593,13 +509,13 @@ func (p *Proxy) giveBack(ctx context.Context, d Delivery, m *msg.Message, st ret
 	}
 }
 
-func (p *Proxy) nack(d Delivery) {
+func (p *Loop) nack(d Delivery) {
 	if err := d.Nack(true); err != nil {
 		p.settleFailed(d.Message(), "nack", err)
 	}
 }
 
-func (p *Proxy) settleFailed(m *msg.Message, what string, err error) {
+func (p *Loop) settleFailed(m *msg.Message, what string, err error) {
 	p.Stats.SettleFailed.Add(1)
 	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
 		"op", what, "message_id", m.MessageID, "error", err.Error())
@@ -625,7 +541,7 @@ func (b *backoff) next() time.Duration {
 }
 
 // wait sleeps d, cut short by shutdown. It reports whether it slept fully.
-func (p *Proxy) wait(d time.Duration) bool {
+func (p *Loop) wait(d time.Duration) bool {
 	if d <= 0 {
 		return !p.stopped()
 	}

@@ -74,14 +74,14 @@ type fakeApp struct {
 	calls *int
 }
 
-func (a fakeApp) Deliver(context.Context, *msg.Message, RequestInfo) retry.Outcome {
+func (a fakeApp) Deliver(context.Context, *msg.Message, msg.Info) retry.Outcome {
 	if a.calls != nil {
 		*a.calls++
 	}
 	return a.out
 }
 
-func newTestProxy(t *testing.T, out retry.Outcome, pubErr error) (*Proxy, *fakePub, *journal) {
+func newTestProxy(t *testing.T, out retry.Outcome, pubErr error) (*Loop, *fakePub, *journal) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Queue.Name = "orders"
@@ -98,7 +98,7 @@ func newTestProxy(t *testing.T, out retry.Outcome, pubErr error) (*Proxy, *fakeP
 	return p, pub, j
 }
 
-func run(p *Proxy, d Delivery) {
+func run(p *Loop, d Delivery) {
 	p.handle(context.Background(), d)
 }
 
@@ -347,12 +347,12 @@ func TestQuorumHoldCutShortRepublishes(t *testing.T) {
 	// A delivery that reached the worker before shutdown started.
 	m := msgWith(map[string]any{msg.HeaderRequeueCount: int32(4)})
 	d := &fakeDelivery{m: m, j: j, alive: true}
-	st, info := p.state(m, time.Now())
+	info, st := p.history(m, time.Now())
 	dec := retry.Decide(pol, st, out, time.Now(), p.o.Rand)
 	if dec.Action != retry.Requeue || dec.Hold != time.Hour {
 		t.Fatalf("setup: decision %+v", dec)
 	}
-	if p.settle(context.Background(), d, m, st, info, dec, out) {
+	if p.settle(context.Background(), d, m, info, dec, out) {
 		t.Fatal("a hold cut short reported the requeue as done")
 	}
 	if got := j.all(); !equal(got, []string{"publish orders", "ack"}) {
@@ -386,10 +386,9 @@ func TestQuorumReturnKeepsOriginAndDeadline(t *testing.T) {
 		t.Fatalf("deadline %d, want %d", ms, now.Add(time.Minute).UnixMilli())
 	}
 	// Delivered again from the work queue, the copy is seen as published.
-	again, _ := p.state(&msg.Message{Exchange: "", RoutingKey: "orders", Headers: cp.Headers}, now.Add(time.Hour))
-	_, info := p.state(&msg.Message{Exchange: "", RoutingKey: "orders", Headers: cp.Headers}, now.Add(time.Hour))
-	if info.RoutingKey != "order.created" || info.Exchange != "shop" || !again.Deadline.Equal(now.Add(time.Minute)) {
-		t.Fatalf("redelivered copy reads as %+v, deadline %v", info, again.Deadline)
+	info, _ := p.history(&msg.Message{Exchange: "", RoutingKey: "orders", Headers: cp.Headers}, now.Add(time.Hour))
+	if info.RoutingKey != "order.created" || info.Exchange != "shop" || !info.Deadline.Equal(now.Add(time.Minute)) {
+		t.Fatalf("redelivered copy reads as %+v", info)
 	}
 }
 

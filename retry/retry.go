@@ -131,6 +131,23 @@ const (
 	ReasonAppAction    = "app-action"
 )
 
+// Event is the stable log event name for a dead-lettering reason.
+func Event(reason string) string {
+	switch reason {
+	case ReasonMaxAttempts:
+		return "RABBITMQ_MESSAGE_MAX_RETRIES_EXCEEDED"
+	case ReasonNonRetriable:
+		return "RABBITMQ_MESSAGE_NON_RETRIABLE"
+	case ReasonExpired:
+		return "RABBITMQ_MESSAGE_EXPIRED"
+	case ReasonTooEarly:
+		return "RABBITMQ_MESSAGE_TOO_EARLY_LIMIT_EXCEEDED"
+	case ReasonAppAction:
+		return "RABBITMQ_MESSAGE_DEAD_LETTERED_BY_APP"
+	}
+	return "RABBITMQ_MESSAGE_DEAD_LETTERED"
+}
+
 // Decision is what to do with the delivery and the counters the moved copy
 // carries.
 type Decision struct {

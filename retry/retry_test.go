@@ -241,3 +241,16 @@ func TestParseTableRejectsRetryingAnUnreachableApp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestEventNames(t *testing.T) {
+	if Event(ReasonMaxAttempts) != "RABBITMQ_MESSAGE_MAX_RETRIES_EXCEEDED" {
+		t.Fatal("max-attempts must log RABBITMQ_MESSAGE_MAX_RETRIES_EXCEEDED, the name existing dashboards search for")
+	}
+	seen := map[string]bool{}
+	for _, r := range []string{ReasonMaxAttempts, ReasonNonRetriable, ReasonExpired, ReasonTooEarly, ReasonAppAction} {
+		if seen[Event(r)] {
+			t.Fatalf("event for %s not distinct", r)
+		}
+		seen[Event(r)] = true
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hopper-sidecar/hopper/app"
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/proxy"
@@ -41,10 +42,10 @@ type Sidecar struct {
 	metrics *telemetry.Metrics
 
 	ready, consuming atomic.Bool
-	px               atomic.Pointer[proxy.Proxy]
+	px               atomic.Pointer[proxy.Loop]
 	cons             atomic.Pointer[broker.Consumer]
-	breaker          atomic.Pointer[proxy.Breaker]
-	app              atomic.Pointer[proxy.HTTPApp]
+	breaker          atomic.Pointer[app.Breaker]
+	app              atomic.Pointer[app.Client]
 	adminAddr        atomic.Value // string
 }
 
@@ -162,7 +163,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		tp = noop.NewTracerProvider()
 	}
 	tracer := tp.Tracer("github.com/hopper-sidecar/hopper")
-	app := proxy.NewHTTPApp(proxy.HTTPAppOptions{
+	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
 		Timeout:      cfg.App.Timeout.D(),
 		MaxConns:     Workers(cfg) + 4,
@@ -170,8 +171,8 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		Tracer:       tracer,
 		CloudEvents:  cfg.App.CloudEvents,
 	})
-	s.app.Store(app)
-	gate, err := proxy.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
+	s.app.Store(client)
+	gate, err := app.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
 	if err != nil {
 		return err
 	}
@@ -212,9 +213,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason))
 		},
 	})
-	var deliverer proxy.Deliverer = app
+	var deliverer proxy.Deliverer = client
 	if cfg.Breaker.Enabled {
-		br := proxy.NewBreaker(app, proxy.BreakerOptions{
+		br := app.NewBreaker(client, app.BreakerOptions{
 			Failures:      cfg.Breaker.Failures,
 			OpenTimeout:   cfg.Breaker.OpenTimeout.D(),
 			ProbeInterval: cfg.Breaker.ProbeInterval.D(),

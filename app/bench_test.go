@@ -1,32 +1,32 @@
-package proxy_test
+package app_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/app"
 	"github.com/hopper-sidecar/hopper/msg"
-	"github.com/hopper-sidecar/hopper/proxy"
 )
 
 // Benchmarks for the per-delivery header work (run with
-// go test -run '^$' -bench . -benchmem ./proxy/).
+// go test -run '^$' -bench . -benchmem ./app/).
 
 // plainMessage is what the throughput benchmark sends: properties only.
-func plainMessage() (*msg.Message, proxy.RequestInfo) {
+func plainMessage() (*msg.Message, msg.Info) {
 	return &msg.Message{
 			RoutingKey:  "orders",
 			MessageID:   "m-12345",
 			ContentType: "application/octet-stream",
 			Headers:     map[string]any{},
-		}, proxy.RequestInfo{
+		}, msg.Info{
 			Queue: "orders", RoutingKey: "orders", Attempt: 1,
 		}
 }
 
 // retriedMessage is a message on its second attempt with trace context and
 // a few application headers, as a typical production message looks.
-func retriedMessage() (*msg.Message, proxy.RequestInfo) {
+func retriedMessage() (*msg.Message, msg.Info) {
 	return &msg.Message{
 			RoutingKey:    "orders",
 			MessageID:     "5f0c7a4e-2b1d-4c1a-9b57-0d6f3f1e2a9c",
@@ -48,7 +48,7 @@ func retriedMessage() (*msg.Message, proxy.RequestInfo) {
 				msg.HeaderLastStatusCode:     int32(503),
 				"x-death":                    []any{map[string]any{"count": int64(1)}},
 			},
-		}, proxy.RequestInfo{
+		}, msg.Info{
 			Queue: "orders", Exchange: "shop", RoutingKey: "orders.eu.created", Attempt: 2,
 		}
 }
@@ -56,17 +56,17 @@ func retriedMessage() (*msg.Message, proxy.RequestInfo) {
 func BenchmarkBuildHeaders(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		mk   func() (*msg.Message, proxy.RequestInfo)
+		mk   func() (*msg.Message, msg.Info)
 	}{
 		{"plain", plainMessage},
 		{"retried", retriedMessage},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			m, in := c.mk()
-			dst := make([]proxy.Header, 0, 24)
+			dst := make([]app.Header, 0, 24)
 			b.ReportAllocs()
 			for b.Loop() {
-				dst, _ = proxy.BuildHeaders(dst[:0], m, in)
+				dst, _ = app.BuildHeaders(dst[:0], m, in)
 			}
 		})
 		// What the delivery path does today: a new slice per message.
@@ -74,7 +74,7 @@ func BenchmarkBuildHeaders(b *testing.B) {
 			m, in := c.mk()
 			b.ReportAllocs()
 			for b.Loop() {
-				_, _ = proxy.BuildHeaders(make([]proxy.Header, 0, 24), m, in)
+				_, _ = app.BuildHeaders(make([]app.Header, 0, 24), m, in)
 			}
 		})
 	}
@@ -91,7 +91,7 @@ func BenchmarkSanitizeValue(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(c.v)))
 			for b.Loop() {
-				_ = proxy.SanitizeValue(c.v)
+				_ = app.SanitizeValue(c.v)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package proxy
+package app
 
 import (
 	"context"
@@ -23,8 +23,8 @@ import (
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
-// HTTPAppOptions configure the fasthttp client that talks to the app.
-type HTTPAppOptions struct {
+// ClientOptions configure the fasthttp client that talks to the app.
+type ClientOptions struct {
 	// URL may hold {routingKey} and {queue} in its path.
 	URL string
 	// Timeout bounds one request (dial, send, wait, read).
@@ -40,9 +40,9 @@ type HTTPAppOptions struct {
 	CloudEvents bool
 }
 
-// HTTPApp delivers messages to the app with pooled keep-alive connections.
-type HTTPApp struct {
-	opts     HTTPAppOptions
+// Client delivers messages to the app with pooled keep-alive connections.
+type Client struct {
+	opts     ClientOptions
 	client   *fasthttp.Client
 	template bool
 	urlAttr  string
@@ -51,8 +51,8 @@ type HTTPApp struct {
 	HeadersSkipped atomic.Int64
 }
 
-// NewHTTPApp returns the app client.
-func NewHTTPApp(o HTTPAppOptions) *HTTPApp {
+// NewClient returns the app client.
+func NewClient(o ClientOptions) *Client {
 	if o.MaxConns < 1 {
 		o.MaxConns = 64
 	}
@@ -73,7 +73,7 @@ func NewHTTPApp(o HTTPAppOptions) *HTTPApp {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
-	a := &HTTPApp{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
+	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
 	c.DialTimeout = func(addr string, timeout time.Duration) (net.Conn, error) {
 		conn, err := fasthttp.DialTimeout(addr, timeout)
 		if err != nil {
@@ -129,7 +129,7 @@ func (s *connSet) closeAll() {
 }
 
 // Deliver POSTs one message and classifies the result.
-func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome {
+func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -207,7 +207,7 @@ func (a *HTTPApp) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) r
 
 // do runs the request; cancelling ctx closes the app connections, which
 // ends the call at once.
-func (a *HTTPApp) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+func (a *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() {
 			if errors.Is(ctx.Err(), context.Canceled) { // a deadline is fasthttp's own
@@ -236,7 +236,7 @@ func redactURL(s string) string {
 	return u.String()
 }
 
-func (a *HTTPApp) url(in RequestInfo) string {
+func (a *Client) url(in msg.Info) string {
 	if !a.template {
 		return a.opts.URL
 	}

@@ -1,4 +1,4 @@
-package proxy_test
+package app_test
 
 import (
 	"strconv"
@@ -7,13 +7,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hopper-sidecar/hopper/app"
 	"github.com/hopper-sidecar/hopper/msg"
-	"github.com/hopper-sidecar/hopper/proxy"
 )
 
 // headerMap turns BuildHeaders' output into a map, failing on a name that
 // appears twice.
-func headerMap(t *testing.T, hs []proxy.Header) map[string]string {
+func headerMap(t *testing.T, hs []app.Header) map[string]string {
 	t.Helper()
 	m := make(map[string]string, len(hs))
 	for _, h := range hs {
@@ -61,7 +61,7 @@ func TestBuildHeadersIdentityAndHistory(t *testing.T) {
 			"tracestate":               "vendor=x",
 		},
 	}
-	in := proxy.RequestInfo{
+	in := msg.Info{
 		Queue:      "orders",
 		Exchange:   "shop-events",
 		RoutingKey: "order.created.eu",
@@ -69,30 +69,30 @@ func TestBuildHeadersIdentityAndHistory(t *testing.T) {
 		Requeues:   2,
 		Deadline:   deadline,
 	}
-	hs, skipped := proxy.BuildHeaders(nil, m, in)
+	hs, skipped := app.BuildHeaders(nil, m, in)
 	if skipped != 0 {
 		t.Errorf("skipped %d", skipped)
 	}
 	got := headerMap(t, hs)
 	want := map[string]string{
-		proxy.HdrMessageID:       "m-42",
-		proxy.HdrCorrelationID:   "c-7",
-		proxy.HdrType:            "order.created",
-		proxy.HdrRoutingKey:      "order.created.eu", // the original, from RequestInfo
-		proxy.HdrExchange:        "shop-events",
-		proxy.HdrQueue:           "orders",
-		proxy.HdrTimestamp:       "2026-03-04T04:06:07Z", // RFC 3339, UTC, seconds
-		proxy.HdrRedelivered:     "true",
-		proxy.HdrAttempt:         "3",
-		proxy.HdrRequeueCount:    "2",
-		proxy.HdrFirstFailure:    "2026-03-04T04:00:00.25Z",
-		proxy.HdrDeadline:        "2026-03-04T06:00:00.5Z",
-		proxy.HdrContentEncoding: "gzip",
-		proxy.HdrAppID:           "shop",
-		"traceparent":            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-		"tracestate":             "vendor=x",
+		app.HdrMessageID:       "m-42",
+		app.HdrCorrelationID:   "c-7",
+		app.HdrType:            "order.created",
+		app.HdrRoutingKey:      "order.created.eu", // the original, from msg.Info
+		app.HdrExchange:        "shop-events",
+		app.HdrQueue:           "orders",
+		app.HdrTimestamp:       "2026-03-04T04:06:07Z", // RFC 3339, UTC, seconds
+		app.HdrRedelivered:     "true",
+		app.HdrAttempt:         "3",
+		app.HdrRequeueCount:    "2",
+		app.HdrFirstFailure:    "2026-03-04T04:00:00.25Z",
+		app.HdrDeadline:        "2026-03-04T06:00:00.5Z",
+		app.HdrContentEncoding: "gzip",
+		app.HdrAppID:           "shop",
+		"traceparent":          "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"tracestate":           "vendor=x",
 		// The first-failure header is also an application header.
-		proxy.HdrHeaderPrefix + msg.HeaderFirstFailureTime: "2026-03-04T04:00:00.25Z",
+		app.HdrHeaderPrefix + msg.HeaderFirstFailureTime: "2026-03-04T04:00:00.25Z",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -104,7 +104,7 @@ func TestBuildHeadersIdentityAndHistory(t *testing.T) {
 			t.Errorf("unexpected header %s: %q", k, got[k])
 		}
 	}
-	if _, err := time.Parse(time.RFC3339, got[proxy.HdrTimestamp]); err != nil {
+	if _, err := time.Parse(time.RFC3339, got[app.HdrTimestamp]); err != nil {
 		t.Errorf("timestamp not RFC 3339: %v", err)
 	}
 	for _, h := range hs {
@@ -116,28 +116,28 @@ func TestBuildHeadersIdentityAndHistory(t *testing.T) {
 
 func TestBuildHeadersMinimalMessage(t *testing.T) {
 	m := &msg.Message{Body: []byte("x")}
-	hs, skipped := proxy.BuildHeaders(nil, m, proxy.RequestInfo{Queue: "q", Attempt: 1})
+	hs, skipped := app.BuildHeaders(nil, m, msg.Info{Queue: "q", Attempt: 1})
 	got := headerMap(t, hs)
 	if skipped != 0 {
 		t.Errorf("skipped %d", skipped)
 	}
 	// Unset properties are left out rather than sent empty.
-	for _, absent := range []string{proxy.HdrMessageID, proxy.HdrCorrelationID, proxy.HdrType, proxy.HdrTimestamp,
-		proxy.HdrFirstFailure, proxy.HdrDeadline, proxy.HdrExchange, proxy.HdrRoutingKey, proxy.HdrAppID, "traceparent"} {
+	for _, absent := range []string{app.HdrMessageID, app.HdrCorrelationID, app.HdrType, app.HdrTimestamp,
+		app.HdrFirstFailure, app.HdrDeadline, app.HdrExchange, app.HdrRoutingKey, app.HdrAppID, "traceparent"} {
 		if v, ok := got[absent]; ok {
 			t.Errorf("%s sent for an unset property: %q", absent, v)
 		}
 	}
-	if got[proxy.HdrRedelivered] != "false" || got[proxy.HdrAttempt] != "1" || got[proxy.HdrRequeueCount] != "0" || got[proxy.HdrQueue] != "q" {
+	if got[app.HdrRedelivered] != "false" || got[app.HdrAttempt] != "1" || got[app.HdrRequeueCount] != "0" || got[app.HdrQueue] != "q" {
 		t.Errorf("got %v", got)
 	}
 }
 
 func TestBuildHeadersAppendsToDst(t *testing.T) {
-	dst := make([]proxy.Header, 1, 32)
-	dst[0] = proxy.Header{Name: "Keep", Value: "me"}
-	hs, _ := proxy.BuildHeaders(dst, &msg.Message{MessageID: "id"}, proxy.RequestInfo{Attempt: 1})
-	if hs[0] != (proxy.Header{Name: "Keep", Value: "me"}) || len(hs) < 2 {
+	dst := make([]app.Header, 1, 32)
+	dst[0] = app.Header{Name: "Keep", Value: "me"}
+	hs, _ := app.BuildHeaders(dst, &msg.Message{MessageID: "id"}, msg.Info{Attempt: 1})
+	if hs[0] != (app.Header{Name: "Keep", Value: "me"}) || len(hs) < 2 {
 		t.Fatalf("dst not kept: %v", hs)
 	}
 	if &hs[0] != &dst[0] {
@@ -181,7 +181,7 @@ func TestBuildHeadersApplicationHeaders(t *testing.T) {
 	// The broker's dead-letter history is bookkeeping: neither forwarded
 	// nor counted as skipped.
 	headers["x-death"] = []any{map[string]any{"count": int64(1), "queue": "orders.retry.1s"}}
-	hs, skipped := proxy.BuildHeaders(nil, &msg.Message{Headers: headers}, proxy.RequestInfo{Attempt: 1})
+	hs, skipped := app.BuildHeaders(nil, &msg.Message{Headers: headers}, msg.Info{Attempt: 1})
 	got := headerMap(t, hs)
 	want := map[string]string{
 		"s":                  "text",
@@ -203,21 +203,21 @@ func TestBuildHeadersApplicationHeaders(t *testing.T) {
 		"tok!#$%&'*+-.^_`|~": "all tchars",
 	}
 	for k, v := range want {
-		name := proxy.HdrHeaderPrefix + k
+		name := app.HdrHeaderPrefix + k
 		if g, ok := got[name]; !ok || g != v {
 			t.Errorf("%s = %q (present %v), want %q", name, g, ok, v)
 		}
 	}
 	n := 0
 	for name := range got {
-		if strings.HasPrefix(name, proxy.HdrHeaderPrefix) {
+		if strings.HasPrefix(name, app.HdrHeaderPrefix) {
 			n++
 		}
 	}
 	if n != len(want) {
 		t.Errorf("%d application headers forwarded, want %d: %v", n, len(want), got)
 	}
-	if _, ok := got[proxy.HdrHeaderPrefix+"x-death"]; ok {
+	if _, ok := got[app.HdrHeaderPrefix+"x-death"]; ok {
 		t.Error("x-death forwarded")
 	}
 	if wantSkipped := len(headers) - len(want) - 1; skipped != wantSkipped {
@@ -231,12 +231,12 @@ func TestBuildHeadersApplicationHeaders(t *testing.T) {
 }
 
 func TestBuildHeadersTraceContextOnlyAsString(t *testing.T) {
-	hs, _ := proxy.BuildHeaders(nil, &msg.Message{Headers: map[string]any{"traceparent": int64(5)}}, proxy.RequestInfo{})
+	hs, _ := app.BuildHeaders(nil, &msg.Message{Headers: map[string]any{"traceparent": int64(5)}}, msg.Info{})
 	got := headerMap(t, hs)
 	if _, ok := got["traceparent"]; ok {
 		t.Error("a non-string traceparent was forwarded")
 	}
-	if _, ok := got[proxy.HdrHeaderPrefix+"traceparent"]; ok {
+	if _, ok := got[app.HdrHeaderPrefix+"traceparent"]; ok {
 		t.Error("traceparent forwarded under the application prefix")
 	}
 }
@@ -252,7 +252,7 @@ func TestBuildHeadersHostileValues(t *testing.T) {
 			"traceparent": "00-abc\r\nX: y",
 		},
 	}
-	hs, _ := proxy.BuildHeaders(nil, m, proxy.RequestInfo{RoutingKey: "rk\r\nX: 1", Queue: "q\x00"})
+	hs, _ := app.BuildHeaders(nil, m, msg.Info{RoutingKey: "rk\r\nX: 1", Queue: "q\x00"})
 	for _, h := range hs {
 		if strings.ContainsAny(h.Value, "\r\n\x00") {
 			t.Errorf("%s carries CR/LF/NUL: %q", h.Name, h.Value)
@@ -262,11 +262,11 @@ func TestBuildHeadersHostileValues(t *testing.T) {
 		}
 	}
 	got := headerMap(t, hs)
-	if got[proxy.HdrMessageID] != "id  X-Injected: 1" {
-		t.Errorf("message id %q", got[proxy.HdrMessageID])
+	if got[app.HdrMessageID] != "id  X-Injected: 1" {
+		t.Errorf("message id %q", got[app.HdrMessageID])
 	}
-	if got[proxy.HdrHeaderPrefix+"long"] != strings.Repeat("v", 4096) {
-		t.Errorf("long value not cut at 4096 bytes: %d", len(got[proxy.HdrHeaderPrefix+"long"]))
+	if got[app.HdrHeaderPrefix+"long"] != strings.Repeat("v", 4096) {
+		t.Errorf("long value not cut at 4096 bytes: %d", len(got[app.HdrHeaderPrefix+"long"]))
 	}
 }
 
@@ -274,9 +274,9 @@ func TestBuildHeadersHostileValues(t *testing.T) {
 // the empty string is a string header (SPEC §3); it must be forwarded, or
 // at least counted as skipped.
 func TestBuildHeadersEmptyStringHeader(t *testing.T) {
-	hs, skipped := proxy.BuildHeaders(nil, &msg.Message{Headers: map[string]any{"flag": ""}}, proxy.RequestInfo{})
+	hs, skipped := app.BuildHeaders(nil, &msg.Message{Headers: map[string]any{"flag": ""}}, msg.Info{})
 	got := headerMap(t, hs)
-	if _, ok := got[proxy.HdrHeaderPrefix+"flag"]; !ok && skipped != 1 {
+	if _, ok := got[app.HdrHeaderPrefix+"flag"]; !ok && skipped != 1 {
 		t.Fatalf("empty header neither forwarded nor counted (skipped=%d)", skipped)
 	}
 }
@@ -295,7 +295,7 @@ func TestSanitizeValue(t *testing.T) {
 		{"\x85\xff", "\x85\xff"}, // bytes >= 0x80 are not controls at byte level
 	}
 	for _, tc := range cases {
-		if got := proxy.SanitizeValue(tc.in); got != tc.want {
+		if got := app.SanitizeValue(tc.in); got != tc.want {
 			t.Errorf("SanitizeValue(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -303,24 +303,24 @@ func TestSanitizeValue(t *testing.T) {
 		if c == '\t' {
 			continue
 		}
-		if got := proxy.SanitizeValue("x" + string(rune(c)) + "y"); got != "x y" {
+		if got := app.SanitizeValue("x" + string(rune(c)) + "y"); got != "x y" {
 			t.Errorf("control %#x -> %q", c, got)
 		}
 	}
 }
 
 func TestSanitizeValueLength(t *testing.T) {
-	if got := proxy.SanitizeValue(strings.Repeat("a", 4096)); len(got) != 4096 {
+	if got := app.SanitizeValue(strings.Repeat("a", 4096)); len(got) != 4096 {
 		t.Errorf("4096 bytes cut to %d", len(got))
 	}
-	if got := proxy.SanitizeValue(strings.Repeat("a", 4097)); got != strings.Repeat("a", 4096) {
+	if got := app.SanitizeValue(strings.Repeat("a", 4097)); got != strings.Repeat("a", 4096) {
 		t.Errorf("4097 bytes -> %d", len(got))
 	}
 	// A multi-byte rune across the limit is dropped whole.
 	for _, r := range []string{"é", "€", "😀"} {
 		for pad := 4096 - len(r) - 1; pad <= 4096; pad++ {
 			in := strings.Repeat("a", pad) + r + strings.Repeat("b", 10)
-			got := proxy.SanitizeValue(in)
+			got := app.SanitizeValue(in)
 			if len(got) > 4096 || !utf8.ValidString(got) || !strings.HasPrefix(in, got) {
 				t.Fatalf("pad %d rune %q: got %d bytes, valid %v", pad, r, len(got), utf8.ValidString(got))
 			}
@@ -333,7 +333,7 @@ func TestSanitizeValueLength(t *testing.T) {
 		}
 	}
 	// Controls and length together.
-	got := proxy.SanitizeValue(strings.Repeat("\r\n", 3000))
+	got := app.SanitizeValue(strings.Repeat("\r\n", 3000))
 	if len(got) != 4096 || strings.Trim(got, " ") != "" {
 		t.Errorf("got %d bytes %q...", len(got), got[:10])
 	}
@@ -362,8 +362,8 @@ func FuzzBuildHeaders(f *testing.F) {
 			},
 			Body: body,
 		}
-		in := proxy.RequestInfo{Queue: name, Exchange: value, RoutingKey: string(body), Attempt: len(body), Deadline: time.UnixMilli(int64(len(value)))}
-		hs, skipped := proxy.BuildHeaders(nil, m, in)
+		in := msg.Info{Queue: name, Exchange: value, RoutingKey: string(body), Attempt: len(body), Deadline: time.UnixMilli(int64(len(value)))}
+		hs, skipped := app.BuildHeaders(nil, m, in)
 		got := map[string]string{}
 		for _, h := range hs {
 			got[h.Name] = h.Value
@@ -381,13 +381,13 @@ func FuzzBuildHeaders(f *testing.F) {
 				empty++
 				continue
 			}
-			fv, ok := got[proxy.HdrHeaderPrefix+k]
+			fv, ok := got[app.HdrHeaderPrefix+k]
 			if !ok {
 				notForwarded++
 				continue
 			}
-			if sv, isStr := v.(string); isStr && fv != proxy.SanitizeValue(sv) {
-				t.Fatalf("header %q: sent %q, want %q", k, fv, proxy.SanitizeValue(sv))
+			if sv, isStr := v.(string); isStr && fv != app.SanitizeValue(sv) {
+				t.Fatalf("header %q: sent %q, want %q", k, fv, app.SanitizeValue(sv))
 			}
 		}
 		if skipped < notForwarded || skipped > notForwarded+empty {
@@ -404,7 +404,7 @@ func FuzzBuildHeaders(f *testing.F) {
 				t.Fatalf("%s value is %d bytes", h.Name, len(h.Value))
 			}
 		}
-		s := proxy.SanitizeValue(value)
+		s := app.SanitizeValue(value)
 		if len(s) > 4096 || strings.ContainsAny(s, "\r\n\x00") {
 			t.Fatalf("SanitizeValue(%q) = %q", value, s)
 		}
@@ -418,7 +418,7 @@ func TestCloudEventHeaders(t *testing.T) {
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	m := &msg.Message{MessageID: "id-1", Type: "order.created", Timestamp: ts, Body: []byte("{}")}
 	got := map[string]string{}
-	for _, h := range proxy.CloudEventHeaders(nil, m, proxy.RequestInfo{Queue: "orders", Exchange: "shop", RoutingKey: "order.created.eu"}) {
+	for _, h := range app.CloudEventHeaders(nil, m, msg.Info{Queue: "orders", Exchange: "shop", RoutingKey: "order.created.eu"}) {
 		got[h.Name] = h.Value
 	}
 	want := map[string]string{"ce-specversion": "1.0", "ce-id": "id-1", "ce-source": "/rabbitmq/exchange/shop",
@@ -431,13 +431,13 @@ func TestCloudEventHeaders(t *testing.T) {
 	// Without id, type and exchange: a stable derived id, the default type,
 	// the queue as source.
 	bare := &msg.Message{Body: []byte("x")}
-	a := proxy.CloudEventHeaders(nil, bare, proxy.RequestInfo{Queue: "orders", RoutingKey: "orders"})
-	b := proxy.CloudEventHeaders(nil, bare, proxy.RequestInfo{Queue: "orders", RoutingKey: "orders"})
+	a := app.CloudEventHeaders(nil, bare, msg.Info{Queue: "orders", RoutingKey: "orders"})
+	b := app.CloudEventHeaders(nil, bare, msg.Info{Queue: "orders", RoutingKey: "orders"})
 	am := map[string]string{}
 	for _, h := range a {
 		am[h.Name] = h.Value
 	}
-	if am["ce-id"] == "" || a[1] != b[1] || am["ce-type"] != proxy.DefaultCloudEventType || am["ce-source"] != "/rabbitmq/queue/orders" {
+	if am["ce-id"] == "" || a[1] != b[1] || am["ce-type"] != app.DefaultCloudEventType || am["ce-source"] != "/rabbitmq/queue/orders" {
 		t.Errorf("derived attributes %v", am)
 	}
 	if _, ok := am["ce-time"]; ok {

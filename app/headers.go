@@ -1,4 +1,4 @@
-package proxy
+package app
 
 import (
 	"crypto/sha256"
@@ -43,21 +43,11 @@ const maxHeaderValue = 4096
 // Header is one HTTP request header.
 type Header struct{ Name, Value string }
 
-// RequestInfo is what Hopper knows about a delivery beyond the message.
-type RequestInfo struct {
-	Queue      string
-	Exchange   string // original exchange
-	RoutingKey string // original routing key
-	Attempt    int
-	Requeues   int
-	Deadline   time.Time
-}
-
 // BuildHeaders maps a message to request headers. It appends to dst (to
 // reuse its storage) and returns the headers and the number of application
 // headers skipped because their name is not a valid HTTP token or their
 // value is not a string, number or boolean.
-func BuildHeaders(dst []Header, m *msg.Message, in RequestInfo) ([]Header, int) {
+func BuildHeaders(dst []Header, m *msg.Message, in msg.Info) ([]Header, int) {
 	add := func(name, value string) {
 		if value != "" {
 			dst = append(dst, Header{name, SanitizeValue(value)})
@@ -174,7 +164,7 @@ const (
 // CloudEventHeaders appends the ce-* attributes of a message. ce-id is the
 // message id; a message without one gets an id derived from its content, so
 // a redelivery keeps the same id (consumers deduplicate on source + id).
-func CloudEventHeaders(dst []Header, m *msg.Message, in RequestInfo) []Header {
+func CloudEventHeaders(dst []Header, m *msg.Message, in msg.Info) []Header {
 	id := m.MessageID
 	if id == "" {
 		h := sha256.New()

@@ -1,4 +1,4 @@
-package proxy
+package app
 
 import (
 	"context"
@@ -175,7 +175,7 @@ func (b *Breaker) startProbe(ctx context.Context) {
 
 // Deliver asks the breaker first; an open breaker answers "unavailable"
 // without calling the app.
-func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in RequestInfo) retry.Outcome {
+func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
 	done, err := b.cb.Allow()
 	if err != nil {
 		return retry.Outcome{Kind: retry.Unavailable, Error: "circuit breaker " + b.State() + ": app marked unavailable", Refused: true}
@@ -197,4 +197,10 @@ func failed(o retry.Outcome) bool {
 		return true
 	}
 	return o.Status >= 500 || o.Status == 0
+}
+
+// Deliverer sends a message to the app and classifies what happened; the
+// breaker decorates one.
+type Deliverer interface {
+	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
 }

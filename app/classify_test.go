@@ -1,4 +1,4 @@
-package proxy
+package app
 
 import (
 	"bufio"
@@ -26,9 +26,9 @@ import (
 
 var kindNames = map[retry.Kind]string{retry.Response: "response", retry.Timeout: "timeout", retry.Unavailable: "unavailable"}
 
-func deliverTo(t *testing.T, url string, timeout time.Duration, m *msg.Message, in RequestInfo) retry.Outcome {
+func deliverTo(t *testing.T, url string, timeout time.Duration, m *msg.Message, in msg.Info) retry.Outcome {
 	t.Helper()
-	app := NewHTTPApp(HTTPAppOptions{URL: url, Timeout: timeout, MaxBodyBytes: 64 << 10})
+	app := NewClient(ClientOptions{URL: url, Timeout: timeout, MaxBodyBytes: 64 << 10})
 	if m == nil {
 		m = &msg.Message{MessageID: "m1", Body: []byte("hello")}
 	}
@@ -80,7 +80,7 @@ func TestClassifyConnectionRefused(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	o := deliverTo(t, "http://"+addr+"/", 2*time.Second, nil, RequestInfo{})
+	o := deliverTo(t, "http://"+addr+"/", 2*time.Second, nil, msg.Info{})
 	if o.Kind != retry.Unavailable {
 		t.Fatalf("refused: kind %s (%q), want unavailable", kindNames[o.Kind], o.Error)
 	}
@@ -100,7 +100,7 @@ func TestClassifyHangingServerTimesOut(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	began := time.Now()
-	o := deliverTo(t, srv.URL, 300*time.Millisecond, nil, RequestInfo{})
+	o := deliverTo(t, srv.URL, 300*time.Millisecond, nil, msg.Info{})
 	if o.Kind != retry.Timeout {
 		t.Fatalf("hang: kind %s (%q), want timeout", kindNames[o.Kind], o.Error)
 	}
@@ -118,7 +118,7 @@ func TestClassifyGarbageResponse(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
 		io.Copy(io.Discard, c)                             //nolint:errcheck
 	})
-	o := deliverTo(t, url, 2*time.Second, nil, RequestInfo{})
+	o := deliverTo(t, url, 2*time.Second, nil, msg.Info{})
 	if o.Kind != retry.Response || o.Status != 0 {
 		t.Fatalf("garbage: kind %s status %d (%q), want response with status 0", kindNames[o.Kind], o.Status, o.Error)
 	}
@@ -130,7 +130,7 @@ func TestClassifyGarbageResponse(t *testing.T) {
 
 func TestClassifyCloseWithoutAnswer(t *testing.T) {
 	url := rawServer(t, func(c net.Conn) { readRequest(c) })
-	o := deliverTo(t, url, 2*time.Second, nil, RequestInfo{})
+	o := deliverTo(t, url, 2*time.Second, nil, msg.Info{})
 	if o.Kind != retry.Unavailable {
 		t.Fatalf("closed: kind %s status %d (%q), want unavailable", kindNames[o.Kind], o.Status, o.Error)
 	}
@@ -142,7 +142,7 @@ func TestClassifyResetOnAccept(t *testing.T) {
 			tc.SetLinger(0) //nolint:errcheck // close sends RST
 		}
 	})
-	o := deliverTo(t, url, 2*time.Second, nil, RequestInfo{})
+	o := deliverTo(t, url, 2*time.Second, nil, msg.Info{})
 	if o.Kind != retry.Unavailable {
 		t.Fatalf("reset: kind %s status %d (%q), want unavailable", kindNames[o.Kind], o.Status, o.Error)
 	}
@@ -156,7 +156,7 @@ func TestClassifyStatusRetryAfterAndAction(t *testing.T) {
 		fmt.Fprint(w, "down for\r\nmaintenance")
 	}))
 	defer srv.Close()
-	o := deliverTo(t, srv.URL, 2*time.Second, nil, RequestInfo{})
+	o := deliverTo(t, srv.URL, 2*time.Second, nil, msg.Info{})
 	if o.Kind != retry.Response || o.Status != 503 || o.RetryAfter != 7*time.Second || !o.HasRetryAfter || o.Override != "dlq" {
 		t.Fatalf("got %+v", o)
 	}
@@ -168,7 +168,7 @@ func TestClassifyStatusRetryAfterAndAction(t *testing.T) {
 func TestClassifyStatuses(t *testing.T) {
 	for _, code := range []int{200, 204, 400, 404, 409, 425, 429, 500} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(code) }))
-		o := deliverTo(t, srv.URL, 2*time.Second, nil, RequestInfo{})
+		o := deliverTo(t, srv.URL, 2*time.Second, nil, msg.Info{})
 		srv.Close()
 		if o.Kind != retry.Response || o.Status != code || o.HasRetryAfter || o.Override != "" {
 			t.Errorf("%d: got %+v", code, o)
@@ -251,7 +251,7 @@ func TestDeliverURLTemplate(t *testing.T) {
 		{"/lit/{routingKey}", "{queue}", "Q", "/lit/{queue}", "/lit/%7Bqueue%7D"},
 	}
 	for _, tc := range cases {
-		o := deliverTo(t, srv.URL+tc.tmpl, 2*time.Second, nil, RequestInfo{RoutingKey: tc.rk, Queue: tc.queue})
+		o := deliverTo(t, srv.URL+tc.tmpl, 2*time.Second, nil, msg.Info{RoutingKey: tc.rk, Queue: tc.queue})
 		if o.Kind != retry.Response || o.Status != 200 {
 			t.Fatalf("%s: %+v", tc.tmpl, o)
 		}
@@ -277,7 +277,7 @@ func TestDeliverContentTypeAndBody(t *testing.T) {
 	copy(body, "\x00\r\n\r\nPOST / HTTP/1.1\r\n")
 	orig := bytes.Clone(body)
 
-	o := deliverTo(t, srv.URL, 2*time.Second, &msg.Message{MessageID: "bin", Body: body}, RequestInfo{})
+	o := deliverTo(t, srv.URL, 2*time.Second, &msg.Message{MessageID: "bin", Body: body}, msg.Info{})
 	if o.Status != 200 {
 		t.Fatalf("%+v", o)
 	}
@@ -292,13 +292,13 @@ func TestDeliverContentTypeAndBody(t *testing.T) {
 		t.Error("Deliver modified the message body")
 	}
 
-	deliverTo(t, srv.URL, 2*time.Second, &msg.Message{ContentType: "application/json; charset=utf-8", Body: []byte(`{"a":1}`)}, RequestInfo{})
+	deliverTo(t, srv.URL, 2*time.Second, &msg.Message{ContentType: "application/json; charset=utf-8", Body: []byte(`{"a":1}`)}, msg.Info{})
 	r = <-ch
 	if r.contentType != "application/json; charset=utf-8" || string(r.body) != `{"a":1}` {
 		t.Errorf("content type %q body %q", r.contentType, r.body)
 	}
 
-	deliverTo(t, srv.URL, 2*time.Second, &msg.Message{Body: nil}, RequestInfo{})
+	deliverTo(t, srv.URL, 2*time.Second, &msg.Message{Body: nil}, msg.Info{})
 	if r = <-ch; len(r.body) != 0 || r.header.Get("Content-Length") != "0" {
 		t.Errorf("empty body: %q, content-length %q", r.body, r.header.Get("Content-Length"))
 	}
@@ -316,8 +316,8 @@ func TestDeliverSendsHeaders(t *testing.T) {
 			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		},
 	}
-	app := NewHTTPApp(HTTPAppOptions{URL: srv.URL, Timeout: 2 * time.Second})
-	o := app.Deliver(context.Background(), m, RequestInfo{Queue: "orders", RoutingKey: "rk", Exchange: "ex", Attempt: 2})
+	app := NewClient(ClientOptions{URL: srv.URL, Timeout: 2 * time.Second})
+	o := app.Deliver(context.Background(), m, msg.Info{Queue: "orders", RoutingKey: "rk", Exchange: "ex", Attempt: 2})
 	if o.Status != 200 {
 		t.Fatalf("%+v", o)
 	}
@@ -353,7 +353,7 @@ func TestDeliverLargeSuccessBody(t *testing.T) {
 	big := strings.Repeat("x", 200<<10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, big) }))
 	defer srv.Close()
-	o := deliverTo(t, srv.URL, 2*time.Second, nil, RequestInfo{})
+	o := deliverTo(t, srv.URL, 2*time.Second, nil, msg.Info{})
 	if o.Kind != retry.Response || o.Status != 200 {
 		t.Fatalf("got kind %s status %d (%q), want response 200", kindNames[o.Kind], o.Status, o.Error)
 	}
@@ -371,11 +371,11 @@ func TestDeliverHonoursCancel(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	app := NewHTTPApp(HTTPAppOptions{URL: srv.URL, Timeout: 10 * time.Second})
+	app := NewClient(ClientOptions{URL: srv.URL, Timeout: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	began := time.Now()
-	app.Deliver(ctx, &msg.Message{Body: []byte("x")}, RequestInfo{})
+	app.Deliver(ctx, &msg.Message{Body: []byte("x")}, msg.Info{})
 	if el := time.Since(began); el > 3*time.Second {
 		t.Fatalf("Deliver returned %v after its context was cancelled at 200ms", el)
 	}
@@ -391,11 +391,11 @@ func TestDeliverContextDeadlineShortensTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	app := NewHTTPApp(HTTPAppOptions{URL: srv.URL, Timeout: 10 * time.Second})
+	app := NewClient(ClientOptions{URL: srv.URL, Timeout: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	o := app.Deliver(ctx, &msg.Message{Body: []byte("x")}, RequestInfo{})
+	o := app.Deliver(ctx, &msg.Message{Body: []byte("x")}, msg.Info{})
 	if el := time.Since(began); el > 5*time.Second || o.Kind != retry.Timeout {
 		t.Fatalf("kind %s after %v", kindNames[o.Kind], el)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package app
 
 import (
 	"context"
@@ -28,9 +28,9 @@ func TestStaleKeepAliveAfterAppRestart(t *testing.T) {
 		return srv
 	}
 	srv := serve(ln)
-	app := NewHTTPApp(HTTPAppOptions{URL: "http://" + addr + "/", Timeout: 2 * time.Second, MaxConns: 4})
+	app := NewClient(ClientOptions{URL: "http://" + addr + "/", Timeout: 2 * time.Second, MaxConns: 4})
 	m := &msg.Message{MessageID: "x", Headers: map[string]any{}, Body: []byte("b")}
-	if o := app.Deliver(context.Background(), m, RequestInfo{Attempt: 1}); o.Status != 200 {
+	if o := app.Deliver(context.Background(), m, msg.Info{Attempt: 1}); o.Status != 200 {
 		t.Fatalf("first delivery: %+v", o)
 	}
 	srv.Close() // closes the pooled connection from the server side
@@ -42,7 +42,7 @@ func TestStaleKeepAliveAfterAppRestart(t *testing.T) {
 	defer srv2.Close()
 	time.Sleep(50 * time.Millisecond) // let the FIN arrive
 	for i := range 3 {
-		if o := app.Deliver(context.Background(), m, RequestInfo{Attempt: 1}); o.Kind != retry.Response || o.Status != 200 {
+		if o := app.Deliver(context.Background(), m, msg.Info{Attempt: 1}); o.Kind != retry.Response || o.Status != 200 {
 			t.Fatalf("delivery %d after the app restarted: %+v", i+1, o)
 		}
 	}

@@ -1,0 +1,17 @@
+package app
+
+import (
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// propagator writes W3C trace context into requests. It is used directly
+// (not the global one) so that, with tracing off, an incoming traceparent
+// still reaches the app unchanged.
+var propagator = propagation.TraceContext{}
+
+var keyStatus = attribute.Key("http.response.status_code")
+
+func itoa(n int) string { return strconv.Itoa(n) }

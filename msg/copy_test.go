@@ -1,0 +1,169 @@
+package msg_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// TestCopies: one table over every kind of copy Hopper publishes. Each row
+// gives the headers the copy must have (nil: must be absent); every other
+// header must be the original's, and the original must not change.
+func TestCopies(t *testing.T) {
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	stamp := now.Format(time.RFC3339Nano)
+	deadline := now.Add(time.Hour)
+	// A message on its third attempt, delivered again from a tier through
+	// the default exchange, with a history and an application header.
+	orig := func() *msg.Message {
+		return &msg.Message{
+			Exchange: "", RoutingKey: "orders", MessageID: "m1", Body: []byte("b"), Expiration: "60000",
+			Headers: map[string]any{
+				msg.HeaderRetryCount:         int32(2),
+				msg.HeaderRequeueCount:       int32(1),
+				msg.HeaderOriginalExchange:   "shop",
+				msg.HeaderOriginalRoutingKey: "order.created",
+				msg.HeaderFirstFailureTime:   "2026-05-06T06:00:00Z",
+				msg.HeaderDeath:              []any{map[string]any{"queue": "orders.retry.5s", "reason": "expired"}},
+				"tenant":                     "acme",
+			},
+		}
+	}
+	in := msg.Read(orig(), "orders", "", now)
+	in.Deadline = deadline
+	pinned := map[string]any{
+		msg.HeaderOriginalExchange: "shop", msg.HeaderOriginalRoutingKey: "order.created",
+		msg.HeaderDeadline: deadline.UnixMilli(),
+	}
+	with := func(extra map[string]any) map[string]any {
+		out := map[string]any{}
+		for k, v := range pinned {
+			out[k] = v
+		}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		copy func(*msg.Message) *msg.Message
+		want map[string]any
+	}{
+		{"retry", func(m *msg.Message) *msg.Message { return msg.RetryCopy(m, in, 3, 503, now) }, with(map[string]any{
+			msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
+			msg.HeaderLastFailureTime: stamp, msg.HeaderLastStatusCode: int32(503),
+			msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z", // kept, never reset
+		})},
+		{"requeue", func(m *msg.Message) *msg.Message { return msg.RequeueCopy(m, in, 2) }, with(map[string]any{
+			msg.HeaderRetryCount: int32(2), msg.HeaderRequeueCount: int32(2),
+		})},
+		{"give-back", func(m *msg.Message) *msg.Message { return msg.ReturnCopy(m, in) }, with(map[string]any{
+			msg.HeaderRetryCount: int32(2), msg.HeaderRequeueCount: int32(1),
+		})},
+		{"dlq", func(m *msg.Message) *msg.Message {
+			return msg.DLQCopy(m, in, msg.DeadLetter{Reason: "max-attempts", Status: 503, Error: "HTTP 503: " + strings.Repeat("x", 1000),
+				Retries: 3, TraceID: "abc", Now: now})
+		}, with(map[string]any{
+			msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
+			msg.HeaderOriginalQueue: "orders", msg.HeaderDeadLetterReason: "max-attempts",
+			msg.HeaderFinalStatusCode: int32(503), msg.HeaderFinalRetryCount: int32(3),
+			msg.HeaderFinalError:      msg.Truncate("HTTP 503: "+strings.Repeat("x", 1000), msg.MaxErrorLen),
+			msg.HeaderLastFailureTime: stamp, msg.HeaderDeadLetterTime: stamp, msg.HeaderTraceID: "abc",
+			msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z",
+		})},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := orig()
+			before := orig()
+			cp := tc.copy(m)
+			if !reflect.DeepEqual(m.Headers, before.Headers) {
+				t.Fatalf("the original's headers changed: %v", m.Headers)
+			}
+			for k, v := range tc.want {
+				if !reflect.DeepEqual(cp.Headers[k], v) {
+					t.Errorf("%s = %#v, want %#v", k, cp.Headers[k], v)
+				}
+			}
+			for k, v := range before.Headers {
+				if _, set := tc.want[k]; !set && !reflect.DeepEqual(cp.Headers[k], v) {
+					t.Errorf("%s changed to %#v, want the original %#v", k, cp.Headers[k], v)
+				}
+			}
+			for k := range cp.Headers {
+				if _, set := tc.want[k]; !set {
+					if _, was := before.Headers[k]; !was {
+						t.Errorf("unexpected header %s = %#v", k, cp.Headers[k])
+					}
+				}
+			}
+			if cp.MessageID != m.MessageID || string(cp.Body) != string(m.Body) {
+				t.Error("identity or body not kept")
+			}
+			// Read back as the next delivery would see it.
+			again := msg.Read(&msg.Message{Exchange: "", RoutingKey: "orders", Headers: cp.Headers}, "orders", "", now.Add(time.Hour))
+			if again.Exchange != "shop" || again.RoutingKey != "order.created" || !again.Deadline.Equal(deadline) {
+				t.Errorf("read back as %+v", again)
+			}
+		})
+	}
+}
+
+// A first failure stamps the first-failure time; a later one keeps it.
+func TestRetryCopyFirstFailure(t *testing.T) {
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	m := &msg.Message{RoutingKey: "orders", Headers: map[string]any{}}
+	cp := msg.RetryCopy(m, msg.Read(m, "orders", "", now), 1, 500, now)
+	if cp.String(msg.HeaderFirstFailureTime) != now.Format(time.RFC3339Nano) {
+		t.Fatalf("first failure %q", cp.String(msg.HeaderFirstFailureTime))
+	}
+	if cp.String(msg.HeaderOriginalRoutingKey) != "orders" {
+		t.Fatal("the first move must pin the routing key it was delivered with")
+	}
+}
+
+func TestRead(t *testing.T) {
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	cases := []struct {
+		name string
+		m    *msg.Message
+		hdr  string
+		want msg.Info
+	}{
+		{"first delivery", &msg.Message{Exchange: "shop", RoutingKey: "k", Headers: map[string]any{}},
+			"", msg.Info{Queue: "q", Exchange: "shop", RoutingKey: "k", Attempt: 1}},
+		{"counters of any integer type or a string", &msg.Message{Headers: map[string]any{
+			msg.HeaderRetryCount: int64(4), msg.HeaderRequeueCount: "2", msg.HeaderCrashCount: uint8(1)}},
+			"", msg.Info{Queue: "q", Retries: 4, Attempt: 5, Requeues: 2, Crashes: 1}},
+		{"negative counters read as zero", &msg.Message{Headers: map[string]any{msg.HeaderRetryCount: int32(-3)}},
+			"", msg.Info{Queue: "q", Attempt: 1}},
+		{"expiration counts from receipt", &msg.Message{Expiration: "1500", Headers: map[string]any{}},
+			"", msg.Info{Queue: "q", Attempt: 1, Deadline: now.Add(1500 * time.Millisecond)}},
+		{"expiration 0 is now", &msg.Message{Expiration: "0", Headers: map[string]any{}},
+			"", msg.Info{Queue: "q", Attempt: 1, Deadline: now}},
+		{"pinned deadline wins", &msg.Message{Expiration: "1500", Headers: map[string]any{msg.HeaderDeadline: now.Add(-time.Minute).UnixMilli()}},
+			"", msg.Info{Queue: "q", Attempt: 1, Deadline: time.UnixMilli(now.Add(-time.Minute).UnixMilli())}},
+		{"deadline header as RFC 3339", &msg.Message{Headers: map[string]any{"valid-until": "2026-05-06T08:00:00Z"}},
+			"valid-until", msg.Info{Queue: "q", Attempt: 1, Deadline: time.Date(2026, 5, 6, 8, 0, 0, 0, time.UTC)}},
+		{"deadline header as a timestamp", &msg.Message{Headers: map[string]any{"valid-until": now.Add(time.Hour)}},
+			"valid-until", msg.Info{Queue: "q", Attempt: 1, Deadline: now.Add(time.Hour)}},
+		{"garbage expiration is ignored", &msg.Message{Expiration: "soon", Headers: map[string]any{}},
+			"", msg.Info{Queue: "q", Attempt: 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := msg.Read(tc.m, "q", tc.hdr, now)
+			if !got.Deadline.Equal(tc.want.Deadline) {
+				t.Errorf("deadline %v, want %v", got.Deadline, tc.want.Deadline)
+			}
+			got.Deadline, tc.want.Deadline = time.Time{}, time.Time{}
+			if got != tc.want {
+				t.Errorf("Read = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,92 @@
+package msg
+
+import (
+	"strconv"
+	"time"
+)
+
+// Info is what Hopper knows about a delivery beyond the message itself,
+// read from its headers: where it was first published, how often it was
+// tried and requeued, and its deadline. The app receives it as request
+// headers; the outcome table decides from it.
+type Info struct {
+	// Queue is the work queue the message was consumed from.
+	Queue string
+	// Exchange and RoutingKey are the ones it was first published with,
+	// also after a delay tier or a give-back delivered it again through the
+	// default exchange.
+	Exchange   string
+	RoutingKey string
+	// Retries is the number of failed attempts so far (x-retry-count);
+	// Attempt, the 1-based number of the delivery in progress, is one more.
+	Retries int
+	Attempt int
+	// Requeues is the number of 425 requeues so far (x-requeue-count).
+	Requeues int
+	// Crashes is the number of times a request with this message ended with
+	// the app dying under it (x-hopper-crash-count).
+	Crashes int
+	// Deadline is when the message goes stale; zero when it has none.
+	Deadline time.Time
+}
+
+// Read reads a delivery's history. deadlineHeader names an optional
+// application header holding an absolute deadline; now is the time of
+// receipt, from which an AMQP expiration is counted on a first delivery.
+func Read(m *Message, queue, deadlineHeader string, now time.Time) Info {
+	retries, _ := m.Int(HeaderRetryCount)
+	requeues, _ := m.Int(HeaderRequeueCount)
+	crashes, _ := m.Int(HeaderCrashCount)
+	in := Info{
+		Queue:      queue,
+		Exchange:   m.Exchange,
+		RoutingKey: m.RoutingKey,
+		Retries:    int(max(retries, 0)),
+		Requeues:   int(max(requeues, 0)),
+		Crashes:    int(max(crashes, 0)),
+		Deadline:   deadline(m, deadlineHeader, now),
+	}
+	in.Attempt = in.Retries + 1
+	if _, moved := m.Headers[HeaderOriginalRoutingKey]; moved {
+		in.Exchange = m.String(HeaderOriginalExchange)
+		in.RoutingKey = m.String(HeaderOriginalRoutingKey)
+	}
+	return in
+}
+
+// deadline is, in order: Hopper's own header (pinned on an earlier move,
+// never reset), the configured deadline header, or the AMQP expiration
+// counted from first receipt.
+func deadline(m *Message, header string, now time.Time) time.Time {
+	if ms, ok := m.Int(HeaderDeadline); ok && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	if header != "" {
+		if t, ok := ParseTime(m.Headers[header]); ok {
+			return t
+		}
+	}
+	if m.Expiration != "" {
+		if ms, err := strconv.ParseInt(m.Expiration, 10, 64); err == nil && ms >= 0 {
+			return now.Add(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	return time.Time{}
+}
+
+// ParseTime reads an absolute time header: an AMQP timestamp, an RFC 3339
+// string, or Unix milliseconds.
+func ParseTime(v any) (time.Time, bool) {
+	switch x := v.(type) {
+	case time.Time:
+		return x, true
+	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return t, true
+		}
+	}
+	if ms, ok := AsInt(v); ok && ms > 0 {
+		return time.UnixMilli(ms), true
+	}
+	return time.Time{}, false
+}
