@@ -46,7 +46,7 @@ type BreakerOptions struct {
 }
 
 // Breaker decorates a Deliverer with a circuit breaker: an app that is
-// down is not a message that failed (SPEC §6). While it is open, deliveries
+// down is not a message that failed. While it is open, deliveries
 // are answered "unavailable" without calling the app — the proxy returns
 // them to the queue without spending an attempt — and the consumer is
 // paused. A health probe and then a single delivery (half-open) decide when

@@ -256,7 +256,7 @@ func summary(b []byte) string {
 	return strings.TrimSpace(SanitizeValue(strings.ToValidUTF8(string(b), "?")))
 }
 
-// classify sorts transport errors into the outcome kinds of SPEC §4: no
+// classify sorts transport errors into the outcome kinds: no
 // request reached the app (unavailable, not an attempt), or the request was
 // sent and no answer came (timeout, an attempt), or the app answered
 // something that is not HTTP (a failed attempt).

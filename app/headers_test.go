@@ -271,7 +271,7 @@ func TestBuildHeadersHostileValues(t *testing.T) {
 }
 
 // TestBuildHeadersEmptyStringHeader: an application header whose value is
-// the empty string is a string header (SPEC §3); it must be forwarded, or
+// the empty string is a string header; it must be forwarded, or
 // at least counted as skipped.
 func TestBuildHeadersEmptyStringHeader(t *testing.T) {
 	hs, skipped := app.BuildHeaders(nil, &msg.Message{Headers: map[string]any{"flag": ""}}, msg.Info{})

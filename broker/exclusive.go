@@ -25,7 +25,7 @@ var ErrNoQueue = errors.New("no such queue")
 // second consumer of a classic queue, plus an exclusive lock queue (see
 // LockQueue) that a second tool cannot declare whatever the queue type, so
 // two tools can never process one DLQ at once — two owners republishing
-// the same DLQ is what multiplied messages in seeds/000. It also takes
+// the same DLQ multiplies its messages on every pass. It also takes
 // messages with basic.get on the same channel.
 //
 // Why both: a tool holds some messages unacked until the end of its run

@@ -145,7 +145,8 @@ type Retry struct {
 	MaxAttempts Attempts `yaml:"maxAttempts"`
 	// Tiers are the delay tiers. Default [1s, 5s, 30s, 2m, 10m, 30m].
 	Tiers []Duration `yaml:"tiers"`
-	// Outcomes override entries of the outcome table (SPEC §4), for example
+	// Outcomes override entries of the outcome table (README, "The outcome
+	// table"), for example
 	// {"4xx": retry}.
 	Outcomes map[string]string `yaml:"outcomes"`
 	// OnExpired is dlq or drop for messages past their deadline. Default dlq.
@@ -189,7 +190,7 @@ type Requeue struct {
 	MaxRequeues int `yaml:"maxRequeues"`
 }
 
-// Breaker is the circuit breaker in front of the app (SPEC §6).
+// Breaker is the circuit breaker in front of the app.
 type Breaker struct {
 	// Enabled turns the breaker on. Default true.
 	Enabled bool `yaml:"enabled"`

@@ -74,7 +74,7 @@ func TestDefaultsAreValidOnceQueueNameIsSet(t *testing.T) {
 		t.Errorf("defaults without queue.name: %d problems, want only queue.name:\n%v", n, err)
 	}
 
-	// The SPEC's defaults.
+	// The documented defaults.
 	want := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute}
 	if got := c.AllTiers(); !slices.Equal(got, want) {
 		t.Errorf("default tiers %v, want %v", got, want)
@@ -247,7 +247,7 @@ func TestValidateRules(t *testing.T) {
 		{"bad outcome key", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"6xx": "ack"} }, `retry.outcomes: "6xx": not an outcome`},
 		{"bad outcome action", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"404": "explode"} }, `retry.outcomes: "404": unknown action`},
 		{"unavailable never dlq", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"unavailable": "dlq"} }, `"unavailable": must be return`},
-		{"seed 002 every 4xx retried", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"4xx": "retry"} }, ""},
+		{"every 4xx retried", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"4xx": "retry"} }, ""},
 		{"bad onExpired", func(c *config.Config) { c.Retry.OnExpired = "keep" }, "retry.onExpired: must be dlq or drop"},
 		{"policy without name or match", func(c *config.Config) { c.Retry.Policies = []config.Policy{{}} }, "retry.policies[0].name: required"},
 		{"policy matching everything", func(c *config.Config) { c.Retry.Policies = []config.Policy{{Name: "a"}} }, "retry.policies[0].match: must set"},
@@ -801,7 +801,7 @@ func countLeaves(t reflect.Type) int {
 	return n
 }
 
-// TestTypeErrorsNameTheKey: SPEC §11 wants every error with its key path.
+// TestTypeErrorsNameTheKey: every error names its key path.
 // Values the walker does not check (integers, booleans, lists, maps) are
 // reported by the YAML decoder with a line number only.
 func TestTypeErrorsNameTheKey(t *testing.T) {

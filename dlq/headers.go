@@ -3,7 +3,7 @@
 // read and recover it.
 //
 // A message reaches the DLQ only through a confirmed publish followed by the
-// ack of the original (SPEC §5), so at any instant it is in the work queue,
+// ack of the original, so at any instant it is in the work queue,
 // in the DLQ, or briefly in both — never in neither.
 package dlq
 

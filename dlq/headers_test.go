@@ -56,4 +56,3 @@ func TestMarkFirstFailureDefaultsToNow(t *testing.T) {
 		t.Fatal("no trace id given, none expected")
 	}
 }
-

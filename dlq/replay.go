@@ -28,7 +28,7 @@ import (
 // once even when a replayed message fails again at once and comes back to
 // the DLQ behind the others. The source is an exclusive consumer, so a
 // second replayer of the same DLQ is refused instead of republishing the
-// same messages (seeds/000).
+// same messages: two processes replaying one DLQ multiply its messages.
 //
 // What a replayed copy carries: body, properties and message id unchanged;
 // the headers that describe the DLQ entry (x-dead-letter-reason,

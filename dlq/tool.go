@@ -61,7 +61,7 @@ const (
 	// HeaderReplayCount counts how many times a message was replayed from a
 	// DLQ. Hopper carries it through retries and back into the DLQ, so
 	// ReplayOptions.MaxReplays can stop a message that fails for ever from
-	// being replayed for ever (the loop of seeds/000).
+	// being replayed for ever, growing the DLQ on every pass.
 	HeaderReplayCount = "x-replay-count"
 	// HeaderReplayTime is when it was last replayed (RFC 3339).
 	HeaderReplayTime = "x-last-replay-time"

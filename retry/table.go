@@ -13,8 +13,8 @@ import (
 
 // Table maps outcome keys to actions. Keys are an exact status ("425"), a
 // status class ("4xx"), "timeout" or "unavailable". An exact status wins over
-// its class. The table is data so that, for example, "every 4xx is retried"
-// (seed 002) is one line of config.
+// its class. The table is data so that a team whose apps expect every 4xx
+// to be retried says so in one line of config.
 type Table map[string]Action
 
 // Outcome keys that are not status codes.
@@ -23,7 +23,7 @@ const (
 	KeyUnavailable = "unavailable"
 )
 
-// DefaultTable is SPEC §4's outcome table.
+// DefaultTable is the outcome table the README documents.
 func DefaultTable() Table {
 	return Table{
 		"1xx":          Retry,

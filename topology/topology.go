@@ -1,5 +1,5 @@
 // Package topology computes the queues Hopper uses around a work queue
-// (SPEC §2): one delay queue per tier that dead-letters back to the work
+// (see the README's "Queues Hopper uses"): one delay queue per tier that dead-letters back to the work
 // queue only, and a dead-letter queue. It is pure; the broker package
 // declares or verifies what it computes.
 package topology

@@ -225,7 +225,7 @@ func TestNameTemplates(t *testing.T) {
 }
 
 // TestSeed002Naming: the {prefix}.queue.{service} / {prefix}.retry-queue.{service}
-// / {prefix}.dlq.{service} scheme of seeds/002 fits the templates.
+// / {prefix}.dlq.{service} scheme of an existing event bus fits the templates.
 func TestSeed002Naming(t *testing.T) {
 	// One sidecar per service: {queue} is the service's name.
 	c := topoConfig(t, func(c *config.Config) {
