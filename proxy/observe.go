@@ -12,15 +12,16 @@ import (
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
-// Observer records what the proxy decides, once per delivery, at the
-// decision point, so metrics cannot disagree with what happened.
+// Observer records what the loop did, once per delivery, after the settle,
+// so metrics cannot disagree with what happened: a decision whose move had
+// to be let go is reported as a return.
 type Observer interface {
 	// Decided is called once per delivery with the app's outcome (Kind is
 	// meaningless when called is false: the message expired unseen), the
 	// decision, the delay tier of a retry and the HTTP latency.
 	Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration)
-	// MoveFailed is called when a move's publish failed and the original
-	// was returned to the work queue.
+	// MoveFailed is called each time a move's publish fails; the original is
+	// held and the move retried.
 	MoveFailed(role string)
 	// InFlight tracks deliveries being processed.
 	InFlight(delta int)

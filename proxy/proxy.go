@@ -106,7 +106,9 @@ type Options struct {
 	Rand retry.Rand
 }
 
-// Stats are cumulative counts, safe to read at any time.
+// Stats are cumulative counts, safe to read at any time. The outcome counts
+// (Acked … Returned) are recorded once per delivery, after the settle, at
+// the same point the Observer is told, so the two never disagree.
 type Stats struct {
 	Received, Acked, Dropped, Requeued, Retried, DeadLettered, Returned atomic.Int64
 	MoveFailed, SettleFailed, ReturnedOnShutdown, InFlight              atomic.Int64
@@ -231,9 +233,8 @@ func (p *Loop) handle(ctx context.Context, d Delivery) {
 		p.giveBack(ctx, d, m, in)
 		return
 	}
-	p.Stats.InFlight.Add(1)
-	p.obs.InFlight(1)
-	defer func() { p.Stats.InFlight.Add(-1); p.obs.InFlight(-1) }()
+	p.inFlight(1)
+	defer p.inFlight(-1)
 
 	m := d.Message()
 	now := p.o.Now()
@@ -297,7 +298,41 @@ func (p *Loop) handle(ctx context.Context, d Delivery) {
 	if !p.settle(ctx, d, m, in, dec, out) {
 		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
 	}
+	p.record(out, called, dec, latency)
+}
+
+// record counts a settled delivery, once, as what happened: in Stats and
+// through the Observer. It is the only place either is told of a decision.
+func (p *Loop) record(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
+	var c *atomic.Int64
+	switch dec.Action {
+	case retry.Ack:
+		c = &p.Stats.Acked
+	case retry.Drop:
+		c = &p.Stats.Dropped
+	case retry.Requeue:
+		c = &p.Stats.Requeued
+	case retry.Retry:
+		c = &p.Stats.Retried
+	case retry.DLQ:
+		c = &p.Stats.DeadLettered
+	case retry.Return:
+		c = &p.Stats.Returned
+	}
+	if c != nil {
+		c.Add(1)
+	}
 	p.obs.Decided(out, called, dec, latency)
+}
+
+func (p *Loop) moveFailed(why string) {
+	p.Stats.MoveFailed.Add(1)
+	p.obs.MoveFailed(why)
+}
+
+func (p *Loop) inFlight(delta int) {
+	p.Stats.InFlight.Add(int64(delta))
+	p.obs.InFlight(delta)
 }
 
 // alive reports whether a delivery can still be settled. Deliveries that
@@ -326,15 +361,11 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 			return false
 		}
 		if dec.Action == retry.Drop {
-			p.Stats.Dropped.Add(1)
 			p.log.Info("message dropped", "event", "MESSAGE_DROPPED", "message_id", m.MessageID, "reason", dec.Reason)
-		} else {
-			p.Stats.Acked.Add(1)
 		}
 		return true
 
 	case retry.Return:
-		p.Stats.Returned.Add(1)
 		if !out.Given() {
 			p.wait(p.o.UnavailableBackoff)
 		}
@@ -343,29 +374,19 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 
 	case retry.Requeue:
 		cp := msg.RequeueCopy(m, in, dec.Requeues)
-		moved := false
 		if dec.Tier > 0 {
-			moved = p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue")
-		} else {
-			if !p.wait(dec.Hold) {
-				// Shutting down: back to the queue as it came.
-				p.giveBack(ctx, d, m, in)
-				return false
-			}
-			moved = p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue")
+			return p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue")
 		}
-		if moved {
-			p.Stats.Requeued.Add(1)
+		if !p.wait(dec.Hold) {
+			// Shutting down: back to the queue as it came.
+			p.giveBack(ctx, d, m, in)
+			return false
 		}
-		return moved
+		return p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue")
 
 	case retry.Retry:
 		cp := msg.RetryCopy(m, in, dec.Retries, out.Status, p.o.Now())
-		if p.toTier(ctx, d, m, in, cp, dec.Tier, "retry") {
-			p.Stats.Retried.Add(1)
-			return true
-		}
-		return false
+		return p.toTier(ctx, d, m, in, cp, dec.Tier, "retry")
 
 	case retry.DLQ:
 		tid := traceID(trace.SpanFromContext(ctx))
@@ -376,7 +397,6 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		if !p.move(ctx, d, m, in, p.o.Plan.DLQ.Name, cp, "dlq") {
 			return false
 		}
-		p.Stats.DeadLettered.Add(1)
 		p.log.Warn("message dead-lettered", "event", retry.Event(dec.Reason), "message_id", m.MessageID,
 			"queue", in.Queue, "routing_key", in.RoutingKey, "reason", dec.Reason,
 			"status", out.Status, "retries", dec.Retries, "error", msg.Truncate(out.Error, msg.MaxErrorLen),
@@ -423,8 +443,7 @@ func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info
 		if err == nil {
 			break
 		}
-		p.Stats.MoveFailed.Add(1)
-		p.obs.MoveFailed(why)
+		p.moveFailed(why)
 		if !held {
 			held = true
 			p.movesFailing(1)
@@ -497,8 +516,7 @@ func (p *Loop) giveBack(ctx context.Context, d Delivery, m *msg.Message, in msg.
 	}
 	cp := msg.ReturnCopy(m, in)
 	if err := p.publish(ctx, p.o.Plan.Work.Name, cp, "return"); err != nil {
-		p.Stats.MoveFailed.Add(1)
-		p.obs.MoveFailed("return")
+		p.moveFailed("return")
 		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
 			"message_id", m.MessageID, "error", err.Error())
 		p.nack(d)
