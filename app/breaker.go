@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -12,6 +13,12 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
+
+// Deliverer sends a message to the app and classifies what happened; the
+// breaker and the limiter decorate one.
+type Deliverer interface {
+	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
+}
 
 // Gate starts and stops the flow of deliveries. The broker consumer
 // implements it; the breaker holds it shut while the app is down, so
@@ -26,63 +33,124 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
-// BreakerOptions configure a Breaker.
+// Clock is the time the breaker waits on. Tests inject one they move by
+// hand instead of sleeping.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// BreakerOptions configure a Breaker. Zero values take the defaults named.
 type BreakerOptions struct {
-	// Failures is the number of consecutive failures (unavailable, 5xx,
-	// timeout) that opens the breaker.
+	// Failures is the number of consecutive app-unavailable results
+	// (connection refused, reset before an answer, connect timeout) that
+	// open the breaker; also the number of consecutive failed messages
+	// (5xx, 429, timeout) after which the health check is asked. Default 5.
 	Failures int
-	// OpenTimeout is how long the breaker stays open before a probe
-	// delivery may go through (half-open).
+	// OpenTimeout is the least time the breaker stays open. Default 5s.
 	OpenTimeout time.Duration
-	// ProbeInterval is how often the health check runs while open.
+	// ProbeInterval is how often the health check runs while open, and the
+	// least time between two checks asked for by failing messages.
+	// Default 1s.
 	ProbeInterval time.Duration
-	// Prefetch is restored when the breaker closes.
+	// Prefetch is the consumer's full prefetch, restored on recovery.
+	// Required.
 	Prefetch int
-	Health   Checker
-	Gate     Gate
-	Logger   *slog.Logger
+	// Health is the app's health check. Required.
+	Health Checker
+	// Gate pauses and resumes consuming. Required.
+	Gate Gate
+	// Limiter, when set, ramps concurrency up after an outage (slow start
+	// from 1); without it the breaker resumes with prefetch 1 until the
+	// first answer closes it. Default nil.
+	Limiter *Limiter
+	// Clock defaults to the wall clock.
+	Clock  Clock
+	Logger *slog.Logger
 	// OnState is told every state change ("closed", "open", "half-open").
 	OnState func(state string)
 }
 
-// Breaker decorates a Deliverer with a circuit breaker: an app that is
-// down is not a message that failed. While it is open, deliveries
-// are answered "unavailable" without calling the app — the proxy returns
-// them to the queue without spending an attempt — and the consumer is
-// paused. A health probe and then a single delivery (half-open) decide when
-// full prefetch resumes.
+// Breaker decorates a Deliverer with a circuit breaker that trips on the
+// app, never on messages:
+//
+//	signal                                        reaction
+//	connection refused / reset, connect timeout   a failure; Failures in a row open
+//	the health check failing                      opens at once
+//	5xx, 429, timeout from the app                a message outcome (tiers, DLQ);
+//	                                              Failures in a row ask the health check
+//	request cut, then the health check failing    opens; the message counts a crash
+//	any answer from the app                       a success
+//
+// While open it answers "refused" without calling the app (the loop gives
+// those messages back without spending an attempt), pauses the consumer and
+// polls the health check. After OpenTimeout a passing check lets deliveries
+// through again (half-open): the first answer of any status closes it, and
+// the limiter ramps concurrency up from 1. A message that fails while the
+// app's health passes never reopens it.
 type Breaker struct {
-	next Deliverer
-	o    BreakerOptions
-	cb   *gobreaker.TwoStepCircuitBreaker[struct{}]
-	log  *slog.Logger
+	next  Deliverer
+	o     BreakerOptions
+	cb    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	log   *slog.Logger
+	clock Clock
 
 	changes chan gobreaker.State
 	mu      sync.Mutex
 	probing bool
+
+	// tripNow makes the next reported failure open the breaker: the health
+	// check failed.
+	tripNow atomic.Bool
+	// failing counts consecutive failed messages from an app whose health
+	// was not yet asked about them.
+	failing   atomic.Int64
+	checkMu   sync.Mutex
+	checking  *healthCheck
+	lastCheck time.Time
+}
+
+// healthCheck is one run of the health check, shared by everyone who asks
+// while it runs: a crash cuts every request in flight at once.
+type healthCheck struct {
+	done chan struct{}
+	err  error
 }
 
 // errAppFailed marks an outcome that counts against the app's health.
-var errAppFailed = errors.New("app failed")
+var errAppFailed = errors.New("app unavailable")
 
 // NewBreaker wraps next.
 func NewBreaker(next Deliverer, o BreakerOptions) *Breaker {
 	if o.Failures < 1 {
 		o.Failures = 5
 	}
+	if o.OpenTimeout <= 0 {
+		o.OpenTimeout = 5 * time.Second
+	}
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = time.Second
 	}
-	b := &Breaker{next: next, o: o, log: o.Logger, changes: make(chan gobreaker.State, 16)}
+	if o.Clock == nil {
+		o.Clock = wallClock{}
+	}
+	b := &Breaker{next: next, o: o, log: o.Logger, clock: o.Clock, changes: make(chan gobreaker.State, 16)}
 	if b.log == nil {
 		b.log = slog.Default()
 	}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "app",
+		Name: "app",
+		// Half-open lets one request through; its answer, whatever the
+		// status, closes the breaker. The limiter does the ramp.
 		MaxRequests: 1,
 		Timeout:     o.OpenTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= uint32(o.Failures)
+			return b.tripNow.Load() || c.ConsecutiveFailures >= uint32(o.Failures)
 		},
 		// Called under the breaker's lock: only hand the change over.
 		OnStateChange: func(_ string, _, to gobreaker.State) {
@@ -115,28 +183,35 @@ func (b *Breaker) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case to := <-b.changes:
-			name := stateName(to)
-			if b.o.OnState != nil {
-				b.o.OnState(name)
-			}
-			switch to {
-			case gobreaker.StateOpen:
-				b.log.Warn("circuit breaker open: app unavailable; consumer paused, messages stay in the queue",
-					"event", "BREAKER_OPEN", "failures", b.o.Failures)
-				b.o.Gate.Pause()
-				b.startProbe(ctx)
-			case gobreaker.StateHalfOpen:
-				b.log.Info("circuit breaker half-open: one delivery will probe the app", "event", "BREAKER_HALF_OPEN")
-			case gobreaker.StateClosed:
-				b.log.Info("circuit breaker closed: app healthy; full prefetch resumed", "event", "BREAKER_CLOSED")
-				b.o.Gate.Resume(b.o.Prefetch)
-			}
+			b.changed(ctx, to)
 		}
 	}
 }
 
-// startProbe polls the health check while the breaker is open; once it
-// passes and the open timeout has elapsed, one delivery is let through.
+func (b *Breaker) changed(ctx context.Context, to gobreaker.State) {
+	if b.o.OnState != nil {
+		b.o.OnState(stateName(to))
+	}
+	switch to {
+	case gobreaker.StateOpen:
+		b.log.Warn("circuit breaker open: app unavailable; consumer paused, messages stay in the queue",
+			"event", "BREAKER_OPEN", "failures", b.o.Failures)
+		b.o.Gate.Pause()
+		b.startProbe(ctx)
+	case gobreaker.StateHalfOpen:
+		b.log.Info("circuit breaker half-open: the app's health check passes; trying deliveries", "event", "BREAKER_HALF_OPEN")
+	case gobreaker.StateClosed:
+		b.failing.Store(0)
+		b.log.Info("circuit breaker closed: app answering", "event", "BREAKER_CLOSED")
+		if b.o.Limiter == nil {
+			b.o.Gate.Resume(b.o.Prefetch)
+		}
+	}
+}
+
+// startProbe polls the health check while the breaker is open; once the
+// open timeout has passed and the check passes, deliveries go through
+// again, concurrency ramping up from 1.
 func (b *Breaker) startProbe(ctx context.Context) {
 	b.mu.Lock()
 	if b.probing {
@@ -147,33 +222,68 @@ func (b *Breaker) startProbe(ctx context.Context) {
 	b.mu.Unlock()
 	go func() {
 		defer func() { b.mu.Lock(); b.probing = false; b.mu.Unlock() }()
-		t := time.NewTicker(b.o.ProbeInterval)
-		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-b.clock.After(b.o.ProbeInterval):
 			}
-			// State() moves an expired open breaker to half-open.
+			// State() moves an open breaker past its timeout to half-open.
 			switch b.cb.State() {
 			case gobreaker.StateClosed:
 				return
 			case gobreaker.StateOpen:
 				continue
 			}
-			if b.o.Health != nil {
-				if err := b.o.Health.Check(ctx); err != nil {
-					continue
-				}
+			if err := b.check(ctx); err != nil {
+				continue
 			}
-			b.o.Gate.Resume(1)
+			if b.o.Limiter != nil {
+				b.o.Limiter.Reset(1)
+				b.o.Gate.Resume(b.o.Prefetch)
+			} else {
+				b.o.Gate.Resume(1)
+			}
 			return
 		}
 	}()
 }
 
-// Deliver asks the breaker first; an open breaker answers "unavailable"
+// check runs the health check, or waits for the one already running.
+func (b *Breaker) check(ctx context.Context) error {
+	b.checkMu.Lock()
+	hc := b.checking
+	if hc == nil {
+		hc = &healthCheck{done: make(chan struct{})}
+		b.checking = hc
+		b.lastCheck = b.clock.Now()
+		b.checkMu.Unlock()
+		hc.err = b.o.Health.Check(ctx)
+		b.checkMu.Lock()
+		b.checking = nil
+		b.checkMu.Unlock()
+		close(hc.done)
+		return hc.err
+	}
+	b.checkMu.Unlock()
+	select {
+	case <-hc.done:
+		return hc.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// trip opens the breaker now: the health check failed.
+func (b *Breaker) trip() {
+	b.tripNow.Store(true)
+	defer b.tripNow.Store(false)
+	if done, err := b.cb.Allow(); err == nil {
+		done(errAppFailed)
+	}
+}
+
+// Deliver asks the breaker first; an open breaker answers "refused"
 // without calling the app.
 func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
 	done, err := b.cb.Allow()
@@ -181,26 +291,61 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 		return retry.Outcome{Kind: retry.Unavailable, Error: "circuit breaker " + b.State() + ": app marked unavailable", Refused: true}
 	}
 	o := b.next.Deliver(ctx, m, in)
-	if failed(o) {
+	switch {
+	case o.Given():
+		done(nil) // Hopper's own doing: says nothing about the app
+	case o.Kind == retry.Unavailable:
+		if o.Cut {
+			// The app went away while it had the request. If its health
+			// check fails now, it died handling it: count a crash for the
+			// message, and open at once.
+			if err := b.check(context.WithoutCancel(ctx)); err != nil {
+				o.Crashed = true
+				o.Error += "; then the health check failed: " + err.Error()
+				done(nil)
+				b.trip()
+				return o
+			}
+		}
 		done(errAppFailed)
-	} else {
+	case failedMessage(o):
+		done(nil) // the app answered: it is up
+		b.messageFailed(ctx)
+	default:
 		done(nil)
+		b.failing.Store(0)
 	}
 	return o
 }
 
-// failed says whether an outcome counts against the app's health: it did
-// not answer, or answered with a server error. A 4xx is the app working.
-func failed(o retry.Outcome) bool {
-	switch o.Kind {
-	case retry.Unavailable, retry.Timeout:
-		return true
+// messageFailed is told of a failed message from an app that answered.
+// Failures in a row make it ask the health check, at most once per
+// ProbeInterval; only a failing check opens the breaker.
+func (b *Breaker) messageFailed(ctx context.Context) {
+	if b.failing.Add(1) < int64(b.o.Failures) {
+		return
 	}
-	return o.Status >= 500 || o.Status == 0
+	b.checkMu.Lock()
+	now := b.clock.Now()
+	due := b.checking == nil && now.Sub(b.lastCheck) >= b.o.ProbeInterval
+	if due {
+		b.lastCheck = now // claimed here, so concurrent failures ask once
+	}
+	b.checkMu.Unlock()
+	if !due {
+		return
+	}
+	b.failing.Store(0)
+	go func() {
+		if err := b.check(context.WithoutCancel(ctx)); err != nil {
+			b.log.Warn("messages failing and the app's health check fails too", "event", "APP_UNHEALTHY", "error", err.Error())
+			b.trip()
+		}
+	}()
 }
 
-// Deliverer sends a message to the app and classifies what happened; the
-// breaker decorates one.
-type Deliverer interface {
-	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
+// failedMessage says whether an answer is a failed message: 5xx, 429,
+// timeout or garbage. A 4xx is the app working.
+func failedMessage(o retry.Outcome) bool {
+	return o.Kind == retry.Timeout || o.Status >= 500 || o.Status == 429 || o.Status == 0
 }

@@ -274,9 +274,11 @@ func classify(err error) retry.Outcome {
 		errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF):
-		// Closed or reset before a response: the app went away. It may be
-		// restarting; the message did not fail.
+		// Closed or reset before a response: the app went away while it
+		// had the request. The breaker asks the health check whether it
+		// died; either way the message did not fail.
 		o.Kind = retry.Unavailable
+		o.Cut = true
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 		o.Kind = retry.Timeout
 	default:

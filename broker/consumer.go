@@ -177,7 +177,7 @@ func (c *Consumer) PauseReasons() []string {
 // resumes once none is left.
 const (
 	// PauseBreaker: the app is unavailable and the circuit breaker is open.
-	PauseBreaker = "app unavailable (breaker open)"
+	PauseBreaker = "app unavailable"
 	// PauseMoves: moving a message (to a delay tier, the DLQ or back to the
 	// work queue) keeps failing; taking more would only pile up held
 	// deliveries.

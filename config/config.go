@@ -24,6 +24,7 @@ type Config struct {
 	Retry    Retry    `yaml:"retry"`
 	Requeue  Requeue  `yaml:"requeue"`
 	Breaker  Breaker  `yaml:"breaker"`
+	Limiter  Limiter  `yaml:"limiter"`
 	Shutdown Shutdown `yaml:"shutdown"`
 	Admin    Admin    `yaml:"admin"`
 	Log      Log      `yaml:"log"`
@@ -156,6 +157,10 @@ type Retry struct {
 	DeadlineHeader string `yaml:"deadlineHeader"`
 	// Policies are matched in order; the first match wins over the defaults.
 	Policies []Policy `yaml:"policies"`
+	// MaxCrashes is the number of times a message may be in flight when the
+	// app dies (the request cut, then the health check failing) before it
+	// goes to the DLQ as app-crash; 0 never does. Default 3.
+	MaxCrashes int `yaml:"maxCrashes"`
 }
 
 // Policy is a retry policy for the messages its match selects. Unset fields
@@ -190,19 +195,34 @@ type Requeue struct {
 	MaxRequeues int `yaml:"maxRequeues"`
 }
 
-// Breaker is the circuit breaker in front of the app.
+// Breaker is the circuit breaker in front of the app. It trips on the app
+// being unavailable, never on messages failing.
 type Breaker struct {
 	// Enabled turns the breaker on. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Failures is the number of consecutive unavailable, 5xx or timeout
-	// results that open it. Default 5.
+	// Failures is the number of consecutive app-unavailable results
+	// (connection refused or reset, connect timeout) that open it, and the
+	// number of consecutive failed messages (5xx, 429, timeout) after which
+	// Hopper asks the health check, which alone then decides. Default 5.
 	Failures int `yaml:"failures"`
-	// OpenTimeout is how long it stays open before one delivery may probe
-	// the app (half-open). Default 5s.
+	// OpenTimeout is the least time it stays open; after it, a passing
+	// health check lets deliveries through again. Default 5s.
 	OpenTimeout Duration `yaml:"openTimeout"`
-	// ProbeInterval is how often the app's health check runs while open.
+	// ProbeInterval is how often the app's health check runs while open,
+	// and the least time between two checks asked for by failing messages.
 	// Default 1s.
 	ProbeInterval Duration `yaml:"probeInterval"`
+}
+
+// Limiter is the adaptive concurrency limit in front of the app: it shrinks
+// when the app signals overload (429, 503, timeouts, latency well above its
+// usual) and grows back on success, between 1 and consumer.workers.
+type Limiter struct {
+	// Enabled turns it on. Default true.
+	Enabled bool `yaml:"enabled"`
+	// LatencyTolerance is how many times its usual latency the app may take
+	// before that counts as overload. Default 2.
+	LatencyTolerance float64 `yaml:"latencyTolerance"`
 }
 
 // Shutdown governs SIGTERM.
@@ -253,10 +273,12 @@ func Default() Config {
 			MaxAttempts: 10,
 			Tiers: []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second),
 				Duration(2 * time.Minute), Duration(10 * time.Minute), Duration(30 * time.Minute)},
-			OnExpired: "dlq",
+			OnExpired:  "dlq",
+			MaxCrashes: 3,
 		},
 		Requeue:  Requeue{MinHold: Duration(time.Second), MaxHold: Duration(5 * time.Second), MaxRequeues: 100},
 		Breaker:  Breaker{Enabled: true, Failures: 5, OpenTimeout: Duration(5 * time.Second), ProbeInterval: Duration(time.Second)},
+		Limiter:  Limiter{Enabled: true, LatencyTolerance: 2},
 		Shutdown: Shutdown{Grace: Duration(25 * time.Second)},
 		Admin:    Admin{Listen: ":9090"},
 		Log:      Log{Level: "info", Format: "json"},

@@ -169,6 +169,10 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
 			w.fail(n, path, fmt.Errorf("must be true or false, got %s", describe(n)))
 		}
+	case reflect.Float64:
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") {
+			w.fail(n, path, fmt.Errorf("must be a number, got %s", describe(n)))
+		}
 	}
 }
 
@@ -336,6 +340,12 @@ func setFromString(fv reflect.Value, s string) error {
 			return fmt.Errorf("invalid boolean %q", s)
 		}
 		fv.SetBool(b)
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return fmt.Errorf("invalid number %q", s)
+		}
+		fv.SetFloat(f)
 	case reflect.Int:
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {

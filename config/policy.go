@@ -20,6 +20,7 @@ func (c *Config) Selector() *retry.Selector {
 		MaxRequeues:   c.Requeue.MaxRequeues,
 		MaxHold:       c.Requeue.MaxHold.D(),
 		MinHold:       c.Requeue.MinHold.D(),
+		MaxCrashes:    c.Retry.MaxCrashes,
 	}
 	s := &retry.Selector{Default: def}
 	for _, p := range c.Retry.Policies {

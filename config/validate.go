@@ -172,6 +172,12 @@ func (c *Config) Validate() error {
 	if c.Breaker.Failures < 1 {
 		add("breaker.failures", "must be at least 1, got %d", c.Breaker.Failures)
 	}
+	if c.Retry.MaxCrashes < 0 {
+		add("retry.maxCrashes", "must be 0 (never) or more, got %d", c.Retry.MaxCrashes)
+	}
+	if c.Limiter.LatencyTolerance < 1 {
+		add("limiter.latencyTolerance", "must be at least 1 (a multiple of the app's usual latency), got %g", c.Limiter.LatencyTolerance)
+	}
 	positive("breaker.openTimeout", c.Breaker.OpenTimeout)
 	positive("breaker.probeInterval", c.Breaker.ProbeInterval)
 	positive("shutdown.grace", c.Shutdown.Grace)

@@ -12,7 +12,7 @@ import (
 //	kind       x-retry-count   x-requeue-count   also written
 //	retry      failed so far   unchanged         last failure time and status; first failure time once
 //	requeue    unchanged       +1                –
-//	give-back  unchanged       unchanged         –
+//	give-back  unchanged       unchanged         x-hopper-crash-count when the app died with it
 //	DLQ        failed, final   unchanged         original queue, reason, final status/error/count,
 //	           one included                      first/last failure and dead-letter time, trace id
 //	replay     kept or reset   kept or reset     replay count and time, the DLQ it came from;
@@ -32,6 +32,9 @@ func moved(m *Message, in Info, retries, requeues int) *Message {
 	h[HeaderOriginalRoutingKey] = in.RoutingKey
 	if !in.Deadline.IsZero() {
 		h[HeaderDeadline] = in.Deadline.UnixMilli()
+	}
+	if in.Crashes > 0 {
+		h[HeaderCrashCount] = int32(in.Crashes)
 	}
 	return cp
 }
@@ -59,8 +62,9 @@ func RequeueCopy(m *Message, in Info, requeues int) *Message {
 }
 
 // ReturnCopy is the copy that gives a message back to the work queue as it
-// came (the app could not take it, or Hopper let go of it): no counter
-// changes.
+// came (the app could not take it, or Hopper let go of it): no attempt or
+// requeue is counted. in.Crashes is written, so a give-back after the app
+// died handling the message carries the new crash count.
 func ReturnCopy(m *Message, in Info) *Message {
 	return moved(m, in, in.Retries, in.Requeues)
 }

@@ -346,7 +346,7 @@ func alive(d Delivery) bool {
 // it the outcome table decides on.
 func (p *Loop) history(m *msg.Message, now time.Time) (msg.Info, retry.State) {
 	in := msg.Read(m, p.o.Plan.Work.Name, p.o.DeadlineHeader, now)
-	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Deadline: in.Deadline}
+	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes, Deadline: in.Deadline}
 }
 
 // settle carries out a decision. It is the one place where deliveries are
@@ -366,8 +366,15 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		return true
 
 	case retry.Return:
-		if !out.Given() {
+		if !out.Given() && !out.Crashed {
 			p.wait(p.o.UnavailableBackoff)
+		}
+		if dec.Crashes > in.Crashes {
+			// The app died handling it: the new crash count must travel
+			// with the message, which a nack cannot do.
+			in.Crashes = dec.Crashes
+			p.republish(ctx, d, m, in)
+			return true
 		}
 		p.giveBack(ctx, d, m, in)
 		return true
@@ -390,6 +397,7 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 
 	case retry.DLQ:
 		tid := traceID(trace.SpanFromContext(ctx))
+		in.Crashes = dec.Crashes
 		cp := msg.DLQCopy(m, in, msg.DeadLetter{
 			Reason: dec.Reason, Status: out.Status, Error: out.Error, Retries: dec.Retries,
 			TraceID: tid, Now: p.o.Now(),
@@ -506,16 +514,21 @@ func (p *Loop) movesFailing(delta int64) {
 // giveBack returns a delivery to the work queue as it came, without
 // spending an attempt: the app could not take it, or Hopper is letting go
 // of it. On a classic queue that is a nack with requeue. On a quorum queue
-// it is a republish of the same message (counters, origin and deadline
-// kept) → confirm → ack, so the queue's delivery limit is not spent; only
-// when that republish fails too is the delivery nacked, the one way left.
+// it is a republish (counters, origin and deadline kept) → confirm → ack,
+// so the queue's delivery limit is not spent.
 func (p *Loop) giveBack(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) {
 	if !p.o.Quorum {
 		p.nack(d)
 		return
 	}
-	cp := msg.ReturnCopy(m, in)
-	if err := p.publish(ctx, p.o.Plan.Work.Name, cp, "return"); err != nil {
+	p.republish(ctx, d, m, in)
+}
+
+// republish puts a copy of m, with the history in, back in the work queue,
+// then acks the delivery. When the publish fails the delivery is nacked
+// instead, the one way left to keep it.
+func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) {
+	if err := p.publish(ctx, p.o.Plan.Work.Name, msg.ReturnCopy(m, in), "return"); err != nil {
 		p.moveFailed("return")
 		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
 			"message_id", m.MessageID, "error", err.Error())

@@ -440,3 +440,38 @@ func TestDecisionCountedOnceAfterSettle(t *testing.T) {
 		t.Fatalf("counted %v, want one dlq", obs.decided)
 	}
 }
+
+// TestCrashCountTravels: a message the app died handling is given back by
+// a republish carrying the new crash count, on a classic queue too (a nack
+// cannot change headers); at the crash limit it goes to the DLQ as
+// app-crash, without spending an attempt.
+func TestCrashCountTravels(t *testing.T) {
+	crash := retry.Outcome{Kind: retry.Unavailable, Cut: true, Crashed: true, Error: "EOF"}
+	p, pub, j := newTestProxy(t, crash, nil)
+	p.o.Selector.Default.MaxCrashes = 3
+	run(p, &fakeDelivery{m: msgWith(map[string]any{msg.HeaderRetryCount: int32(1)}), j: j, alive: true})
+	if got := j.all(); !equal(got, []string{"publish orders", "ack"}) {
+		t.Fatalf("calls %v", got)
+	}
+	cp := pub.got[0]
+	if n, _ := cp.Int(msg.HeaderCrashCount); n != 1 {
+		t.Fatalf("x-hopper-crash-count %d, want 1", n)
+	}
+	if n, _ := cp.Int(msg.HeaderRetryCount); n != 1 {
+		t.Fatalf("a crash spent an attempt: x-retry-count %d", n)
+	}
+
+	p, pub, j = newTestProxy(t, crash, nil)
+	p.o.Selector.Default.MaxCrashes = 3
+	run(p, &fakeDelivery{m: msgWith(map[string]any{msg.HeaderCrashCount: int32(2)}), j: j, alive: true})
+	if got := j.all(); !equal(got, []string{"publish orders.dlq", "ack"}) {
+		t.Fatalf("calls %v", got)
+	}
+	cp = pub.got[0]
+	if cp.String(msg.HeaderDeadLetterReason) != retry.ReasonAppCrash {
+		t.Fatalf("reason %q", cp.String(msg.HeaderDeadLetterReason))
+	}
+	if n, _ := cp.Int(msg.HeaderCrashCount); n != 3 {
+		t.Fatalf("x-hopper-crash-count %d on the DLQ copy, want 3", n)
+	}
+}

@@ -14,6 +14,8 @@
 //	  ├─ 408/409/429/5xx/timeout ─────────→ retry: tier min(attempt, last), retries+1;
 //	  │                                      attempt ≥ MaxAttempts → DLQ "max-attempts"
 //	  ├─ app unavailable ─────────────────→ return to the work queue, no attempt spent
+//	  ├─ app died handling it ────────────→ return, crashes+1 (not an attempt);
+//	  │                                      crashes ≥ MaxCrashes → DLQ "app-crash"
 //	  └─ other 4xx ───────────────────────→ DLQ "non-retriable"
 //
 // The app can override the table with a Hopper-Action response header.
@@ -105,6 +107,14 @@ type Outcome struct {
 	// CutOff means Hopper itself ended the request because it is shutting
 	// down. The app may have done the work, but the message did not fail.
 	CutOff bool
+	// Cut means the request was sent and the connection then closed or
+	// reset before an answer (Kind is Unavailable): the app went away while
+	// handling it.
+	Cut bool
+	// Crashed means a Cut request was followed by a failing health check:
+	// the app died handling this message. Such deliveries are counted per
+	// message, so one message cannot keep the app in a crash loop.
+	Crashed bool
 }
 
 // Given reports whether the message was taken from Hopper's side: refused
@@ -116,6 +126,7 @@ func (o Outcome) Given() bool { return o.Refused || o.CutOff }
 type State struct {
 	Retries  int       // failed attempts so far (x-retry-count)
 	Requeues int       // 425 requeues so far (x-requeue-count)
+	Crashes  int       // requests that ended with the app dying (x-hopper-crash-count)
 	Deadline time.Time // zero when the message has none
 }
 
@@ -129,6 +140,7 @@ const (
 	ReasonExpired      = "expired"
 	ReasonTooEarly     = "too-early"
 	ReasonAppAction    = "app-action"
+	ReasonAppCrash     = "app-crash"
 )
 
 // Event is the stable log event name for a dead-lettering reason.
@@ -144,6 +156,8 @@ func Event(reason string) string {
 		return "RABBITMQ_MESSAGE_TOO_EARLY_LIMIT_EXCEEDED"
 	case ReasonAppAction:
 		return "RABBITMQ_MESSAGE_DEAD_LETTERED_BY_APP"
+	case ReasonAppCrash:
+		return "RABBITMQ_MESSAGE_CRASHED_APP"
 	}
 	return "RABBITMQ_MESSAGE_DEAD_LETTERED"
 }
@@ -160,9 +174,11 @@ type Decision struct {
 	Tier time.Duration
 	// Reason is the x-dead-letter-reason for DLQ (and Drop) decisions.
 	Reason string
-	// Retries and Requeues are the counters after this decision.
+	// Retries, Requeues and Crashes are the counters after this decision.
+	// A Return whose Crashes grew must be republished with the new count.
 	Retries  int
 	Requeues int
+	Crashes  int
 }
 
 // Unlimited as MaxAttempts retries a message for ever (until its deadline).
@@ -188,6 +204,9 @@ type Policy struct {
 	// MinHold is the lower end of the jittered hold (MinHold..MaxHold) used
 	// when a 425 has no Retry-After.
 	MinHold time.Duration
+	// MaxCrashes is the number of app crashes a message may cause before it
+	// goes to the DLQ as app-crash; 0 never dead-letters for crashes.
+	MaxCrashes int
 }
 
 // Rand returns a pseudo-random number in [0, 1). It is injected so that
@@ -197,8 +216,19 @@ type Rand func() float64
 // Decide returns the decision for one attempt. now is the time the outcome
 // was seen; rnd jitters the 425 hold.
 func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
-	d := Decision{Retries: st.Retries, Requeues: st.Requeues}
+	d := Decision{Retries: st.Retries, Requeues: st.Requeues, Crashes: st.Crashes}
 	if o.Given() {
+		d.Action = Return
+		return d
+	}
+	if o.Crashed {
+		// Not an attempt: the message may be fine and the app broken. But a
+		// message that keeps killing the app is set aside.
+		d.Crashes = st.Crashes + 1
+		if p.MaxCrashes > 0 && d.Crashes >= p.MaxCrashes {
+			d.Action, d.Reason = DLQ, ReasonAppCrash
+			return d
+		}
 		d.Action = Return
 		return d
 	}
@@ -279,7 +309,7 @@ func Expired(p *Policy, st State) Decision {
 	if a != Drop {
 		a = DLQ
 	}
-	return Decision{Action: a, Reason: ReasonExpired, Retries: st.Retries, Requeues: st.Requeues}
+	return Decision{Action: a, Reason: ReasonExpired, Retries: st.Retries, Requeues: st.Requeues, Crashes: st.Crashes}
 }
 
 // TierFor picks the smallest tier at least d long, or the longest tier.

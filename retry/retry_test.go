@@ -254,3 +254,36 @@ func TestEventNames(t *testing.T) {
 		seen[Event(r)] = true
 	}
 }
+
+// A request cut by the app dying counts a crash, not an attempt; the crash
+// that reaches MaxCrashes dead-letters as app-crash. A plain refusal (the
+// app already down) counts nothing.
+func TestDecideCrashes(t *testing.T) {
+	p := defaultPolicy()
+	p.MaxCrashes = 3
+	crash := Outcome{Kind: Unavailable, Cut: true, Crashed: true}
+	cases := []struct {
+		name string
+		st   State
+		o    Outcome
+		want Decision
+	}{
+		{"first crash returns", State{Retries: 2}, crash, Decision{Action: Return, Retries: 2, Crashes: 1}},
+		{"second crash returns", State{Crashes: 1}, crash, Decision{Action: Return, Crashes: 2}},
+		{"third crash dead-letters", State{Retries: 4, Crashes: 2}, crash, Decision{Action: DLQ, Reason: ReasonAppCrash, Retries: 4, Crashes: 3}},
+		{"refused while down counts nothing", State{Crashes: 2}, Outcome{Kind: Unavailable}, Decision{Action: Return, Crashes: 2}},
+		{"cut with the app still healthy counts nothing", State{Crashes: 2}, Outcome{Kind: Unavailable, Cut: true}, Decision{Action: Return, Crashes: 2}},
+		{"a success keeps the count", State{Crashes: 2}, Outcome{Kind: Response, Status: 200}, Decision{Action: Ack, Crashes: 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Decide(p, tc.st, tc.o, time.Now(), half); got != tc.want {
+				t.Fatalf("Decide = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	p.MaxCrashes = 0
+	if got := Decide(p, State{Crashes: 100}, crash, time.Now(), half); got.Action != Return {
+		t.Fatalf("MaxCrashes 0 must never dead-letter for crashes: %+v", got)
+	}
+}

@@ -46,6 +46,7 @@ type Sidecar struct {
 	cons             atomic.Pointer[broker.Consumer]
 	breaker          atomic.Pointer[app.Breaker]
 	app              atomic.Pointer[app.Client]
+	limiter          atomic.Pointer[app.Limiter]
 	adminAddr        atomic.Value // string
 }
 
@@ -70,6 +71,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 			}
 			return 0
 		},
+		ConcurrencyLimit: func() int64 { return int64(s.ConcurrencyLimit()) },
 		MovesFailing: func() int64 {
 			if px := s.px.Load(); px != nil {
 				return px.Stats.MovesFailing.Load()
@@ -120,6 +122,15 @@ func (s *Sidecar) PauseReasons() []string {
 		return c.PauseReasons()
 	}
 	return nil
+}
+
+// ConcurrencyLimit is the adaptive limit on concurrent requests to the app
+// (0 when the limiter is off).
+func (s *Sidecar) ConcurrencyLimit() int {
+	if l := s.limiter.Load(); l != nil {
+		return l.Limit()
+	}
+	return 0
 }
 
 // BreakerState is "closed", "open" or "half-open" ("" without a breaker).
@@ -213,18 +224,33 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason))
 		},
 	})
+	// The app side, outermost first: breaker (is the app up?), limiter (how
+	// much can it take?), client.
 	var deliverer proxy.Deliverer = client
+	var lim *app.Limiter
+	if cfg.Limiter.Enabled && !cfg.Consumer.Ordered {
+		lim = app.NewLimiter(client, app.LimiterOptions{
+			Max:              Workers(cfg),
+			LatencyTolerance: cfg.Limiter.LatencyTolerance,
+		})
+		s.limiter.Store(lim)
+		deliverer = lim
+	}
 	if cfg.Breaker.Enabled {
-		br := app.NewBreaker(client, app.BreakerOptions{
+		br := app.NewBreaker(deliverer, app.BreakerOptions{
 			Failures:      cfg.Breaker.Failures,
 			OpenTimeout:   cfg.Breaker.OpenTimeout.D(),
 			ProbeInterval: cfg.Breaker.ProbeInterval.D(),
 			Prefetch:      prefetch,
 			Health:        gate,
 			Gate:          cons,
+			Limiter:       lim,
 			Logger:        log,
 			OnState: func(state string) {
 				s.metrics.SetBreaker(state)
+				if state == "open" {
+					s.metrics.BreakerOpened()
+				}
 				s.event(tracer, "hopper.breaker."+state)
 			},
 		})
@@ -362,7 +388,11 @@ func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: not consuming (broker connection down or shutting down)")
 		default:
-			fmt.Fprintln(w, "ready: consuming")
+			if l := s.ConcurrencyLimit(); l > 0 {
+				fmt.Fprintf(w, "ready: consuming (concurrency limit %d)\n", l)
+			} else {
+				fmt.Fprintln(w, "ready: consuming")
+			}
 		}
 	})
 	ln, err := net.Listen("tcp", addr)

@@ -27,6 +27,7 @@ type Metrics struct {
 	returns      prometheus.Counter
 	movesFailed  *prometheus.CounterVec
 	breaker      *prometheus.GaugeVec
+	breakerOpens prometheus.Counter
 	reconnects   prometheus.Counter
 }
 
@@ -37,6 +38,8 @@ type Sources struct {
 	HeadersSkipped func() int64
 	SpansDropped   func() int64
 	MovesFailing   func() int64
+	// ConcurrencyLimit is the adaptive limit on concurrent app requests.
+	ConcurrencyLimit func() int64
 }
 
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
@@ -76,12 +79,15 @@ func NewMetrics(src Sources) *Metrics {
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hopper_breaker_state", Help: "1 for the circuit breaker's current state.",
 		}, []string{"state"}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hopper_breaker_opens_total", Help: "Times the circuit breaker opened (the app unavailable).",
+		}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hopper_broker_reconnects_total", Help: "Consumer reconnects after a lost connection, channel or consumer.",
 		}),
 	}
 	reg.MustRegister(m.deliveries, m.latency, m.inFlight, m.retries, m.deadLettered, m.requeues,
-		m.returns, m.movesFailed, m.breaker, m.reconnects)
+		m.returns, m.movesFailed, m.breaker, m.breakerOpens, m.reconnects)
 	m.SetBreaker("closed")
 	boolGauge := func(name, help string, f func() bool) {
 		if f == nil {
@@ -96,6 +102,12 @@ func NewMetrics(src Sources) *Metrics {
 	}
 	boolGauge("hopper_broker_connected", "1 while the consumer's broker connection is up.", src.Connected)
 	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open, or moves failing).", src.Paused)
+	if src.ConcurrencyLimit != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hopper_concurrency_limit",
+			Help: "The adaptive limit on concurrent requests to the app (between 1 and consumer.workers; 0 when the limiter is off).",
+		}, func() float64 { return float64(src.ConcurrencyLimit()) }))
+	}
 	if src.MovesFailing != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hopper_moves_failing",
@@ -146,6 +158,9 @@ func (m *Metrics) MoveFailed(move string) { m.movesFailed.WithLabelValues(move).
 
 // InFlight implements proxy.Observer.
 func (m *Metrics) InFlight(delta int) { m.inFlight.Add(float64(delta)) }
+
+// BreakerOpened counts the breaker opening.
+func (m *Metrics) BreakerOpened() { m.breakerOpens.Inc() }
 
 // SetBreaker records the breaker's state.
 func (m *Metrics) SetBreaker(state string) {

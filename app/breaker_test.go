@@ -1,0 +1,268 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// fakeClock fires After channels only when the test says so.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []chan time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waiters = append(c.waiters, ch)
+	return ch
+}
+
+// tick waits for someone to wait on the clock, moves it by d and fires.
+func (c *fakeClock) tick(d time.Duration) {
+	for {
+		c.mu.Lock()
+		if len(c.waiters) > 0 {
+			c.now = c.now.Add(d)
+			for _, w := range c.waiters {
+				w <- c.now
+			}
+			c.waiters = nil
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		runtime.Gosched()
+	}
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type fakeHealth struct {
+	err   atomic.Pointer[error]
+	calls atomic.Int64
+}
+
+func (h *fakeHealth) set(err error) { h.err.Store(&err) }
+func (h *fakeHealth) Check(context.Context) error {
+	h.calls.Add(1)
+	if p := h.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+type fakeGate struct {
+	mu     sync.Mutex
+	paused bool
+	resume []int
+}
+
+func (g *fakeGate) Pause() { g.mu.Lock(); g.paused = true; g.mu.Unlock() }
+func (g *fakeGate) Resume(p int) {
+	g.mu.Lock()
+	g.paused = false
+	g.resume = append(g.resume, p)
+	g.mu.Unlock()
+}
+func (g *fakeGate) isPaused() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.paused }
+
+type scripted struct {
+	out   atomic.Pointer[retry.Outcome]
+	calls atomic.Int64
+}
+
+func (s *scripted) set(o retry.Outcome) { s.out.Store(&o) }
+func (s *scripted) Deliver(context.Context, *msg.Message, msg.Info) retry.Outcome {
+	s.calls.Add(1)
+	return *s.out.Load()
+}
+
+type breakerRig struct {
+	b      *Breaker
+	app    *scripted
+	health *fakeHealth
+	gate   *fakeGate
+	clock  *fakeClock
+	lim    *Limiter
+	states chan string
+}
+
+func newRig(t *testing.T) *breakerRig { return newRigOpen(t, time.Nanosecond) }
+
+// newRigOpen makes a rig whose breaker stays open at least openTimeout
+// (gobreaker's own clock: tests use 1ns, or an hour to pin it open).
+func newRigOpen(t *testing.T, openTimeout time.Duration) *breakerRig {
+	t.Helper()
+	r := &breakerRig{app: &scripted{}, health: &fakeHealth{}, gate: &fakeGate{}, clock: &fakeClock{now: time.Unix(0, 0)},
+		states: make(chan string, 64)}
+	r.lim = NewLimiter(nil, LimiterOptions{Max: 50})
+	r.b = NewBreaker(r.app, BreakerOptions{
+		Failures: 5, OpenTimeout: openTimeout, ProbeInterval: time.Second, Prefetch: 50,
+		Health: r.health, Gate: r.gate, Limiter: r.lim, Clock: r.clock,
+		OnState: func(s string) { r.states <- s },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.b.Run(ctx)
+	return r
+}
+
+func (r *breakerRig) deliver(n int) (last retry.Outcome) {
+	for range n {
+		last = r.b.Deliver(context.Background(), &msg.Message{}, msg.Info{})
+	}
+	return last
+}
+
+func (r *breakerRig) waitState(t *testing.T, want string) {
+	t.Helper()
+	for {
+		select {
+		case s := <-r.states:
+			if s == want {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("breaker never reached %s (now %s)", want, r.b.State())
+		}
+	}
+}
+
+var refused = retry.Outcome{Kind: retry.Unavailable, Error: "connection refused"}
+
+// Failing messages from an app whose health check passes never open the
+// breaker: the health check is asked, at most once per probe interval.
+func TestBreakerMessagesFailingHealthyApp(t *testing.T) {
+	r := newRig(t)
+	r.app.set(retry.Outcome{Kind: retry.Response, Status: 503})
+	r.deliver(200)
+	waitFor(t, func() bool { return r.health.calls.Load() == 1 })
+	r.deliver(200)
+	if r.b.State() != "closed" || r.gate.isPaused() {
+		t.Fatalf("state %s, paused %v after 503s from a healthy app", r.b.State(), r.gate.isPaused())
+	}
+	if n := r.health.calls.Load(); n != 1 {
+		t.Fatalf("health asked %d times within one probe interval", n)
+	}
+	r.clock.advance(time.Second)
+	r.deliver(5)
+	waitFor(t, func() bool { return r.health.calls.Load() == 2 })
+	if r.app.calls.Load() != 405 {
+		t.Fatalf("app called %d times, want every message delivered", r.app.calls.Load())
+	}
+}
+
+// Failing messages and a failing health check: the app is down.
+func TestBreakerMessagesFailingUnhealthyApp(t *testing.T) {
+	r := newRig(t)
+	r.health.set(errors.New("health: 500"))
+	r.app.set(retry.Outcome{Kind: retry.Response, Status: 500})
+	r.deliver(5)
+	r.waitState(t, "open")
+	waitFor(t, r.gate.isPaused)
+}
+
+// Refused connections open the breaker after Failures in a row; then
+// deliveries are refused without calling the app.
+func TestBreakerOpensOnUnavailableAndRefuses(t *testing.T) {
+	r := newRigOpen(t, time.Hour)
+	r.health.set(errors.New("refused"))
+	r.app.set(refused)
+	r.deliver(4)
+	if r.b.State() != "closed" {
+		t.Fatal("opened before Failures results")
+	}
+	r.deliver(1)
+	r.waitState(t, "open")
+	before := r.app.calls.Load()
+	for range 10 {
+		if o := r.deliver(1); !o.Refused || !o.Given() {
+			t.Fatalf("outcome %+v while open, want refused", o)
+		}
+	}
+	if r.app.calls.Load() != before {
+		t.Fatal("a refused delivery reached the app")
+	}
+}
+
+// A request cut by the app dying, then a failing health check: the message
+// counts a crash and the breaker opens at once. A cut with a healthy app
+// afterwards is not a crash.
+func TestBreakerCrash(t *testing.T) {
+	r := newRig(t)
+	r.app.set(retry.Outcome{Kind: retry.Unavailable, Cut: true, Error: "EOF"})
+	if o := r.deliver(1); o.Crashed {
+		t.Fatal("a cut request with a healthy app counted as a crash")
+	}
+	r.health.set(errors.New("refused"))
+	if o := r.deliver(1); !o.Crashed {
+		t.Fatalf("outcome %+v, want crashed", o)
+	}
+	r.waitState(t, "open")
+}
+
+// Recovery is decided by health: while the check fails the consumer stays
+// paused; once it passes deliveries resume with full prefetch and the
+// limiter restarts from 1; a message failing in half-open does not reopen.
+func TestBreakerRecovery(t *testing.T) {
+	r := newRig(t)
+	r.health.set(errors.New("down"))
+	r.app.set(refused)
+	r.deliver(5)
+	r.waitState(t, "open")
+	for range 3 {
+		r.clock.tick(time.Second)
+	}
+	waitFor(t, func() bool { return r.health.calls.Load() >= 3 })
+	if !r.gate.isPaused() {
+		t.Fatal("resumed while the health check fails")
+	}
+	r.health.set(nil)
+	r.clock.tick(time.Second)
+	waitFor(t, func() bool { return !r.gate.isPaused() })
+	if got := r.gate.resume[len(r.gate.resume)-1]; got != 50 {
+		t.Fatalf("resumed with prefetch %d, want 50", got)
+	}
+	if r.lim.Limit() != 1 {
+		t.Fatalf("limiter at %d after recovery, want 1", r.lim.Limit())
+	}
+	r.app.set(retry.Outcome{Kind: retry.Response, Status: 503})
+	r.deliver(1)
+	r.waitState(t, "closed")
+	r.deliver(3)
+	if r.b.State() != "closed" {
+		t.Fatalf("state %s after failing messages from a healthy app", r.b.State())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,235 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// LimiterOptions configure a Limiter. Zero values take the defaults named.
+type LimiterOptions struct {
+	// Max is the upper bound of the limit: the number of workers. Required.
+	Max int
+	// Initial is the limit to start from. Default Max: a healthy app gets
+	// full concurrency from the first message.
+	Initial int
+	// Backoff is the factor the limit is multiplied by on overload, at most
+	// once per window of limit completions. Default 0.9.
+	Backoff float64
+	// LatencyTolerance is how many times its usual latency the app may take
+	// before that counts as overload. Default 2.
+	LatencyTolerance float64
+	// LatencySlack is the least absolute rise of latency that counts as
+	// overload, so that jitter of a very fast app (1 ms → 3 ms) does not.
+	// Default 5ms.
+	LatencySlack time.Duration
+}
+
+// Limiter is an adaptive concurrency limit in front of the app (additive
+// increase, multiplicative decrease, as TCP congestion control does): an app
+// that answers 429 or 503, times out, or slows down well past its usual
+// latency gets fewer concurrent requests; one that answers gets more, up to
+// Max. It never goes below 1, so a healthy app is never starved — stopping
+// is the breaker's job, and only for an app that is down.
+//
+// A decrease happens at most once per window of limit completions: a burst
+// of failures from the requests already in flight is one overload event,
+// not fifty. After the breaker closes, Reset restarts from a small limit
+// that doubles each window (slow start) up to where it was.
+type Limiter struct {
+	next Deliverer
+	o    LimiterOptions
+
+	mu        sync.Mutex
+	limit     float64
+	ssthresh  float64 // below it the limit doubles per window (slow start)
+	inFlight  int
+	sinceDrop int // completions since the last decrease
+	waiters   []chan struct{}
+	fast      float64 // latency, quickly smoothed (seconds)
+	base      float64 // the app's usual latency: follows drops at once, rises slowly
+}
+
+// NewLimiter wraps next.
+func NewLimiter(next Deliverer, o LimiterOptions) *Limiter {
+	if o.Max < 1 {
+		o.Max = 1
+	}
+	if o.Initial < 1 || o.Initial > o.Max {
+		o.Initial = o.Max
+	}
+	if o.Backoff <= 0 || o.Backoff >= 1 {
+		o.Backoff = 0.9
+	}
+	if o.LatencyTolerance < 1 {
+		o.LatencyTolerance = 2
+	}
+	if o.LatencySlack <= 0 {
+		o.LatencySlack = 5 * time.Millisecond
+	}
+	return &Limiter{next: next, o: o, limit: float64(o.Initial), ssthresh: float64(o.Max)}
+}
+
+// Limit is the current concurrency limit.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.limit)
+}
+
+// InFlight is the number of requests holding a slot now.
+func (l *Limiter) InFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inFlight
+}
+
+// Deliver waits for a slot, delivers, and adapts the limit to the outcome.
+func (l *Limiter) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	if err := l.acquire(ctx); err != nil {
+		return retry.Outcome{Kind: retry.Unavailable, CutOff: true, Error: fmt.Sprintf("waiting for a concurrency slot: %v", err)}
+	}
+	start := time.Now()
+	o := l.next.Deliver(ctx, m, in)
+	l.release(o, time.Since(start))
+	return o
+}
+
+func (l *Limiter) acquire(ctx context.Context) error {
+	l.mu.Lock()
+	if l.inFlight < int(l.limit) {
+		l.inFlight++
+		l.mu.Unlock()
+		return nil
+	}
+	w := make(chan struct{})
+	l.waiters = append(l.waiters, w)
+	l.mu.Unlock()
+	select {
+	case <-w:
+		return nil // the slot was handed over by release
+	case <-ctx.Done():
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, x := range l.waiters {
+			if x == w {
+				l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+				return ctx.Err()
+			}
+		}
+		// Handed a slot just as ctx ended: give it back.
+		l.inFlight--
+		l.wakeLocked()
+		return ctx.Err()
+	}
+}
+
+// wakeLocked hands free slots to waiters in arrival order.
+func (l *Limiter) wakeLocked() {
+	for len(l.waiters) > 0 && l.inFlight < int(l.limit) {
+		w := l.waiters[0]
+		l.waiters = l.waiters[1:]
+		l.inFlight++
+		close(w)
+	}
+}
+
+// Signal is what an outcome says about the app's load.
+type Signal int
+
+// Signals.
+const (
+	// Ignore: says nothing about load (refused, cut off, app unavailable:
+	// the breaker's business).
+	Ignore Signal = iota
+	// Answered: the app answered in time, whatever the status.
+	Answered
+	// Overloaded: 429, 503 or a timeout.
+	Overloaded
+)
+
+// SignalOf classifies an outcome for the limiter.
+func SignalOf(o retry.Outcome) Signal {
+	switch {
+	case o.Given(), o.Kind == retry.Unavailable:
+		return Ignore
+	case o.Kind == retry.Timeout, o.Status == 429, o.Status == 503:
+		return Overloaded
+	}
+	return Answered
+}
+
+func (l *Limiter) release(o retry.Outcome, latency time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight--
+	l.adaptLocked(SignalOf(o), latency)
+	l.wakeLocked()
+}
+
+// Observe adapts the limit to one completed request without holding a slot
+// (for tests and callers that measure elsewhere).
+func (l *Limiter) Observe(s Signal, latency time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.adaptLocked(s, latency)
+	l.wakeLocked()
+}
+
+func (l *Limiter) adaptLocked(s Signal, latency time.Duration) {
+	if s == Ignore {
+		return
+	}
+	l.sinceDrop++
+	if s == Answered {
+		sec := latency.Seconds()
+		if l.fast == 0 {
+			l.fast, l.base = sec, sec
+		}
+		l.fast += (sec - l.fast) * 0.2
+		if l.fast < l.base {
+			l.base = l.fast
+		} else {
+			// A lasting slowdown becomes the new usual, over hundreds of
+			// requests, so the limit does not stay low for ever.
+			l.base += (l.fast - l.base) * 0.002
+		}
+		if l.fast > l.base*l.o.LatencyTolerance && l.fast-l.base > l.o.LatencySlack.Seconds() {
+			s = Overloaded
+		}
+	}
+	if s == Overloaded {
+		if l.sinceDrop >= int(l.limit) {
+			l.ssthresh = math.Max(1, l.limit*l.o.Backoff)
+			l.limit = l.ssthresh
+			l.sinceDrop = 0
+		}
+		return
+	}
+	// Grow only while the limit is what holds requests back: a limit the
+	// load never reaches tells nothing about the app.
+	if len(l.waiters) == 0 && l.inFlight+1 < int(l.limit)/2 {
+		return
+	}
+	if l.limit < l.ssthresh {
+		l.limit++ // slow start: +1 per answer doubles the limit per window
+	} else {
+		l.limit += 1 / l.limit // +1 per window
+	}
+	l.limit = math.Min(l.limit, float64(l.o.Max))
+}
+
+// Reset restarts from a limit of n (the breaker closing after an outage),
+// growing back by slow start to where the limit was.
+func (l *Limiter) Reset(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ssthresh = math.Max(l.limit, float64(n))
+	l.limit = math.Max(1, math.Min(float64(n), float64(l.o.Max)))
+	l.sinceDrop = 0
+}

@@ -1,0 +1,219 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+var (
+	ok200 = retry.Outcome{Kind: retry.Response, Status: 200}
+	s503  = retry.Outcome{Kind: retry.Response, Status: 503}
+	s500  = retry.Outcome{Kind: retry.Response, Status: 500}
+)
+
+// sim is a discrete-event model of Hopper in front of an app, in virtual
+// time: there is always more work than the limit lets through (a backlog),
+// the app serves up to capacity requests at once, each taking serve, and
+// answers beyond that at once with reject (or, with capacity 0, serves
+// everything). The limiter sees each answer with its virtual latency.
+type sim struct {
+	l        *Limiter
+	capacity int
+	serve    time.Duration
+	reject   retry.Outcome
+	answer   func(n int) retry.Outcome // status of the n-th served request
+	now      time.Duration
+	busy     int
+	pending  []simReq
+	served   int
+	n        int
+}
+
+type simReq struct {
+	done    time.Duration
+	start   time.Duration
+	out     retry.Outcome
+	counted bool // occupies an app slot
+}
+
+func (s *sim) fill(t *testing.T) {
+	for s.l.InFlight() < s.l.Limit() {
+		if err := s.l.acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		r := simReq{start: s.now}
+		if s.capacity == 0 || s.busy < s.capacity {
+			s.busy++
+			s.n++
+			r.done, r.counted, r.out = s.now+s.serve, true, ok200
+			if s.answer != nil {
+				r.out = s.answer(s.n)
+			}
+		} else {
+			r.done, r.out = s.now+time.Microsecond, s.reject
+		}
+		s.pending = append(s.pending, r)
+	}
+}
+
+// run advances virtual time by d, and reports the mean limit over it.
+func (s *sim) run(t *testing.T, d time.Duration) float64 {
+	t.Helper()
+	end := s.now + d
+	var area float64
+	s.fill(t)
+	for {
+		next := 0
+		for i, r := range s.pending {
+			if r.done < s.pending[next].done {
+				next = i
+			}
+		}
+		r := s.pending[next]
+		if r.done > end {
+			area += float64(s.l.Limit()) * float64(end-s.now)
+			s.now = end
+			break
+		}
+		s.pending = append(s.pending[:next], s.pending[next+1:]...)
+		area += float64(s.l.Limit()) * float64(r.done-s.now)
+		s.now = r.done
+		if r.counted {
+			s.busy--
+			if r.out.Status < 400 {
+				s.served++
+			}
+		}
+		s.l.release(r.out, r.done-r.start)
+		s.fill(t)
+	}
+	return area / float64(d)
+}
+
+// An app that serves c requests at once and answers 503 at once beyond:
+// the limit settles near c instead of hammering it with Max, never at
+// zero, and throughput stays near what c workers achieve.
+func TestLimiterConvergesOnCapacity(t *testing.T) {
+	for _, c := range []int{1, 4, 16} {
+		s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 64}), capacity: c, serve: 20 * time.Millisecond, reject: s503}
+		s.run(t, 10*time.Second) // settle
+		s.served = 0
+		mean := s.run(t, 20*time.Second)
+		best := float64(c) * 20 / 0.020 // c workers, 20 s, 20 ms each
+		if mean < float64(c)*0.7 || mean > float64(c)*1.5+1 {
+			t.Errorf("capacity %d: mean limit %.1f", c, mean)
+		}
+		if ratio := float64(s.served) / best; ratio < 0.8 {
+			t.Errorf("capacity %d: served %.2f of what %d workers do", c, ratio, c)
+		}
+	}
+}
+
+// Failing messages from a healthy app (500s) are not overload: the limit
+// stays at Max.
+func TestLimiterIgnoresFailingMessages(t *testing.T) {
+	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 32}), serve: 5 * time.Millisecond,
+		answer: func(int) retry.Outcome { return s500 }}
+	s.run(t, 5*time.Second)
+	if s.l.Limit() != 32 {
+		t.Fatalf("limit %d after 500s, want 32", s.l.Limit())
+	}
+}
+
+// Poison messages answered 503 by a healthy app at the head of the queue:
+// the limit shrinks while they pass (they look like overload) but never to
+// zero, and grows back once healthy messages follow.
+func TestLimiterNeverZeroAndRecovers(t *testing.T) {
+	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 32}), serve: 5 * time.Millisecond,
+		answer: func(int) retry.Outcome { return s503 }}
+	s.run(t, 5*time.Second)
+	if s.l.Limit() != 1 {
+		t.Fatalf("limit %d under constant 503s, want 1", s.l.Limit())
+	}
+	s.answer = nil
+	s.run(t, 5*time.Second)
+	if s.l.Limit() != 32 {
+		t.Fatalf("limit %d after healthy messages, want 32", s.l.Limit())
+	}
+}
+
+// Latency well above the usual is overload; jitter of a fast app is not.
+func TestLimiterLatency(t *testing.T) {
+	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 32}), serve: time.Millisecond}
+	s.run(t, time.Second)
+	s.serve = 3 * time.Millisecond // 3x, but only 2 ms more
+	s.run(t, time.Second)
+	if s.l.Limit() != 32 {
+		t.Fatalf("limit %d after small jitter, want 32", s.l.Limit())
+	}
+	s.serve = 200 * time.Millisecond
+	s.run(t, 2*time.Second)
+	if s.l.Limit() >= 32 {
+		t.Fatalf("limit %d while latency rose 200x, want it lower", s.l.Limit())
+	}
+}
+
+// After an outage the limit restarts small and doubles per round trip.
+func TestLimiterSlowStart(t *testing.T) {
+	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 64}), serve: 10 * time.Millisecond}
+	s.l.Reset(1)
+	var got []int
+	for range 7 {
+		got = append(got, s.l.Limit())
+		s.run(t, 10*time.Millisecond)
+	}
+	want := []int{1, 2, 4, 8, 16, 32, 64}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("limits per round trip %v, want %v", got, want)
+		}
+	}
+}
+
+// A request over the limit waits for a slot; a released slot goes to it;
+// a waiter whose context ends gives up without taking a slot.
+func TestLimiterWaits(t *testing.T) {
+	l := NewLimiter(nil, LimiterOptions{Max: 1})
+	if err := l.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- l.acquire(context.Background()) }()
+	waitWaiters(t, l, 1)
+	l.release(ok200, time.Millisecond)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if l.InFlight() != 1 {
+		t.Fatalf("in flight %d, want the slot handed over", l.InFlight())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { got <- l.acquire(ctx) }()
+	waitWaiters(t, l, 1)
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire after cancel = %v", err)
+	}
+	l.release(ok200, time.Millisecond)
+	if l.InFlight() != 0 {
+		t.Fatalf("in flight %d after every slot was released", l.InFlight())
+	}
+}
+
+func waitWaiters(t *testing.T, l *Limiter, n int) {
+	t.Helper()
+	for {
+		l.mu.Lock()
+		w := len(l.waiters)
+		l.mu.Unlock()
+		if w == n {
+			return
+		}
+		runtime.Gosched()
+	}
+}

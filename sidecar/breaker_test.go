@@ -1,0 +1,117 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/sidecar"
+)
+
+// counter reads one unlabelled counter or gauge from the sidecar's metrics.
+func counter(t *testing.T, sc *sidecar.Sidecar, name string) float64 {
+	t.Helper()
+	mfs, err := sc.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestPoisonDoesNotStallHealthy: messages the app answers 503 for while its
+// health check passes are message failures: they go through the tiers to
+// the DLQ, the breaker never opens, and the healthy messages behind them are
+// all delivered.
+func TestPoisonDoesNotStallHealthy(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Breaker.Failures = 3
+	r := start(t, cfg)
+	const poison, healthy = 30, 200
+	for i := range poison {
+		id := fmt.Sprintf("poison-%d", i)
+		app.script(id, 503)
+		r.publish(id)
+	}
+	for i := range healthy {
+		r.publish(fmt.Sprintf("ok-%d", i))
+	}
+	r.settled(poison)
+	for i := range healthy {
+		if got := app.statuses(fmt.Sprintf("ok-%d", i)); len(got) != 1 || got[0] != 200 {
+			t.Fatalf("ok-%d: statuses %v", i, got)
+		}
+	}
+	if n := counter(t, r.sc, "hopper_breaker_opens_total"); n != 0 {
+		t.Fatalf("the breaker opened %v times on failing messages from a healthy app", n)
+	}
+	dlq := r.drain(r.sc.Plan().DLQ.Name)
+	for i := range poison {
+		m := dlq[fmt.Sprintf("poison-%d", i)]
+		if m == nil {
+			t.Fatalf("poison-%d not in the DLQ", i)
+		}
+		if n, _ := m.Int("x-final-retry-count"); n != int64(cfg.Retry.MaxAttempts) {
+			t.Errorf("poison-%d: x-final-retry-count %d, want %d", i, n, cfg.Retry.MaxAttempts)
+		}
+	}
+}
+
+// TestBreakerOpensWhenHealthFails: failing messages with a failing health
+// check are the app being down: the breaker opens, consuming pauses, no
+// message reaches the DLQ, and once the app is healthy everything is
+// delivered.
+func TestBreakerOpensWhenHealthFails(t *testing.T) {
+	var healthy atomic.Bool
+	app := newScriptApp(t)
+	inner := app.srv.Handler
+	app.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			if !healthy.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			return
+		}
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	healthy.Store(true)
+	cfg := testConfig(t, app.URL)
+	cfg.App.HealthPath = "/healthz"
+	cfg.Breaker.Failures = 3
+	cfg.Breaker.ProbeInterval = config.Duration(50 * time.Millisecond)
+	cfg.Retry.MaxAttempts = 100
+	r := start(t, cfg)
+	healthy.Store(false)
+	for i := range 20 {
+		r.publish(fmt.Sprintf("m-%d", i))
+	}
+	waitFor(t, 15*time.Second, "breaker open and consuming paused", func() bool {
+		return r.sc.BreakerState() == "open" && r.sc.Paused()
+	})
+	healthy.Store(true)
+	r.settled(0)
+	waitFor(t, 15*time.Second, "breaker closed", func() bool { return r.sc.BreakerState() == "closed" })
+	for i := range 20 {
+		if got := app.statuses(fmt.Sprintf("m-%d", i)); len(got) != 1 || got[0] != 200 {
+			t.Errorf("m-%d: answered %v by the healthy app", i, got)
+		}
+	}
+}
