@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -32,6 +33,18 @@ func TestPublisherBlockedAcrossReconnect(t *testing.T) {
 			return false
 		}
 	}
+	// waitBlocked waits until a block notice handed to a watcher has been
+	// applied.
+	waitBlocked := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for released(nil) {
+			if time.Now().After(deadline) {
+				t.Fatal("block notice never applied")
+			}
+			runtime.Gosched()
+		}
+	}
 	mustWait := func(done chan error) {
 		t.Helper()
 		select {
@@ -50,6 +63,7 @@ func TestPublisherBlockedAcrossReconnect(t *testing.T) {
 	w1done := make(chan struct{})
 	go func() { p.watchBlocked(1, ch1); close(w1done) }()
 	ch1 <- amqp.Blocking{Active: true, Reason: "low on memory"}
+	waitBlocked()
 	early := waitDone()
 	if released(early) {
 		t.Fatal("a waiter went through while the connection was blocked")
@@ -63,6 +77,7 @@ func TestPublisherBlockedAcrossReconnect(t *testing.T) {
 	w2done := make(chan struct{})
 	go func() { p.watchBlocked(2, ch2); close(w2done) }()
 	ch2 <- amqp.Blocking{Active: true, Reason: "low on memory"}
+	waitBlocked()
 	// A second block notice while blocked must not strand earlier waiters.
 	late := waitDone()
 	ch2 <- amqp.Blocking{Active: true, Reason: "low on disk"}
