@@ -23,20 +23,24 @@ import (
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
-// ClientOptions configure the fasthttp client that talks to the app.
+// ClientOptions configure the fasthttp client that talks to the app. Zero
+// values take the defaults named.
 type ClientOptions struct {
-	// URL may hold {routingKey} and {queue} in its path.
+	// URL may hold {routingKey} and {queue} in its path. Required.
 	URL string
-	// Timeout bounds one request (dial, send, wait, read).
+	// Timeout bounds one request (dial, send, wait, read). Default 0: no
+	// bound, so callers always set it (config default 30s).
 	Timeout time.Duration
 	// MaxConns bounds open connections; it should be at least the worker
-	// count so no worker waits for a connection.
+	// count so no worker waits for a connection. Default 64.
 	MaxConns int
-	// MaxBodyBytes bounds the response body read.
+	// MaxBodyBytes bounds the response body read. Default 0: fasthttp's
+	// own limit (config default 64 KiB).
 	MaxBodyBytes int
-	// Tracer makes the CLIENT span of each request (noop when nil).
+	// Tracer makes the CLIENT span of each request. Default noop.
 	Tracer trace.Tracer
-	// CloudEvents adds the CloudEvents binary-mode ce-* headers.
+	// CloudEvents adds the CloudEvents binary-mode ce-* headers. Default
+	// false.
 	CloudEvents bool
 }
 

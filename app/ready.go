@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/hopper-sidecar/hopper/internal/backoff"
 )
 
 // Ready checks whether the app can take messages: a GET on its health path
@@ -78,12 +80,8 @@ func (r *Ready) Wait(ctx context.Context, interval time.Duration, onFail func(er
 		if onFail != nil {
 			onFail(err)
 		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, interval); err != nil {
+			return err
 		}
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -185,44 +184,4 @@ func scrub(err error, raw string) error {
 		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
 	}
 	return err
-}
-
-// Backoff is jittered exponential backoff between min and max.
-type Backoff struct {
-	Min, Max time.Duration
-	n        int
-}
-
-// Next returns the next wait: full jitter over an exponentially growing cap,
-// so that many sidecars restarted together do not reconnect in lockstep.
-func (b *Backoff) Next() time.Duration {
-	lo, hi := b.Min, b.Max
-	if lo <= 0 {
-		lo = 500 * time.Millisecond
-	}
-	if hi < lo {
-		hi = lo
-	}
-	ceil := lo
-	for i := 0; i < b.n && ceil < hi; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, hi)
-	b.n++
-	return lo/2 + time.Duration(rand.Int64N(int64(ceil-lo/2)+1))
-}
-
-// Reset starts over after a success.
-func (b *Backoff) Reset() { b.n = 0 }
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

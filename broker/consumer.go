@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -238,7 +239,7 @@ func (c *Consumer) want() (paused bool, prefetch int) {
 // channel open so in-flight deliveries can still be settled; Close ends it.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	log := c.opts.logger()
-	bo := Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
+	bo := backoff.Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
 	urlIdx := 0
 	first := true
 	lastReason := ""
@@ -254,7 +255,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 			}
 			wait := bo.Next()
 			log.Warn("broker connect failed", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
-			if sleep(ctx, wait) != nil {
+			if backoff.Sleep(ctx, wait) != nil {
 				return nil
 			}
 			continue
@@ -281,7 +282,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 		}
 		wait := bo.Next()
 		log.Warn("consumer lost, reconnecting", "event", "BROKER_RECONNECT", "reason", reason, "retry_in", wait.String())
-		if sleep(ctx, wait) != nil {
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
 	}
@@ -442,7 +443,7 @@ func (c *Consumer) reconsume(ctx context.Context, s *session, tag string, delive
 	}
 	log.Warn("consumer cancelled by the broker; consuming again on the same connection",
 		"event", "CONSUMER_CANCELLED", "queue", c.opts.Queue, "consumer_tag", tag)
-	bo := Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
+	bo := backoff.Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
 	for {
 		err := prepare(ctx, s.conn, c.opts.Topology)
 		if err == nil {
@@ -457,7 +458,7 @@ func (c *Consumer) reconsume(ctx context.Context, s *session, tag string, delive
 		wait := bo.Next()
 		log.Warn("topology not ready after consumer cancel; retrying", "event", "TOPOLOGY_RETRY",
 			"error", err.Error(), "retry_in", wait.String())
-		if sleep(ctx, wait) != nil {
+		if backoff.Sleep(ctx, wait) != nil {
 			return "shutdown"
 		}
 	}

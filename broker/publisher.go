@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -40,7 +41,7 @@ type Publisher struct {
 	conn   *amqp.Connection
 	gen    int // bumped on every new connection
 	urlIdx int
-	bo     Backoff
+	bo     backoff.Backoff
 	next   time.Time // no dial before this
 	pool   chan *pubChannel
 
@@ -72,7 +73,7 @@ func NewPublisher(o PublisherOptions) *Publisher {
 		o.Name = "hopper-publisher"
 	}
 	p := &Publisher{opts: o, pool: make(chan *pubChannel, o.Channels)}
-	p.bo = Backoff{Min: o.ReconnectMin, Max: o.ReconnectMax}
+	p.bo = backoff.Backoff{Min: o.ReconnectMin, Max: o.ReconnectMax}
 	for range o.Channels {
 		p.pool <- nil // a slot; the channel opens lazily
 	}

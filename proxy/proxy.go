@@ -42,6 +42,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 	"github.com/hopper-sidecar/hopper/topology"
@@ -438,7 +439,7 @@ func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info
 	queue string, cp *msg.Message, why string) bool {
 	var (
 		started = time.Now()
-		bo      = backoff{min: p.o.MoveRetryMin, max: p.o.MoveRetryMax, rnd: p.o.Rand}
+		bo      = backoff.Backoff{Min: p.o.MoveRetryMin, Max: p.o.MoveRetryMax, Rand: p.o.Rand}
 		held    bool
 	)
 	defer func() {
@@ -470,7 +471,7 @@ func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info
 			p.giveBack(ctx, d, m, in)
 			return false
 		}
-		p.wait(bo.next())
+		p.wait(bo.Next())
 	}
 	if held {
 		p.log.Info("move succeeded after failing", "event", "MOVE_RECOVERED", "message_id", m.MessageID,
@@ -550,25 +551,6 @@ func (p *Loop) settleFailed(m *msg.Message, what string, err error) {
 	p.Stats.SettleFailed.Add(1)
 	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
 		"op", what, "message_id", m.MessageID, "error", err.Error())
-}
-
-// backoff is jittered exponential backoff: each step doubles up to max, and
-// the wait is drawn from the upper half of the step so that many held
-// deliveries do not retry in lockstep.
-type backoff struct {
-	min, max time.Duration
-	rnd      retry.Rand
-	n        int
-}
-
-func (b *backoff) next() time.Duration {
-	step := b.min
-	for i := 0; i < b.n && step < b.max; i++ {
-		step *= 2
-	}
-	step = min(step, b.max)
-	b.n++
-	return step/2 + time.Duration(b.rnd()*float64(step/2))
 }
 
 // wait sleeps d, cut short by shutdown. It reports whether it slept fully.

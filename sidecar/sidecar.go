@@ -23,6 +23,7 @@ import (
 	"github.com/hopper-sidecar/hopper/app"
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/proxy"
 	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/hopper-sidecar/hopper/topology"
@@ -343,7 +344,7 @@ func Workers(cfg *config.Config) int {
 // the run with the broker's reason.
 func (s *Sidecar) prepareTopology(ctx context.Context) error {
 	cfg := s.cfg
-	bo := broker.Backoff{Min: cfg.Broker.ReconnectMin.D(), Max: cfg.Broker.ReconnectMax.D()}
+	bo := backoff.Backoff{Min: cfg.Broker.ReconnectMin.D(), Max: cfg.Broker.ReconnectMax.D()}
 	opts := BrokerOptions(cfg, s.log, "hopper-topology "+cfg.Queue.Name)
 	for {
 		err := broker.Apply(ctx, opts, &s.plan, s.plan.Declare)
@@ -358,12 +359,8 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 		}
 		wait := bo.Next()
 		s.log.Warn("broker not reachable; retrying", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
-		case <-t.C:
 		}
 	}
 }

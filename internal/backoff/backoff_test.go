@@ -1,0 +1,43 @@
+package backoff
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestBackoffSteps(t *testing.T) {
+	for _, r := range []float64{0, 0.5, 0.999} {
+		b := Backoff{Min: time.Second, Max: 8 * time.Second, Rand: func() float64 { return r }}
+		for i, step := range []time.Duration{1, 2, 4, 8, 8, 8} {
+			step *= time.Second
+			got := b.Next()
+			if got < step/2 || got > step {
+				t.Fatalf("rand %.3f, wait %d: %s, want within [%s, %s]", r, i, got, step/2, step)
+			}
+		}
+		b.Reset()
+		if got := b.Next(); got > time.Second {
+			t.Fatalf("after Reset: %s", got)
+		}
+	}
+}
+
+func TestBackoffDefaults(t *testing.T) {
+	var b Backoff
+	if got := b.Next(); got < 250*time.Millisecond || got > 500*time.Millisecond {
+		t.Fatalf("zero Backoff waits %s", got)
+	}
+}
+
+func TestSleepEndsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep on a done context = %v", err)
+	}
+	if err := Sleep(context.Background(), time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+}
