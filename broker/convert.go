@@ -9,9 +9,6 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
-// Decimal is an AMQP decimal header value carried through unchanged.
-type Decimal = amqp.Decimal
-
 func fromDelivery(d *amqp.Delivery) *msg.Message {
 	return &msg.Message{
 		Exchange:        d.Exchange,
@@ -69,6 +66,8 @@ func fromTable(t amqp.Table) map[string]any {
 
 func fromField(v any) any {
 	switch x := v.(type) {
+	case amqp.Decimal:
+		return msg.Decimal{Scale: x.Scale, Value: x.Value}
 	case amqp.Table:
 		return fromTable(x)
 	case []any:
@@ -94,6 +93,8 @@ func toTable(m map[string]any) amqp.Table {
 
 func toField(v any) any {
 	switch x := v.(type) {
+	case msg.Decimal:
+		return amqp.Decimal{Scale: x.Scale, Value: x.Value}
 	case map[string]any:
 		t := toTable(x)
 		if t == nil {

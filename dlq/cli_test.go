@@ -137,8 +137,7 @@ func (e *env) declare(name string, args map[string]any) {
 func deadMsg(id, queue, rk, reason string, status int, age time.Duration) *msg.Message {
 	m := &msg.Message{MessageID: id, ContentType: "application/json", Headers: map[string]any{msg.HeaderRetryCount: int32(3)},
 		Body: []byte(`{"id":"` + id + `"}`), Timestamp: time.Now().Add(-age).Truncate(time.Second)}
-	dlq.Mark(m, dlq.Info{Queue: queue, RoutingKey: rk, Status: status, Reason: reason, Retries: 3,
-		Error: "HTTP " + strconv.Itoa(status), Now: time.Now().Add(-age)})
+	*m = *msg.DLQCopy(m, msg.Info{Queue: queue, RoutingKey: rk}, msg.DeadLetter{Status: status, Reason: reason, Retries: 3, Error: "HTTP " + strconv.Itoa(status), Now: time.Now().Add(-age)})
 	return m
 }
 
@@ -165,7 +164,7 @@ func (e *env) fillFast(queue, prefix string, n int, body []byte) {
 			defer wg.Done()
 			for i := range ids {
 				m := &msg.Message{MessageID: prefix + strconv.Itoa(i), Headers: map[string]any{}, Body: body}
-				dlq.Mark(m, dlq.Info{Queue: e.Work, Reason: "max-attempts", Status: 503, Now: time.Now()})
+				*m = *msg.DLQCopy(m, msg.Info{Queue: e.Work}, msg.DeadLetter{Reason: "max-attempts", Status: 503, Now: time.Now()})
 				if err := e.pub.Publish(context.Background(), queue, m); err != nil {
 					select {
 					case errs <- err:
@@ -422,7 +421,7 @@ func TestCLIReplayMovesToOriginalQueues(t *testing.T) {
 	e.declare(other, nil)
 	foreign := &msg.Message{MessageID: "foreign", Headers: map[string]any{}, Body: []byte("no origin")}
 	capped := deadMsg("capped", e.Work, "k", "max-attempts", 500, time.Hour)
-	capped.Headers[dlq.HeaderReplayCount] = int32(5)
+	capped.Headers[msg.HeaderReplayCount] = int32(5)
 	e.fill(e.DLQ,
 		deadMsg("a", e.Work, "order.created", "max-attempts", 503, time.Hour),
 		foreign,
@@ -456,8 +455,8 @@ func TestCLIReplayMovesToOriginalQueues(t *testing.T) {
 		t.Errorf("DLQ after %v", got)
 	}
 	h := work[0].Headers
-	if n, _ := msg.AsInt(h[dlq.HeaderReplayCount]); n != 1 {
-		t.Errorf("x-replay-count %v", h[dlq.HeaderReplayCount])
+	if n, _ := msg.AsInt(h[msg.HeaderReplayCount]); n != 1 {
+		t.Errorf("x-replay-count %v", h[msg.HeaderReplayCount])
 	}
 	if _, ok := h[msg.HeaderDeadLetterReason]; ok {
 		t.Error("x-dead-letter-reason kept on the replayed copy")
@@ -671,7 +670,7 @@ func TestCLIReplayBoundedWhenMessagesComeBack(t *testing.T) {
 		t.Fatalf("DLQ holds %d after the run, want the %d that came back once", len(back), n)
 	}
 	for _, m := range back {
-		if c, _ := msg.AsInt(m.Headers[dlq.HeaderReplayCount]); c != 1 {
+		if c, _ := msg.AsInt(m.Headers[msg.HeaderReplayCount]); c != 1 {
 			t.Fatalf("message %s came back with x-replay-count %d", m.MessageID, c)
 		}
 	}
@@ -914,13 +913,13 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 			"s": "text", "bad": "a\xffb", "bytes": []byte{0, 0xff}, "t": true,
 			"i8": int8(-8), "i16": int16(-16), "i32": int32(-32), "i64": int64(-64),
 			"u8": uint8(8), "f32": float32(1.5), "f64": 2.25,
-			"dec": broker.Decimal{Scale: 2, Value: 1234}, "ts": time.Unix(1_600_000_000, 0), "null": nil,
+			"dec": msg.Decimal{Scale: 2, Value: 1234}, "ts": time.Unix(1_600_000_000, 0), "null": nil,
 			"table": map[string]any{"n": int32(1), "deep": map[string]any{"x": "y"}},
 			"array": []any{"a", int32(1), []any{false}},
 		},
 		Body: []byte{0, 1, 2, 'x', 0xfe, 0xff},
 	}
-	dlq.Mark(rich, dlq.Info{Queue: e.Work, RoutingKey: "k", Status: 500, Reason: "max-attempts", Now: time.Now()})
+	*rich = *msg.DLQCopy(rich, msg.Info{Queue: e.Work, RoutingKey: "k"}, msg.DeadLetter{Status: 500, Reason: "max-attempts", Now: time.Now()})
 	var all []*msg.Message
 	all = append(all, rich)
 	for i := range 20 {
@@ -970,7 +969,7 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 			t.Errorf("message %s differs after the round trip:\n%s\n%s", a.MessageID, la, lb)
 		}
 	}
-	if d := restored[0].Headers["dec"]; d != (broker.Decimal{Scale: 2, Value: 1234}) {
+	if d := restored[0].Headers["dec"]; d != (msg.Decimal{Scale: 2, Value: 1234}) {
 		t.Errorf("decimal came back as %#v", d)
 	}
 	if v := restored[0].Headers["i16"]; v != int16(-16) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -111,70 +110,6 @@ func (s *Text) UnmarshalJSON(b []byte) error {
 type Value struct {
 	Type  string          `json:"type"`
 	Value json.RawMessage `json:"value,omitempty"`
-}
-
-// Decimal is an AMQP decimal, Value × 10^-Scale. It has the layout of the
-// broker's decimal type, so the two convert into each other.
-type Decimal struct {
-	Scale uint8 `json:"scale"`
-	Value int32 `json:"value"`
-}
-
-func (d Decimal) String() string {
-	s := strconv.FormatInt(int64(d.Value), 10)
-	if d.Scale == 0 {
-		return s
-	}
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	for len(s) <= int(d.Scale) {
-		s = "0" + s
-	}
-	s = s[:len(s)-int(d.Scale)] + "." + s[len(s)-int(d.Scale):]
-	if neg {
-		s = "-" + s
-	}
-	return s
-}
-
-// asDecimal recognises a decimal of any type with Decimal's layout (the
-// broker's is one): this package does not import the AMQP client.
-func asDecimal(v any) (Decimal, bool) {
-	if d, ok := v.(Decimal); ok {
-		return d, true
-	}
-	rv := reflect.ValueOf(v)
-	if !rv.IsValid() || rv.Kind() != reflect.Struct || rv.NumField() != 2 {
-		return Decimal{}, false
-	}
-	s, n := rv.FieldByName("Scale"), rv.FieldByName("Value")
-	if !s.IsValid() || !n.IsValid() || s.Kind() != reflect.Uint8 || n.Kind() != reflect.Int32 {
-		return Decimal{}, false
-	}
-	return Decimal{Scale: uint8(s.Uint()), Value: int32(n.Int())}, true
-}
-
-// ConvertDecimals replaces every Decimal in headers (nested tables and
-// arrays too) with conv(d), in place: the publisher needs the broker's own
-// decimal type.
-func ConvertDecimals(headers map[string]any, conv func(Decimal) any) {
-	for k, v := range headers {
-		headers[k] = convertDecimal(v, conv)
-	}
-}
-
-func convertDecimal(v any, conv func(Decimal) any) any {
-	switch x := v.(type) {
-	case Decimal:
-		return conv(x)
-	case map[string]any:
-		ConvertDecimals(x, conv)
-	case []any:
-		for i := range x {
-			x[i] = convertDecimal(x[i], conv)
-		}
-	}
-	return v
 }
 
 const b64Key = "=b64:"
@@ -365,7 +300,7 @@ func encodeValue(v any) (Value, error) {
 		}
 		return typed("array", arr)
 	}
-	if d, ok := asDecimal(v); ok {
+	if d, ok := v.(msg.Decimal); ok {
 		return typed("decimal", d)
 	}
 	return Value{}, fmt.Errorf("unsupported header type %T", v)
@@ -460,7 +395,7 @@ func decodeValue(v Value) (any, error) {
 	case "float64":
 		return float(64)
 	case "decimal":
-		var d Decimal
+		var d msg.Decimal
 		err := into(&d)
 		return d, err
 	case "timestamp":

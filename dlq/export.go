@@ -162,8 +162,6 @@ type ImportOptions struct {
 	// Parallel is the number of publishes awaiting their confirm at once;
 	// 1 keeps the file's order exactly. Default 1.
 	Parallel int
-	// Decimal converts decimal header values to the publisher's type.
-	Decimal func(Decimal) any
 }
 
 // ImportResult is an import's account.
@@ -243,9 +241,6 @@ func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (I
 		if err != nil {
 			fail(fmt.Errorf("line %d: %w", n, err))
 			break
-		}
-		if o.Decimal != nil {
-			ConvertDecimals(m.Headers, o.Decimal)
 		}
 		select {
 		case slots <- struct{}{}:

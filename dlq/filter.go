@@ -84,14 +84,14 @@ func parseStatus(s string) (lo, hi int, err error) {
 // Match reports whether m is selected, and if not, why (for --dry-run and
 // logs).
 func (f *Filter) Match(m *msg.Message, now time.Time) (bool, string) {
-	if len(f.Queues) > 0 && !slices.Contains(f.Queues, OriginalQueue(m)) {
+	if len(f.Queues) > 0 && !slices.Contains(f.Queues, msg.OriginalQueue(m)) {
 		return false, "queue"
 	}
-	if len(f.Reasons) > 0 && !slices.Contains(f.Reasons, Reason(m)) {
+	if len(f.Reasons) > 0 && !slices.Contains(f.Reasons, msg.DeadLetterReason(m)) {
 		return false, "reason"
 	}
 	if len(f.Statuses) > 0 {
-		code, ok := Status(m)
+		code, ok := msg.FinalStatus(m)
 		if !ok || !slices.ContainsFunc(f.Statuses, func(s string) bool {
 			lo, hi, err := parseStatus(s)
 			return err == nil && code >= lo && code <= hi
@@ -100,7 +100,7 @@ func (f *Filter) Match(m *msg.Message, now time.Time) (bool, string) {
 		}
 	}
 	if len(f.RoutingKeys) > 0 {
-		rk := RoutingKey(m)
+		rk := msg.OriginalRoutingKey(m)
 		if !slices.ContainsFunc(f.RoutingKeys, func(p string) bool { return retry.TopicMatch(p, rk) }) {
 			return false, "routing-key"
 		}
@@ -118,7 +118,7 @@ func (f *Filter) Match(m *msg.Message, now time.Time) (bool, string) {
 		}
 	}
 	if f.OlderThan > 0 || f.NewerThan > 0 {
-		t, ok := DeadLetterTime(m)
+		t, ok := msg.DeadLetterTime(m)
 		if !ok {
 			return false, "age unknown"
 		}

@@ -15,7 +15,7 @@ var t0 = time.Date(2026, 5, 6, 12, 0, 0, 0, time.UTC)
 // dead is a message as Hopper dead-letters it.
 func dead(id, queue, rk, reason string, status int, age time.Duration) *msg.Message {
 	m := &msg.Message{MessageID: id, RoutingKey: queue + ".dlq", Headers: map[string]any{}, Body: []byte(id)}
-	Mark(m, Info{Queue: queue, RoutingKey: rk, Status: status, Reason: reason, Retries: 3, Now: t0.Add(-age)})
+	*m = *msg.DLQCopy(m, msg.Info{Queue: queue, RoutingKey: rk}, msg.DeadLetter{Status: status, Reason: reason, Retries: 3, Now: t0.Add(-age)})
 	return m
 }
 
@@ -118,8 +118,8 @@ func TestStatsAggregate(t *testing.T) {
 	st.Add(dead("2", "orders", "o", "non-retriable", 404, time.Hour))
 	st.Add(dead("3", "billing", "b", "max-attempts", 503, 2*time.Hour))
 	replayed := dead("4", "billing", "b", "expired", 0, 10*time.Minute)
-	replayed.Headers[HeaderReplayCount] = int32(2)
-	replayed.Headers[HeaderDeliveryCount] = int64(4)
+	replayed.Headers[msg.HeaderReplayCount] = int32(2)
+	replayed.Headers[msg.HeaderDeliveryCount] = int64(4)
 	st.Add(replayed)
 	st.Add(&msg.Message{Headers: map[string]any{}}) // not from Hopper: no headers, no time
 

@@ -66,7 +66,7 @@ func WritePeek(w io.Writer, n int, m *msg.Message, maxBody int, now time.Time) e
 	if !m.Timestamp.IsZero() {
 		prop("timestamp", m.Timestamp.UTC().Format(time.RFC3339))
 	}
-	if t, ok := DeadLetterTime(m); ok {
+	if t, ok := msg.DeadLetterTime(m); ok {
 		prop("in DLQ for", formatAge(now.Sub(t)))
 	}
 	prop("routing-key", m.RoutingKey)

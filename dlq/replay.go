@@ -316,15 +316,15 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		switch {
 		case verdict == "" && r.o.DryRun:
 			r.res.WouldRecover++
-			r.res.queue(OriginalQueue(m)).WouldRecover++
+			r.res.queue(msg.OriginalQueue(m)).WouldRecover++
 		case verdict == "":
 			r.inflight++
 		case verdict == "skip":
 			r.res.Skipped++
-			r.res.queue(OriginalQueue(m)).Skipped++
+			r.res.queue(msg.OriginalQueue(m)).Skipped++
 		default:
 			r.res.Kept++
-			r.res.queue(OriginalQueue(m)).Kept++
+			r.res.queue(msg.OriginalQueue(m)).Kept++
 			r.res.KeptWhy[verdict]++
 		}
 		r.mu.Unlock()
@@ -361,12 +361,12 @@ func (r *replayer) decide(m *msg.Message) (dest, verdict string) {
 	}
 	dest = r.o.To
 	if dest == "" {
-		dest = OriginalQueue(m)
+		dest = msg.OriginalQueue(m)
 	}
 	if dest == "" {
 		return "", KeptNoDestination
 	}
-	if r.o.MaxReplays > 0 && ReplayCount(m) >= r.o.MaxReplays {
+	if r.o.MaxReplays > 0 && msg.ReplayCount(m) >= r.o.MaxReplays {
 		return "", KeptMaxReplays
 	}
 	return dest, ""
@@ -376,7 +376,7 @@ func (r *replayer) decide(m *msg.Message) (dest, verdict string) {
 // A failed publish leaves the original held (it returns to the DLQ at the
 // end of the run), never acked.
 func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest string) {
-	cp := ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+	cp := msg.ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
 	// Not ctx: an interrupt must not abandon a publish the broker may
 	// already have taken; the publisher's confirm timeout bounds it.
 	err := r.pub.PublishTo(context.WithoutCancel(ctx), "", dest, cp)
@@ -397,7 +397,7 @@ func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest st
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight--
-	q := r.res.queue(OriginalQueue(m))
+	q := r.res.queue(msg.OriginalQueue(m))
 	if err != nil {
 		r.res.Failed++
 		q.Failed++
@@ -470,49 +470,6 @@ func (p *pacer) wait(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// dlqEntryHeaders describe a message's stay in the DLQ; a replayed copy is
-// no longer there, and Hopper writes them afresh if it comes back.
-var dlqEntryHeaders = []string{
-	msg.HeaderDeadLetterReason, msg.HeaderDeadLetterTime,
-	msg.HeaderFinalStatusCode, msg.HeaderFinalError, msg.HeaderFinalRetryCount,
-}
-
-// attemptHeaders are Hopper's attempt history, cleared by --reset-attempts.
-var attemptHeaders = []string{
-	msg.HeaderRetryCount, msg.HeaderRequeueCount,
-	msg.HeaderFirstFailureTime, msg.HeaderLastFailureTime, msg.HeaderLastStatusCode,
-}
-
-// ReplayCopy is the copy of m a replay publishes (see the Replay comment).
-func ReplayCopy(m *msg.Message, dlq string, now time.Time, resetAttempts, clearDeadline bool) *msg.Message {
-	cp := m.Clone()
-	for _, h := range dlqEntryHeaders {
-		delete(cp.Headers, h)
-	}
-	if resetAttempts {
-		for _, h := range attemptHeaders {
-			delete(cp.Headers, h)
-		}
-	}
-	if clearDeadline {
-		delete(cp.Headers, msg.HeaderDeadline)
-	}
-	if _, ok := cp.Headers[msg.HeaderOriginalRoutingKey]; !ok {
-		// Dead-lettered by the broker: pin where it was first going, so the
-		// app sees the original routing key and not the DLQ's.
-		if ex, rk, ok := Origin(m); ok {
-			cp.Headers[msg.HeaderOriginalExchange] = ex
-			cp.Headers[msg.HeaderOriginalRoutingKey] = rk
-		}
-	}
-	cp.Headers[HeaderReplayCount] = int32(ReplayCount(m) + 1)
-	cp.Headers[HeaderReplayTime] = now.UTC().Format(time.RFC3339Nano)
-	if dlq != "" {
-		cp.Headers[HeaderReplayedFrom] = dlq
-	}
-	return cp
 }
 
 // WriteProgress writes one progress line.

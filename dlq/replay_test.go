@@ -38,7 +38,7 @@ func TestReplayMovesKeepsAndCounts(t *testing.T) {
 	b := dead("b", "billing", "bill", "non-retriable", 404, time.Hour)
 	c := &msg.Message{MessageID: "c", Headers: map[string]any{}} // dead-lettered by the broker, not Hopper
 	d := dead("d", "orders", "order.created", "max-attempts", 503, time.Hour)
-	d.Headers[HeaderReplayCount] = int32(5)
+	d.Headers[msg.HeaderReplayCount] = int32(5)
 	q := newFakeQueue(t, a, b, c, d)
 	p := newFakePub()
 	o := opts(4)
@@ -72,13 +72,13 @@ func TestReplayMovesKeepsAndCounts(t *testing.T) {
 			t.Errorf("copy still has %s", h)
 		}
 	}
-	if cp.Headers[HeaderReplayCount] != int32(1) || cp.Headers[HeaderReplayedFrom] != "orders.dlq" || cp.Headers[msg.HeaderRetryCount] != int32(10) {
+	if cp.Headers[msg.HeaderReplayCount] != int32(1) || cp.Headers[msg.HeaderReplayedFrom] != "orders.dlq" || cp.Headers[msg.HeaderRetryCount] != int32(10) {
 		t.Errorf("copy headers %v", cp.Headers)
 	}
 	if cp.Headers[msg.HeaderOriginalQueue] != "orders" || cp.Headers[msg.HeaderOriginalRoutingKey] != "order.created" {
 		t.Errorf("the original queue and routing key must stay pinned: %v", cp.Headers)
 	}
-	if a.Headers[HeaderReplayCount] != nil || a.Headers[msg.HeaderDeadLetterReason] == nil {
+	if a.Headers[msg.HeaderReplayCount] != nil || a.Headers[msg.HeaderDeadLetterReason] == nil {
 		t.Error("the original message was modified")
 	}
 }
@@ -161,7 +161,7 @@ func TestReplayBoundedWhenCopiesComeBack(t *testing.T) {
 	p := newFakePub()
 	p.after = func(queue string, m *msg.Message) {
 		back := m.Clone()
-		Mark(back, Info{Queue: queue, Reason: "max-attempts", Status: 500, Now: t0})
+		*back = *msg.DLQCopy(back, msg.Info{Queue: queue}, msg.DeadLetter{Reason: "max-attempts", Status: 500, Now: t0})
 		q.push(back)
 	}
 	o := opts(n)
@@ -188,8 +188,8 @@ func TestReplayBoundedWhenCopiesComeBack(t *testing.T) {
 		t.Fatalf("DLQ holds %d, want the %d that came back", len(q.ready), n)
 	}
 	for _, e := range q.ready {
-		if ReplayCount(e.m) != 1 {
-			t.Errorf("message %s has x-replay-count %d", e.m.MessageID, ReplayCount(e.m))
+		if msg.ReplayCount(e.m) != 1 {
+			t.Errorf("message %s has x-replay-count %d", e.m.MessageID, msg.ReplayCount(e.m))
 		}
 	}
 }
@@ -200,7 +200,7 @@ func TestReplayCapStopsTheLoop(t *testing.T) {
 	p := newFakePub()
 	p.after = func(queue string, m *msg.Message) {
 		back := m.Clone()
-		Mark(back, Info{Queue: queue, Reason: "max-attempts", Now: t0})
+		*back = *msg.DLQCopy(back, msg.Info{Queue: queue}, msg.DeadLetter{Reason: "max-attempts", Now: t0})
 		q.push(back)
 	}
 	o := opts(1)
@@ -320,7 +320,7 @@ func TestReplayCopyHeaders(t *testing.T) {
 	h[msg.HeaderRequeueCount] = int32(2)
 	h[msg.HeaderLastStatusCode] = int32(500)
 	h[msg.HeaderDeadline] = int64(123)
-	h[HeaderReplayCount] = int64(2)
+	h[msg.HeaderReplayCount] = int64(2)
 	h["app"] = "kept"
 	for _, tc := range []struct {
 		name          string
@@ -335,7 +335,7 @@ func TestReplayCopyHeaders(t *testing.T) {
 			[]string{msg.HeaderDeadline, msg.HeaderOriginalQueue, msg.HeaderOriginalRoutingKey, "app"}},
 		{"clear deadline", false, true, []string{msg.HeaderDeadline}, []string{msg.HeaderRetryCount}},
 	} {
-		cp := ReplayCopy(m, "orders.dlq", t0, tc.reset, tc.clear)
+		cp := msg.ReplayCopy(m, "orders.dlq", t0, tc.reset, tc.clear)
 		for _, k := range tc.gone {
 			if _, ok := cp.Headers[k]; ok {
 				t.Errorf("%s: %s kept", tc.name, k)
@@ -346,8 +346,8 @@ func TestReplayCopyHeaders(t *testing.T) {
 				t.Errorf("%s: %s removed", tc.name, k)
 			}
 		}
-		if cp.Headers[HeaderReplayCount] != int32(3) || cp.Headers[HeaderReplayTime] != t0.Format(time.RFC3339Nano) {
-			t.Errorf("%s: replay headers %v %v", tc.name, cp.Headers[HeaderReplayCount], cp.Headers[HeaderReplayTime])
+		if cp.Headers[msg.HeaderReplayCount] != int32(3) || cp.Headers[msg.HeaderReplayTime] != t0.Format(time.RFC3339Nano) {
+			t.Errorf("%s: replay headers %v %v", tc.name, cp.Headers[msg.HeaderReplayCount], cp.Headers[msg.HeaderReplayTime])
 		}
 		if cp.MessageID != m.MessageID || string(cp.Body) != string(m.Body) {
 			t.Errorf("%s: identity changed", tc.name)

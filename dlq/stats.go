@@ -91,16 +91,16 @@ func NewStats(dlq string, depth int, now time.Time) *Stats {
 // Add counts one message.
 func (s *Stats) Add(m *msg.Message) {
 	s.Scanned++
-	s.ByQueue[orUnknown(OriginalQueue(m))]++
-	s.ByReason[orUnknown(Reason(m))]++
+	s.ByQueue[orUnknown(msg.OriginalQueue(m))]++
+	s.ByReason[orUnknown(msg.DeadLetterReason(m))]++
 	s.ByStatus[statusKey(m)]++
-	if ReplayCount(m) > 0 {
+	if msg.ReplayCount(m) > 0 {
 		s.Replayed++
 	}
-	if n, ok := m.Int(HeaderDeliveryCount); ok && int(n) > s.MaxDeliveryCount {
+	if n, ok := m.Int(msg.HeaderDeliveryCount); ok && int(n) > s.MaxDeliveryCount {
 		s.MaxDeliveryCount = int(n)
 	}
-	t, ok := DeadLetterTime(m)
+	t, ok := msg.DeadLetterTime(m)
 	if !ok {
 		s.NoTime++
 		return

@@ -167,3 +167,19 @@ func TestRead(t *testing.T) {
 		})
 	}
 }
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	s := strings.Repeat("é", 400) // 2 bytes each
+	got := msg.Truncate(s, msg.MaxErrorLen)
+	if len(got) > msg.MaxErrorLen+len("…") || !strings.HasSuffix(got, "…") {
+		t.Fatalf("%d bytes", len(got))
+	}
+	for _, r := range got {
+		if r == '\uFFFD' {
+			t.Fatal("a UTF-8 sequence was split")
+		}
+	}
+	if msg.Truncate("short", 10) != "short" {
+		t.Fatal("a short string changed")
+	}
+}

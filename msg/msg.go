@@ -11,13 +11,15 @@ package msg
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
 // Message is one AMQP message: body, properties and application headers.
 //
 // Header values keep the AMQP field types: string, []byte, bool, the integer
-// and float types, time.Time, nested map[string]any and []any, or nil.
+// and float types, time.Time, Decimal, nested map[string]any and []any, or
+// nil.
 type Message struct {
 	// Exchange and RoutingKey are the ones the message was delivered with. After
 	// a delay tier the broker delivers it with exchange "" and the work queue as
@@ -43,6 +45,31 @@ type Message struct {
 	AppID           string
 
 	Body []byte
+}
+
+// Decimal is an AMQP decimal header value, Value × 10^-Scale. The broker
+// package converts the AMQP client's decimal to and from it, so no other
+// package needs the client's type.
+type Decimal struct {
+	Scale uint8 `json:"scale"`
+	Value int32 `json:"value"`
+}
+
+func (d Decimal) String() string {
+	s := strconv.FormatInt(int64(d.Value), 10)
+	if d.Scale == 0 {
+		return s
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for len(s) <= int(d.Scale) {
+		s = "0" + s
+	}
+	s = s[:len(s)-int(d.Scale)] + "." + s[len(s)-int(d.Scale):]
+	if neg {
+		s = "-" + s
+	}
+	return s
 }
 
 // Clone returns a copy whose Headers map can be changed without touching m.

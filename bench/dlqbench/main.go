@@ -177,7 +177,7 @@ func fill(pub *broker.Publisher, queue, work string, n int, body []byte) (float6
 					return
 				}
 				m := &msg.Message{MessageID: strconv.Itoa(i), ContentType: "application/octet-stream", Headers: map[string]any{}, Body: body}
-				dlq.Mark(m, dlq.Info{Queue: work, RoutingKey: work, Status: 503, Reason: "max-attempts", Retries: 10, Now: time.Now()})
+				*m = *msg.DLQCopy(m, msg.Info{Queue: work, RoutingKey: work}, msg.DeadLetter{Status: 503, Reason: "max-attempts", Retries: 10, Now: time.Now()})
 				if err := pub.Publish(context.Background(), queue, m); err != nil {
 					failed.Store(&err)
 					return

@@ -606,7 +606,6 @@ and tells how to resume with --skip.`,
 			if opts.To == "" {
 				opts.To = t.dlq
 			}
-			opts.Decimal = func(d dlq.Decimal) any { return broker.Decimal(d) }
 			var r = cmd.InOrStdin()
 			if file != "-" {
 				fh, err := os.Open(file)
