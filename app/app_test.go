@@ -40,7 +40,10 @@ func TestStaleKeepAliveAfterAppRestart(t *testing.T) {
 	}
 	srv2 := serve(ln2)
 	defer srv2.Close()
-	time.Sleep(50 * time.Millisecond) // let the FIN arrive
+	// Whether the server's FIN has reached the idle pooled connection yet
+	// or not, the first request on it fails before any answer (EOF, or a
+	// reset for a write to a closed socket) and must be retried on a fresh
+	// connection.
 	for i := range 3 {
 		if o := app.Deliver(context.Background(), m, msg.Info{Attempt: 1}); o.Kind != retry.Response || o.Status != 200 {
 			t.Fatalf("delivery %d after the app restarted: %+v", i+1, o)

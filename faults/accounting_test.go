@@ -14,6 +14,7 @@ var legitReasons = map[string]bool{
 
 // accounting is the end of a scenario: where every published id ended up.
 type accounting struct {
+	scenario  string
 	published int
 	acked     int // ids the app answered 2xx at least once
 	dlq       int // distinct ids found in the DLQ
@@ -39,8 +40,8 @@ func (a *accounting) duplicates() int { return a.extra2xx + a.ackedAndDLQ }
 
 // line is the one line a scenario prints.
 func (a *accounting) line() string {
-	return fmt.Sprintf("accounting: published=%d acked=%d dlq=%d lost=%d duplicates=%d",
-		a.published, a.acked, a.dlq, a.lost, a.duplicates())
+	return fmt.Sprintf("accounting: scenario=%s published=%d acked=%d dlq=%d lost=%d duplicates=%d",
+		a.scenario, a.published, a.acked, a.dlq, a.lost, a.duplicates())
 }
 
 // account matches what was published against what the app answered and

@@ -293,6 +293,13 @@ func (a *faultApp) hangUp(w http.ResponseWriter, reset bool) {
 	conn.Close()
 }
 
+// received is the number of requests the app has had so far.
+func (a *faultApp) received() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.records)
+}
+
 // snapshot returns a copy of every record so far.
 func (a *faultApp) snapshot() []record {
 	a.mu.Lock()

@@ -1,5 +1,5 @@
-// Package faults holds Hopper's fault suite: the end-to-end proof of SPEC
-// §13 that no message is ever lost.
+// Package faults holds Hopper's fault suite: the end-to-end proof that no
+// message is ever lost.
 //
 // The package has no code of its own; everything lives in its tests. Each
 // scenario starts a real hopper binary (built once per run) as a

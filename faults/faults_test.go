@@ -20,6 +20,7 @@ var queueSeq atomic.Int64
 // for the step log.
 type run struct {
 	t      *testing.T
+	name   string
 	q      queues
 	app    *faultApp
 	hopper *hopperProc
@@ -32,7 +33,7 @@ type run struct {
 func begin(t *testing.T, name string, scripts map[string]*script) *run {
 	t.Helper()
 	hopperBinary(t) // the clock starts once the build is done
-	r := &run{t: t, q: queues{work: fmt.Sprintf("faults.%s.%d", name, queueSeq.Add(1))}, began: time.Now()}
+	r := &run{t: t, name: name, q: queues{work: fmt.Sprintf("faults.%s.%d", name, queueSeq.Add(1))}, began: time.Now()}
 	r.app = startApp(t, scripts)
 	r.hopper = startHopper(t, r.q.work, hopperConfig{
 		BrokerURL: rabbit.URL(), Queue: r.q.work, AppURL: r.app.URL(), MaxAttempts: maxAttempts,
@@ -101,6 +102,7 @@ func (r *run) finish(pubDone <-chan publishStats) *accounting {
 	}
 	left := drain(r.t, r.q)
 	a := account(ps.confirmed, r.app.snapshot(), left, r.q)
+	a.scenario = r.name
 	r.step("accounted for %d ids", a.published)
 	return a
 }
@@ -109,6 +111,21 @@ func (r *run) finish(pubDone <-chan publishStats) *accounting {
 // publisher nack), which hopper logs as MOVE_FAILED.
 func (r *run) refusedMoves() int {
 	return r.hopper.countLines("event=MOVE_FAILED", "to="+r.q.dlq(), "publisher nack")
+}
+
+// waitDelivered waits until the app has had at least k requests: faults
+// are injected at points of progress, not at times, so they land mid-run
+// whatever the machine's speed.
+func (r *run) waitDelivered(k int) {
+	r.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for r.app.received() < k {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the app had %d requests after 3m, waiting for %d", r.app.received(), k)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.step("the app has had %d requests", r.app.received())
 }
 
 func makeIDs(prefix string, n int) []string {
@@ -142,42 +159,47 @@ func TestFaultMixed(t *testing.T) {
 	pubDone := make(chan publishStats, 1)
 	go func() { pubDone <- publishPaced(ctx, t, r.q.work, ids, 20*time.Second) }()
 
-	// The faults, one after another, while the messages stream in.
-	time.Sleep(1500 * time.Millisecond)
+	// The faults, one after another, each at a point of progress while the
+	// messages stream in.
+	r.waitDelivered(n / 10)
 	r.killHopper(300 * time.Millisecond)
 
-	// The broker refuses every move to the DLQ (publisher nacks) for at
-	// least 3s and until hopper has had one refused.
-	time.Sleep(500 * time.Millisecond)
+	// The broker refuses every move to the DLQ (publisher nacks) until
+	// hopper has had one refused.
+	r.waitDelivered(n / 5)
 	clearPolicy := refuseDLQ(t, r.q)
 	r.step("DLQ refuses publishes (policy max-length 0, reject-publish)")
-	time.Sleep(3 * time.Second)
-	for end := time.Now().Add(15 * time.Second); r.refusedMoves() == 0 && time.Now().Before(end); {
-		time.Sleep(100 * time.Millisecond)
+	for end := time.Now().Add(2 * time.Minute); r.refusedMoves() == 0 && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
 	}
 	clearPolicy()
 	r.step("DLQ policy cleared after %d refused move(s)", r.refusedMoves())
 
-	time.Sleep(500 * time.Millisecond)
+	r.waitDelivered(3 * n / 10)
 	r.step("broker restarting")
 	if err := rabbit.Restart(); err != nil {
 		t.Fatalf("broker restart: %v", err)
 	}
 	r.step("broker back")
 
-	time.Sleep(500 * time.Millisecond)
+	r.waitDelivered(2 * n / 5)
 	r.crashApp(1500 * time.Millisecond)
 
-	time.Sleep(time.Second)
+	r.waitDelivered(n / 2)
 	r.killHopper(300 * time.Millisecond)
 
 	// The app flaps (down/up every second for 6s); hopper is SIGKILLed in
-	// the middle of it and comes back to an app that keeps going away.
+	// the middle of it, once the app has gone away twice, and comes back
+	// to an app that keeps going away.
+	r.waitDelivered(3 * n / 5)
 	var flapping sync.WaitGroup
 	flapping.Add(1)
+	crashes := r.app.crashCount()
 	r.step("app flapping: down/up every 1s for 6s")
 	go func() { defer flapping.Done(); r.app.flap(6*time.Second, time.Second) }()
-	time.Sleep(2500 * time.Millisecond)
+	for r.app.crashCount() < crashes+2 {
+		time.Sleep(10 * time.Millisecond)
+	}
 	r.killHopper(300 * time.Millisecond)
 	flapping.Wait()
 	r.step("app flapping over, app up")
@@ -246,8 +268,8 @@ func checkScripts(t *testing.T, a *accounting, scripts map[string]*script) {
 
 // TestFaultOutage: an app that always answers 2xx goes down for several
 // seconds, comes up, goes down again, flaps, then stays up. An outage is
-// not the message failing (SPEC §6): nothing may reach the DLQ, no attempt
-// may be spent (the app sees attempt 1 only), nothing may be lost.
+// not the message failing: nothing may reach the DLQ, no attempt may be
+// spent (the app sees attempt 1 only), nothing may be lost.
 func TestFaultOutage(t *testing.T) {
 	n := messageCount(t)
 	ids := makeIDs("outage", n)
@@ -259,11 +281,13 @@ func TestFaultOutage(t *testing.T) {
 	pubDone := make(chan publishStats, 1)
 	go func() { pubDone <- publishPaced(ctx, t, r.q.work, ids, 10*time.Second) }()
 
-	time.Sleep(time.Second)
+	// Each outage starts at a point of progress, so it lands mid-run
+	// whatever the machine's speed; its length is the fault itself.
+	r.waitDelivered(n / 5)
 	r.crashApp(3 * time.Second)
-	time.Sleep(1500 * time.Millisecond)
+	r.waitDelivered(2 * n / 5)
 	r.crashApp(2 * time.Second)
-	time.Sleep(time.Second)
+	r.waitDelivered(3 * n / 5)
 	r.step("app flapping: down/up every 1s for 5s")
 	r.app.flap(5*time.Second, time.Second)
 	r.step("app flapping over, app up")

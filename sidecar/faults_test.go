@@ -93,7 +93,9 @@ func TestShutdownFinishesInFlightAndReturnsTheRest(t *testing.T) {
 	waitFor(t, 10*time.Second, "two deliveries in flight", func() bool { return started.Load() == 2 })
 	errc := make(chan error, 1)
 	go func() { errc <- r.shutdown() }()
-	time.Sleep(300 * time.Millisecond) // shutdown has begun; the two are still in flight
+	// Shutdown has begun once the consumer is cancelled; the two are still
+	// in flight, held by the app.
+	waitFor(t, 10*time.Second, "consumer cancelled", func() bool { return !r.sc.Consuming() })
 	close(release)
 	if err := <-errc; err != nil {
 		t.Fatalf("Run returned %v, want nil", err)
@@ -397,7 +399,7 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 		w.WriteHeader(200)
 	})
 	cfg := testConfig(t, app.URL)
-	cfg.Broker.ConfirmTimeout = config.Duration(time.Second)
+	cfg.Broker.ConfirmTimeout = config.Duration(200 * time.Millisecond)
 	cfg.App.Timeout = config.Duration(20 * time.Second)
 	r := start(t, cfg)
 	r.publish("warm") // opens the publishing connections before the alarm
@@ -408,9 +410,16 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rabbit.Ctl("set_vm_memory_high_watermark", "0.4") }) //nolint:errcheck // best effort
-	time.Sleep(time.Second)                                                 // the alarm reaches the connections
 	close(release)
-	time.Sleep(3 * time.Second) // three confirm timeouts
+	// The app answers 503: the retry move publishes and the broker blocks
+	// the publishing connection, which it then lists as blocked.
+	waitFor(t, 15*time.Second, "the publishing connection blocked", func() bool {
+		return connectionState(t, "hopper-publisher "+r.cfg.Queue.Name) == "blocked"
+	})
+	// The property under test is a duration: three confirm timeouts pass
+	// while blocked, and none of them fails the move. A slower machine only
+	// makes the wait longer.
+	time.Sleep(3 * cfg.Broker.ConfirmTimeout.D())
 	if n := r.sc.Stats().MoveFailed.Load(); n != 0 {
 		t.Fatalf("%d moves failed while the broker was blocked; they must wait", n)
 	}
@@ -427,4 +436,20 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 	if calls.Load() != 2 || r.sc.Stats().Retried.Load() != 1 {
 		t.Fatalf("after the alarm: %d calls, %d retries", calls.Load(), r.sc.Stats().Retried.Load())
 	}
+}
+
+// connectionState is the broker's state of the connection whose client
+// name is name (running, blocking, blocked, …), or "" when it is not listed.
+func connectionState(t *testing.T, name string) string {
+	t.Helper()
+	out, err := rabbit.Ctl("list_connections", "-q", "--no-table-headers", "state", "client_properties")
+	if err != nil {
+		t.Fatalf("list connections: %v", err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, name) {
+			return strings.Fields(line)[0]
+		}
+	}
+	return ""
 }

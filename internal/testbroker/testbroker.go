@@ -414,6 +414,38 @@ func (b *Broker) StopNode() error {
 	return nil
 }
 
+// KillNode kills the node with SIGKILL, the hard fault: no graceful
+// shutdown, every connection cut at once, whatever the machine's speed. Its
+// data, port and directory stay, so StartNode can bring it back. Killing a
+// node that is already down is a no-op.
+func (b *Broker) KillNode() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return ErrStopped
+	}
+	p := b.proc
+	if p == nil {
+		return nil
+	}
+	b.proc = nil
+	beam := p.beamPID
+	if beam == 0 {
+		if data, err := os.ReadFile(b.pidFile); err == nil {
+			beam, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+	}
+	if beam > 0 {
+		if proc, err := os.FindProcess(beam); err == nil {
+			_ = proc.Kill()
+		}
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	b.logf("node %s killed (SIGKILL)", b.nodeName)
+	return nil
+}
+
 // StartNode starts a node stopped by StopNode again, on the same port and
 // with the same data, and waits until it accepts AMQP connections. Starting
 // a node that is already up is a no-op.
