@@ -40,9 +40,11 @@ fuzz:
 jaeger-check: deps tools
 	$(GO) test -count=1 -v ./internal/jaegercheck/
 
-## unit: tests that need no broker
+## unit: tests that need no broker (pure logic: outcome table, header
+## contract, loop, app side, acker, config, DLQ tools against fakes)
 unit:
-	$(GO) test -count=1 -skip 'TestCLI' ./retry/ ./config/ ./dlq/ ./topology/ ./proxy/ ./msg/
+	$(GO) test -count=1 -skip 'TestCLI|TestExclusive|TestBrowse' ./retry/ ./config/ ./dlq/ ./topology/ \
+		./proxy/ ./msg/ ./app/ ./telemetry/ ./internal/backoff/ ./broker/
 
 ## demo: broker + example app + Hopper + one message per outcome, end to end
 demo: deps build

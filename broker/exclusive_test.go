@@ -17,9 +17,20 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
-var rabbit *testbroker.Broker
+// node is started only by the tests that need a broker (needBroker), so the
+// acker and publisher-state tests run without RabbitMQ.
+var (
+	node   testbroker.Lazy
+	rabbit *testbroker.Broker
+)
 
-func TestMain(m *testing.M) { os.Exit(testbroker.RunMain(m, &rabbit)) }
+func TestMain(m *testing.M) { os.Exit(testbroker.RunLazy(m, &node)) }
+
+// needBroker starts the package's node if it is not running yet.
+func needBroker(t *testing.T) {
+	t.Helper()
+	rabbit = node.Get(t)
+}
 
 var queueSeq atomic.Int64
 
@@ -127,6 +138,7 @@ func equal(a, b []string) bool {
 }
 
 func TestExclusiveRefusesSecondOwner(t *testing.T) {
+	needBroker(t)
 	q := declareQueue(t, 3)
 	ctx := context.Background()
 	first, err := OpenExclusive(ctx, opts(), q, 2)
@@ -164,6 +176,7 @@ func TestExclusiveRefusesSecondOwner(t *testing.T) {
 }
 
 func TestExclusiveMissingQueue(t *testing.T) {
+	needBroker(t)
 	_, err := OpenExclusive(context.Background(), opts(), "no-such-queue-"+t.Name(), 1)
 	if !errors.Is(err, ErrNoQueue) {
 		t.Fatalf("err = %v, want ErrNoQueue", err)
@@ -174,6 +187,7 @@ func TestExclusiveMissingQueue(t *testing.T) {
 // the window it takes them with basic.get. Close returns every held one to
 // its original place.
 func TestExclusiveHoldsBeyondPrefetchAndReturnsInOrder(t *testing.T) {
+	needBroker(t)
 	const n = 40
 	q := declareQueue(t, n)
 	e, err := OpenExclusive(context.Background(), opts(), q, 4)
@@ -210,6 +224,7 @@ func TestExclusiveHoldsBeyondPrefetchAndReturnsInOrder(t *testing.T) {
 // Acked messages leave, held ones come back in place; pushed and got
 // deliveries mix freely.
 func TestExclusiveAckSomeHoldOthers(t *testing.T) {
+	needBroker(t)
 	const n = 30
 	q := declareQueue(t, n)
 	e, err := OpenExclusive(context.Background(), opts(), q, 3)
@@ -243,6 +258,7 @@ func TestExclusiveAckSomeHoldOthers(t *testing.T) {
 // A browse (basic.get without ack, then close) leaves the queue as it was,
 // order included. The DLQ tools' stats and peek rely on it.
 func TestBrowseKeepsOrder(t *testing.T) {
+	needBroker(t)
 	const n = 25
 	q := declareQueue(t, n)
 	for range 3 {
@@ -255,6 +271,7 @@ func TestBrowseKeepsOrder(t *testing.T) {
 
 // Losing the connection ends Next with an error and returns held messages.
 func TestExclusiveConnectionLoss(t *testing.T) {
+	needBroker(t)
 	q := declareQueue(t, 5)
 	o := opts()
 	o.Name = "exclusive-loss-" + t.Name()
@@ -286,6 +303,7 @@ func TestExclusiveConnectionLoss(t *testing.T) {
 // A quorum DLQ works the same: exclusive consumer, holding past the window,
 // everything back in order on close.
 func TestExclusiveQuorumQueue(t *testing.T) {
+	needBroker(t)
 	const n = 20
 	q := declareTyped(t, "quorum", n)
 	e, err := OpenExclusive(context.Background(), opts(), q, 3)

@@ -405,9 +405,16 @@ func TestReplayInterruptFinishesInFlight(t *testing.T) {
 	}
 	q := newFakeQueue(t, ms...)
 	p := newFakePub()
-	p.delay = 30 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	p.delay = time.Millisecond
+	// Interrupt once three copies are confirmed: mid-run on any machine.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var confirmed atomic.Int64
+	p.after = func(string, *msg.Message) {
+		if confirmed.Add(1) == 3 {
+			cancel()
+		}
+	}
 	o := opts(20)
 	o.Parallel = 2
 	res, err := Replay(ctx, q, p, o)

@@ -272,6 +272,44 @@ func RunMain(m *testing.M, dst **Broker) int {
 	return code
 }
 
+// Lazy is one node for a test package, started by the first test that asks
+// for it: the pure tests of a package that also has integration tests then
+// run (`make unit`) with no RabbitMQ installed, while a test that needs the
+// broker and cannot start it fails, never skips.
+type Lazy struct {
+	once sync.Once
+	b    *Broker
+	err  error
+}
+
+// Get returns the package's node, starting it on first use. It fails t
+// with the install hint when the node cannot start.
+func (l *Lazy) Get(t testing.TB) *Broker {
+	t.Helper()
+	l.once.Do(func() { l.b, l.err = Start(Options{}) })
+	if l.err != nil {
+		t.Fatalf("testbroker: cannot start RabbitMQ: %v\n%s", l.err, InstallHint)
+	}
+	return l.b
+}
+
+// RunLazy runs the package's tests and stops the node if one was started.
+//
+//	var node testbroker.Lazy
+//	func TestMain(m *testing.M) { os.Exit(testbroker.RunLazy(m, &node)) }
+func RunLazy(m *testing.M, l *Lazy) int {
+	code := m.Run()
+	if l.b != nil {
+		if err := l.b.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: testbroker: stop: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
 // URL returns the AMQP URL of the node, using the default guest account
 // (allowed over loopback only by default; the node's config lifts that
 // restriction, but the node only listens on 127.0.0.1 anyway).
