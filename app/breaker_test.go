@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -157,7 +158,7 @@ func TestBreakerMessagesFailingHealthyApp(t *testing.T) {
 	r := newRig(t)
 	r.app.set(retry.Outcome{Kind: retry.Response, Status: 503})
 	r.deliver(200)
-	waitFor(t, func() bool { return r.health.calls.Load() == 1 })
+	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return r.health.calls.Load() == 1 })
 	r.deliver(200)
 	if r.b.State() != "closed" || r.gate.isPaused() {
 		t.Fatalf("state %s, paused %v after 503s from a healthy app", r.b.State(), r.gate.isPaused())
@@ -167,7 +168,7 @@ func TestBreakerMessagesFailingHealthyApp(t *testing.T) {
 	}
 	r.clock.advance(time.Second)
 	r.deliver(5)
-	waitFor(t, func() bool { return r.health.calls.Load() == 2 })
+	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return r.health.calls.Load() == 2 })
 	if r.app.calls.Load() != 405 {
 		t.Fatalf("app called %d times, want every message delivered", r.app.calls.Load())
 	}
@@ -180,7 +181,7 @@ func TestBreakerMessagesFailingUnhealthyApp(t *testing.T) {
 	r.app.set(retry.Outcome{Kind: retry.Response, Status: 500})
 	r.deliver(5)
 	r.waitState(t, "open")
-	waitFor(t, r.gate.isPaused)
+	waitfor.Until(t, 10*time.Second, "the condition", r.gate.isPaused)
 }
 
 // Refused connections open the breaker after Failures in a row; then
@@ -234,13 +235,13 @@ func TestBreakerRecovery(t *testing.T) {
 	for range 3 {
 		r.clock.tick(time.Second)
 	}
-	waitFor(t, func() bool { return r.health.calls.Load() >= 3 })
+	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return r.health.calls.Load() >= 3 })
 	if !r.gate.isPaused() {
 		t.Fatal("resumed while the health check fails")
 	}
 	r.health.set(nil)
 	r.clock.tick(time.Second)
-	waitFor(t, func() bool { return !r.gate.isPaused() })
+	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return !r.gate.isPaused() })
 	if got := r.gate.resume[len(r.gate.resume)-1]; got != 50 {
 		t.Fatalf("resumed with prefetch %d, want 50", got)
 	}
@@ -253,16 +254,5 @@ func TestBreakerRecovery(t *testing.T) {
 	r.deliver(3)
 	if r.b.State() != "closed" {
 		t.Fatalf("state %s after failing messages from a healthy app", r.b.State())
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		runtime.Gosched()
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -704,7 +705,7 @@ func TestCLIReplayConcurrentReplayerRefused(t *testing.T) {
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return e.depth(e.Work) > 0 })
+	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return e.depth(e.Work) > 0 })
 
 	second := e.run("replay", "--dlq", e.DLQ)
 	if second.code == 0 || !strings.Contains(second.stderr, "another replayer owns DLQ \""+e.DLQ+"\"") {
@@ -756,7 +757,7 @@ func TestCLIReplayQuorumDLQ(t *testing.T) {
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return e.depth(e.Work) > 0 })
+	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return e.depth(e.Work) > 0 })
 	if r := e.run("replay", "--dlq", qdlq); r.code == 0 || !strings.Contains(r.stderr, "another replayer owns DLQ") {
 		t.Fatalf("second replayer of a quorum DLQ: exit %d\n%s", r.code, r.stderr)
 	}
@@ -768,17 +769,6 @@ func TestCLIReplayQuorumDLQ(t *testing.T) {
 	}
 	if d := e.depth(qdlq); d != 0 {
 		t.Fatalf("quorum DLQ holds %d", d)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -825,7 +815,7 @@ func TestCLIReplaySIGKILLLosesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() bool {
+	waitfor.Until(t, 30*time.Second, "the condition", func() bool {
 		d, _ := e.rb.QueueDepth(e.Work)
 		return d >= 300
 	})
@@ -870,7 +860,7 @@ func TestCLIReplayBrokerRestart(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() bool {
+	waitfor.Until(t, 30*time.Second, "the condition", func() bool {
 		d, _ := rb.QueueDepth(e.Work)
 		return d >= 50
 	})

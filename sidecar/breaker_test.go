@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/sidecar"
 )
 
@@ -103,12 +104,12 @@ func TestBreakerOpensWhenHealthFails(t *testing.T) {
 	for i := range 20 {
 		r.publish(fmt.Sprintf("m-%d", i))
 	}
-	waitFor(t, 15*time.Second, "breaker open and consuming paused", func() bool {
+	waitfor.Until(t, 15*time.Second, "breaker open and consuming paused", func() bool {
 		return r.sc.BreakerState() == "open" && r.sc.Paused()
 	})
 	healthy.Store(true)
 	r.settled(0)
-	waitFor(t, 15*time.Second, "breaker closed", func() bool { return r.sc.BreakerState() == "closed" })
+	waitfor.Until(t, 15*time.Second, "breaker closed", func() bool { return r.sc.BreakerState() == "closed" })
 	for i := range 20 {
 		if got := app.statuses(fmt.Sprintf("m-%d", i)); len(got) != 1 || got[0] != 200 {
 			t.Errorf("m-%d: answered %v by the healthy app", i, got)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/sidecar"
 )
@@ -23,7 +24,7 @@ func TestAppDownReturnsWithoutAttempt(t *testing.T) {
 	r := start(t, testConfig(t, app.URL))
 	app.Close()
 	r.publish("patient")
-	waitFor(t, 10*time.Second, "returns while the app is down", func() bool { return r.sc.Stats().Returned.Load() >= 3 })
+	waitfor.Until(t, 10*time.Second, "returns while the app is down", func() bool { return r.sc.Stats().Returned.Load() >= 3 })
 	d := allDepths(t)
 	plan := r.sc.Plan()
 	if d[plan.DLQ.Name] != 0 || d[plan.Tiers[0].Name] != 0 || d[plan.Tiers[1].Name] != 0 {
@@ -53,9 +54,9 @@ func TestRefusedMoveKeepsOriginal(t *testing.T) {
 	app.script("first", 400)
 	app.script("second", 400)
 	r.publish("first")
-	waitFor(t, 10*time.Second, "first in the DLQ", func() bool { return allDepths(t)[r.sc.Plan().DLQ.Name] == 1 })
+	waitfor.Until(t, 10*time.Second, "first in the DLQ", func() bool { return allDepths(t)[r.sc.Plan().DLQ.Name] == 1 })
 	r.publish("second")
-	waitFor(t, 10*time.Second, "a refused move", func() bool { return r.sc.Stats().MoveFailed.Load() >= 1 })
+	waitfor.Until(t, 10*time.Second, "a refused move", func() bool { return r.sc.Stats().MoveFailed.Load() >= 1 })
 	d := allDepths(t)
 	if d[r.cfg.Queue.Name] != 1 || d[r.sc.Plan().DLQ.Name] != 1 {
 		t.Fatalf("after a refused move want 1 in the work queue and 1 in the DLQ, got %v", d)
@@ -90,12 +91,12 @@ func TestShutdownFinishesInFlightAndReturnsTheRest(t *testing.T) {
 	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
 		r.publish(id)
 	}
-	waitFor(t, 10*time.Second, "two deliveries in flight", func() bool { return started.Load() == 2 })
+	waitfor.Until(t, 10*time.Second, "two deliveries in flight", func() bool { return started.Load() == 2 })
 	errc := make(chan error, 1)
 	go func() { errc <- r.shutdown() }()
 	// Shutdown has begun once the consumer is cancelled; the two are still
 	// in flight, held by the app.
-	waitFor(t, 10*time.Second, "consumer cancelled", func() bool { return !r.sc.Consuming() })
+	waitfor.Until(t, 10*time.Second, "consumer cancelled", func() bool { return !r.sc.Consuming() })
 	close(release)
 	if err := <-errc; err != nil {
 		t.Fatalf("Run returned %v, want nil", err)
@@ -123,7 +124,7 @@ func TestShutdownGraceExpires(t *testing.T) {
 	r := start(t, cfg)
 	app.script("hang", 0)
 	r.publish("hang")
-	waitFor(t, 10*time.Second, "the delivery in flight", func() bool { return len(app.callsFor("hang")) == 1 })
+	waitfor.Until(t, 10*time.Second, "the delivery in flight", func() bool { return len(app.callsFor("hang")) == 1 })
 	began := time.Now()
 	if err := r.shutdown(); err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestShutdownGraceExpires(t *testing.T) {
 	if took := time.Since(began); took > 5*time.Second {
 		t.Errorf("shutdown took %s with a 500ms grace", took)
 	}
-	waitFor(t, 10*time.Second, "hang back in the work queue", func() bool { return allDepths(t)[r.cfg.Queue.Name] == 1 })
+	waitfor.Until(t, 10*time.Second, "hang back in the work queue", func() bool { return allDepths(t)[r.cfg.Queue.Name] == 1 })
 	if n := allDepths(t)[r.sc.Plan().DLQ.Name]; n != 0 {
 		t.Errorf("DLQ has %d after shutdown", n)
 	}
@@ -149,7 +150,7 @@ func TestReconnectAfterConnectionsClosed(t *testing.T) {
 	if err := rabbit.CloseAllConnections(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "consumer back", func() bool { return r.sc.Consuming() })
+	waitfor.Until(t, 15*time.Second, "consumer back", func() bool { return r.sc.Consuming() })
 	app.script("after", 503, 200)
 	publishRetrying(t, r, "after")
 	r.settled(0)
@@ -184,7 +185,7 @@ func TestWorkQueueDeletedIsRecreated(t *testing.T) {
 	if _, err := rabbit.Ctl("delete_queue", r.cfg.Queue.Name); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "queue re-declared", func() bool {
+	waitfor.Until(t, 15*time.Second, "queue re-declared", func() bool {
 		_, ok := allDepths(t)[r.cfg.Queue.Name]
 		return ok && r.sc.Consuming()
 	})
@@ -258,7 +259,7 @@ func TestQuorumQueues(t *testing.T) {
 	// An outage longer than the delivery limit: returns must not spend it.
 	app.Close()
 	r.publish("q3")
-	waitFor(t, 15*time.Second, "more returns than the delivery limit", func() bool { return r.sc.Stats().Returned.Load() >= 8 })
+	waitfor.Until(t, 15*time.Second, "more returns than the delivery limit", func() bool { return r.sc.Stats().Returned.Load() >= 8 })
 	app.Restart()
 	r.settled(1)
 	if len(app.callsFor("q3")) != 1 {
@@ -321,12 +322,12 @@ func TestBreakerPausesDuringOutage(t *testing.T) {
 	for _, id := range []string{"o1", "o2", "o3", "o4", "o5"} {
 		r.publish(id)
 	}
-	waitFor(t, 10*time.Second, "breaker open and consumer paused", func() bool {
+	waitfor.Until(t, 10*time.Second, "breaker open and consumer paused", func() bool {
 		return r.sc.BreakerState() == "open" && r.sc.Paused()
 	})
 	// Paused: the broker lists no consumer on the work queue, so nothing
 	// more is taken from it, and every message is back in it, ready.
-	waitFor(t, 10*time.Second, "no consumer on the work queue and all 5 ready", func() bool {
+	waitfor.Until(t, 10*time.Second, "no consumer on the work queue and all 5 ready", func() bool {
 		out, err := rabbit.Ctl("list_queues", "-q", "--no-table-headers", "name", "consumers", "messages_ready")
 		if err != nil {
 			t.Fatal(err)
@@ -355,7 +356,7 @@ func TestBreakerPausesDuringOutage(t *testing.T) {
 	}
 	app.Restart()
 	r.settled(0)
-	waitFor(t, 5*time.Second, "breaker closed", func() bool { return r.sc.BreakerState() == "closed" && r.sc.Consuming() })
+	waitfor.Until(t, 5*time.Second, "breaker closed", func() bool { return r.sc.BreakerState() == "closed" && r.sc.Consuming() })
 	for _, id := range []string{"o1", "o2", "o3", "o4", "o5"} {
 		if got := app.attempts(id); len(got) != 1 || got[0] != 1 {
 			t.Errorf("%s: attempts %v after the outage, want [1]", id, got)
@@ -405,7 +406,7 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 	r.publish("warm") // opens the publishing connections before the alarm
 	r.settled(0)
 	r.publish("held")
-	waitFor(t, 10*time.Second, "the first attempt in progress", func() bool { return calls.Load() == 1 })
+	waitfor.Until(t, 10*time.Second, "the first attempt in progress", func() bool { return calls.Load() == 1 })
 	if _, err := rabbit.Ctl("set_vm_memory_high_watermark", "0.000001"); err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +414,7 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 	close(release)
 	// The app answers 503: the retry move publishes and the broker blocks
 	// the publishing connection, which it then lists as blocked.
-	waitFor(t, 15*time.Second, "the publishing connection blocked", func() bool {
+	waitfor.Until(t, 15*time.Second, "the publishing connection blocked", func() bool {
 		return connectionState(t, "hopper-publisher "+r.cfg.Queue.Name) == "blocked"
 	})
 	// The property under test is a duration: three confirm timeouts pass

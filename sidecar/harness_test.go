@@ -18,6 +18,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/sidecar"
 )
@@ -223,7 +224,7 @@ func startWith(t *testing.T, cfg config.Config, setup func(*sidecar.Sidecar)) *r
 	bo := sidecar.BrokerOptions(&r.cfg, testLogger(t), "test")
 	r.pub = broker.NewPublisher(broker.PublisherOptions{Options: bo, Channels: 2, ConfirmTimeout: 5 * time.Second})
 	t.Cleanup(func() { r.pub.Close() })
-	waitFor(t, 30*time.Second, "sidecar consuming", func() bool {
+	waitfor.Until(t, 30*time.Second, "sidecar consuming", func() bool {
 		select {
 		case err := <-r.done:
 			t.Fatalf("sidecar ended before consuming: %v", err)
@@ -307,17 +308,6 @@ func (r *running) drain(queue string) map[string]*msg.Message {
 		if err := d.Ack(); err != nil {
 			r.t.Fatal(err)
 		}
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

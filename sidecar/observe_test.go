@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/sidecar"
 )
 
@@ -156,7 +157,7 @@ func TestTraceEveryAttemptInOneTrace(t *testing.T) {
 	app.script("traced", 503, 503, 200)
 	r.publish("traced", withHeader("traceparent", carrier["traceparent"]))
 	r.settled(0)
-	waitFor(t, 5*time.Second, "spans ended", func() bool { return len(rec.Ended()) >= 9 })
+	waitfor.Until(t, 5*time.Second, "spans ended", func() bool { return len(rec.Ended()) >= 9 })
 
 	var consumers, clients, producers []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {

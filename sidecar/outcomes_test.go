@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -201,7 +202,7 @@ func TestRetryAfterPicksTier(t *testing.T) {
 	app.hdrs["ra"] = http.Header{"Retry-After": {"2"}}
 	r.publish("ra")
 	tier3s := r.cfg.Queue.Name + ".retry.3s"
-	waitFor(t, 10*time.Second, "message in the 3s tier", func() bool { return allDepths(t)[tier3s] == 1 })
+	waitfor.Until(t, 10*time.Second, "message in the 3s tier", func() bool { return allDepths(t)[tier3s] == 1 })
 	r.settled(0)
 	if got := app.attempts("ra"); !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("attempts %v", got)

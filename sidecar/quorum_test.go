@@ -12,6 +12,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -50,10 +51,10 @@ func TestQuorumFailedMoveSpendsNoDeliveryLimit(t *testing.T) {
 		}
 	}
 	r.publish("second")
-	waitFor(t, 15*time.Second, "more failed moves than the delivery limit", func() bool {
+	waitfor.Until(t, 15*time.Second, "more failed moves than the delivery limit", func() bool {
 		return r.sc.Stats().MoveFailed.Load() >= int64(2*cfg.Queue.DeliveryLimit)
 	})
-	waitFor(t, 15*time.Second, "consuming paused for failing moves", func() bool {
+	waitfor.Until(t, 15*time.Second, "consuming paused for failing moves", func() bool {
 		return r.sc.Paused() && strings.Contains(strings.Join(r.sc.PauseReasons(), ","), "moves failing")
 	})
 	if n := r.sc.Stats().MovesFailing.Load(); n != 1 {
@@ -67,7 +68,7 @@ func TestQuorumFailedMoveSpendsNoDeliveryLimit(t *testing.T) {
 		t.Fatalf("DLQ held %d messages, want the %d fillers", len(got), fillers)
 	}
 	r.settled(1)
-	waitFor(t, 15*time.Second, "consuming resumed", r.sc.Consuming)
+	waitfor.Until(t, 15*time.Second, "consuming resumed", r.sc.Consuming)
 	got := r.drain(dlqName)["second"]
 	if got == nil {
 		t.Fatal("second lost")
@@ -125,8 +126,8 @@ func TestQuorumShutdownsSpendNoDeliveryLimit(t *testing.T) {
 				r.publish(id)
 			}
 		}
-		waitFor(t, 15*time.Second, "one delivery in flight", func() bool { return started.Load() > before })
-		waitFor(t, 15*time.Second, "the rest prefetched", func() bool { return r.sc.Stats().Received.Load() == int64(len(ids)) })
+		waitfor.Until(t, 15*time.Second, "one delivery in flight", func() bool { return started.Load() > before })
+		waitfor.Until(t, 15*time.Second, "the rest prefetched", func() bool { return r.sc.Stats().Received.Load() == int64(len(ids)) })
 		if err := r.shutdown(); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
@@ -134,7 +135,7 @@ func TestQuorumShutdownsSpendNoDeliveryLimit(t *testing.T) {
 		if st.Retried.Load() != 0 || st.DeadLettered.Load() != 0 {
 			t.Fatalf("round %d: shutdown spent attempts: retried=%d dlq=%d", round, st.Retried.Load(), st.DeadLettered.Load())
 		}
-		waitFor(t, 15*time.Second, "every message back in the work queue", func() bool {
+		waitfor.Until(t, 15*time.Second, "every message back in the work queue", func() bool {
 			d := allDepths(t)
 			return d[queue] == len(ids) && d[dlqName] == 0
 		})
@@ -179,7 +180,7 @@ func TestConsumerCancelKeepsConnection(t *testing.T) {
 	if _, err := rabbit.Ctl("delete_queue", r.cfg.Queue.Name); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "queue re-declared and consumed", func() bool {
+	waitfor.Until(t, 15*time.Second, "queue re-declared and consumed", func() bool {
 		_, ok := allDepths(t)[r.cfg.Queue.Name]
 		return ok && r.sc.Consuming()
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -111,7 +112,7 @@ func TestTLSWithCredentialFiles(t *testing.T) {
 	r := start(t, cfg)
 	app.script("secure", 503, 200)
 	r.publish("secure")
-	waitFor(t, 20*time.Second, "delivered over TLS", func() bool {
+	waitfor.Until(t, 20*time.Second, "delivered over TLS", func() bool {
 		s := app.statuses("secure")
 		return len(s) == 2 && s[1] == 200
 	})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -409,17 +410,6 @@ func (p *proc) wait(timeout time.Duration) int {
 	}
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 func publish(t *testing.T, queue string, ids ...string) {
 	t.Helper()
 	pub := broker.NewPublisher(broker.PublisherOptions{Options: broker.Options{URLs: []string{rabbit.URL()}}, Channels: 1})
@@ -449,7 +439,7 @@ func inspector(t *testing.T) *broker.Inspector {
 // queueExists waits for the sidecar to declare its topology.
 func queueExists(t *testing.T, insp *broker.Inspector, name string, p *proc) {
 	t.Helper()
-	waitUntil(t, 30*time.Second, "queue "+name+" declared", func() bool {
+	waitfor.Until(t, 30*time.Second, "queue "+name+" declared", func() bool {
 		if p.exited() {
 			t.Fatalf("hopper exited early:\n%s", p.stderr.String())
 		}
@@ -461,7 +451,7 @@ func queueExists(t *testing.T, insp *broker.Inspector, name string, p *proc) {
 // readyIn waits until a queue holds n ready messages.
 func readyIn(t *testing.T, insp *broker.Inspector, name string, n int) {
 	t.Helper()
-	waitUntil(t, 15*time.Second, fmt.Sprintf("%d ready message(s) in %s", n, name), func() bool {
+	waitfor.Until(t, 15*time.Second, fmt.Sprintf("%d ready message(s) in %s", n, name), func() bool {
 		got, err := insp.Depth(name)
 		return err == nil && got == n
 	})
@@ -533,7 +523,7 @@ func TestRunDeliversAndStopsCleanly(t *testing.T) {
 	p := startRun(t, runArgs(q, app.URL+"/in/{queue}")...)
 	queueExists(t, insp, q, p)
 	publish(t, q, "a", "b", "c")
-	waitUntil(t, 30*time.Second, "the app to receive 3 messages", func() bool { return received() == 3 })
+	waitfor.Until(t, 30*time.Second, "the app to receive 3 messages", func() bool { return received() == 3 })
 
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(10 * time.Second); code != 0 {
@@ -584,10 +574,10 @@ func TestRunSecondSignalExitsWithoutAcking(t *testing.T) {
 	p := startRun(t, runArgs(q, url, "--set", "app.timeout=5m", "--set", "shutdown.grace=5m")...)
 	queueExists(t, insp, q, p)
 	publish(t, q, "stuck")
-	waitUntil(t, 30*time.Second, "the app to receive the message", func() bool { return calls.Load() == 1 })
+	waitfor.Until(t, 30*time.Second, "the app to receive the message", func() bool { return calls.Load() == 1 })
 
 	p.signal(syscall.SIGTERM)
-	waitUntil(t, 10*time.Second, "shutdown to start", func() bool {
+	waitfor.Until(t, 10*time.Second, "shutdown to start", func() bool {
 		return strings.Contains(p.stderr.String(), `"event":"SHUTDOWN_STARTED"`)
 	})
 	if p.exited() {
@@ -620,7 +610,7 @@ func TestRunGraceExpiresReturnsMessage(t *testing.T) {
 	p := startRun(t, runArgs(q, url, "--set", "app.timeout=5m", "--set", "shutdown.grace=1s")...)
 	queueExists(t, insp, q, p)
 	publish(t, q, "slow")
-	waitUntil(t, 30*time.Second, "the app to receive the message", func() bool { return calls.Load() == 1 })
+	waitfor.Until(t, 30*time.Second, "the app to receive the message", func() bool { return calls.Load() == 1 })
 
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(15 * time.Second); code != 0 {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -94,7 +95,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // test teardown
 	query = "http://" + queryAddr
-	waitFor(t, 30*time.Second, "jaeger query API", func() bool {
+	waitfor.Until(t, 30*time.Second, "jaeger query API", func() bool {
 		resp, err := http.Get(query + "/api/services")
 		if err != nil {
 			return false
@@ -103,17 +104,6 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		return resp.StatusCode == 200
 	})
 	return "http://" + otlpAddr, query
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // jaegerTrace is the part of Jaeger's query API answer the check reads.
@@ -202,7 +192,7 @@ log:
 	exited := make(chan error, 1)
 	go func() { exited <- run.Wait() }()
 	t.Cleanup(func() { run.Process.Kill() }) //nolint:errcheck // may have exited
-	waitFor(t, 30*time.Second, "hopper consuming (queue declared)", func() bool {
+	waitfor.Until(t, 30*time.Second, "hopper consuming (queue declared)", func() bool {
 		_, err := rabbit.QueueDepth(queue)
 		return err == nil
 	})
@@ -231,7 +221,7 @@ log:
 		t.Fatal(err)
 	}
 
-	waitFor(t, 30*time.Second, "three deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 3 })
+	waitfor.Until(t, 30*time.Second, "three deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 3 })
 	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +236,7 @@ log:
 
 	// Read the trace back.
 	var tr jaegerTrace
-	waitFor(t, 30*time.Second, "the trace in Jaeger with every span", func() bool {
+	waitfor.Until(t, 30*time.Second, "the trace in Jaeger with every span", func() bool {
 		resp, err := http.Get(query + "/api/traces/" + traceID)
 		if err != nil {
 			return false
