@@ -30,7 +30,7 @@ func (q queues) isWorkOrTier(name string) bool {
 
 func brokerOptions(name string) broker.Options {
 	return broker.Options{
-		URLs:           []string{rabbit.URL()},
+		URLs:           target.URLs(),
 		Heartbeat:      5 * time.Second,
 		ConnectTimeout: 5 * time.Second,
 		ReconnectMin:   100 * time.Millisecond,
@@ -42,7 +42,7 @@ func brokerOptions(name string) broker.Options {
 // depths returns ready+unacked messages of every queue, from one
 // rabbitmqctl call.
 func depths() (map[string]int, error) {
-	out, err := rabbit.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages")
+	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages")
 	if err != nil {
 		return nil, err
 	}
@@ -143,13 +143,13 @@ func refuseDLQ(t *testing.T, q queues) (clear func()) {
 	// holds (measured: 5 messages in, 0 left). With overflow already
 	// reject-publish, max-length 0 drops nothing and refuses new publishes.
 	for _, def := range []string{`{"overflow":"reject-publish"}`, `{"max-length":0,"overflow":"reject-publish"}`} {
-		if _, err := rabbit.Ctl("set_policy", "--apply-to", "queues", name, pattern, def); err != nil {
+		if _, err := target.Ctl("set_policy", "--apply-to", "queues", name, pattern, def); err != nil {
 			t.Errorf("set DLQ policy: %v", err)
 			return func() {}
 		}
 	}
 	return func() {
-		if _, err := rabbit.Ctl("clear_policy", name); err != nil {
+		if _, err := target.Ctl("clear_policy", name); err != nil {
 			t.Errorf("clear DLQ policy: %v", err)
 		}
 	}

@@ -32,11 +32,18 @@ type run struct {
 // consumes.
 func begin(t *testing.T, name string, scripts map[string]*script) *run {
 	t.Helper()
+	return beginWith(t, name, scripts, "classic")
+}
+
+// beginWith is begin with the work queue (and Hopper's other queues)
+// declared as queueType.
+func beginWith(t *testing.T, name string, scripts map[string]*script, queueType string) *run {
+	t.Helper()
 	hopperBinary(t) // the clock starts once the build is done
 	r := &run{t: t, name: name, q: queues{work: fmt.Sprintf("faults.%s.%d", name, queueSeq.Add(1))}, began: time.Now()}
 	r.app = startApp(t, scripts)
 	r.hopper = startHopper(t, r.q.work, hopperConfig{
-		BrokerURL: rabbit.URL(), Queue: r.q.work, AppURL: r.app.URL(), MaxAttempts: maxAttempts,
+		BrokerURLs: target.URLs(), Queue: r.q.work, QueueType: queueType, AppURL: r.app.URL(), MaxAttempts: maxAttempts,
 	})
 	if err := r.hopper.waitEvent("CONSUMER_STARTED", time.Minute); err != nil {
 		t.Fatal(err)
@@ -146,12 +153,20 @@ func makeIDs(prefix string, n int) []string {
 // answers, and each script leaves one attempt of slack for an unscripted
 // timeout (see newScripts). The expectations are therefore exact, not
 // merely "lost=0 and the reasons look legitimate".
-func TestFaultMixed(t *testing.T) {
+func TestFaultMixed(t *testing.T) { mixed(t, "mixed", "classic") }
+
+// TestFaultMixedQuorum is the mixed scenario on quorum queues: every
+// give-back is a republish, so the work queue's delivery limit is never
+// spent on a message the app did not see, and the accounting is exact as
+// on classic queues.
+func TestFaultMixedQuorum(t *testing.T) { mixed(t, "mixed-quorum", "quorum") }
+
+func mixed(t *testing.T, name, queueType string) {
 	n := messageCount(t)
 	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
-	ids := makeIDs("mixed", n)
+	ids := makeIDs(name, n)
 	scripts := newScripts(ids, seed, maxAttempts)
-	r := begin(t, "mixed", scripts)
+	r := beginWith(t, name, scripts, queueType)
 	r.step("N=%d, scripts seeded with %d", n, seed)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

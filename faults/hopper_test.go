@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,15 +20,16 @@ import (
 // breaker on with a short open period so that app outages open and close it
 // many times within a run.
 type hopperConfig struct {
-	BrokerURL   string
+	BrokerURLs  []string
 	Queue       string
+	QueueType   string // classic (default) or quorum
 	AppURL      string
 	MaxAttempts int
 }
 
 const hopperConfigTemplate = `# Written by the faults suite.
 broker:
-  urls: [%q]
+  urls: [%s]
   heartbeat: 5s
   connectTimeout: 5s
   reconnectMin: 100ms
@@ -36,6 +38,7 @@ broker:
   publishChannels: 8
 queue:
   name: %q
+  type: %s
 topology:
   declare: true
 app:
@@ -67,7 +70,15 @@ log:
 
 func (c hopperConfig) write(t *testing.T, path string) {
 	t.Helper()
-	data := fmt.Sprintf(hopperConfigTemplate, c.BrokerURL, c.Queue, c.AppURL, c.MaxAttempts)
+	urls := make([]string, len(c.BrokerURLs))
+	for i, u := range c.BrokerURLs {
+		urls[i] = strconv.Quote(u)
+	}
+	typ := c.QueueType
+	if typ == "" {
+		typ = "classic"
+	}
+	data := fmt.Sprintf(hopperConfigTemplate, strings.Join(urls, ", "), c.Queue, typ, c.AppURL, c.MaxAttempts)
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}

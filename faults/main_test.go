@@ -13,9 +13,31 @@ import (
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 )
 
-// rabbit is the private broker every scenario shares (each uses its own
-// queues).
+// rabbit is the private broker every single-node scenario shares (each
+// uses its own queues).
 var rabbit *testbroker.Broker
+
+// brokerTarget is where the suite's helpers connect and run rabbitmqctl:
+// the shared node, or a cluster while a cluster scenario runs.
+type brokerTarget interface {
+	URLs() []string
+	Ctl(args ...string) (string, error)
+}
+
+type singleNode struct{ *testbroker.Broker }
+
+func (n singleNode) URLs() []string { return []string{n.URL()} }
+
+// target is the broker of the scenario running now (scenarios run one at
+// a time).
+var target brokerTarget
+
+// useTarget points the helpers at tg until the test ends.
+func useTarget(t *testing.T, tg brokerTarget) {
+	prev := target
+	target = tg
+	t.Cleanup(func() { target = prev })
+}
 
 // workDir holds the hopper binary, its configs and its logs.
 var workDir string
@@ -62,7 +84,7 @@ func runMain(m *testing.M) int {
 		build.took = time.Since(began)
 	}()
 
-	code = testbroker.RunMain(m, &rabbit)
+	code = testbroker.RunMain(&targetSetter{m}, &rabbit)
 	<-build.done // never leave the build running behind the test binary
 	return code
 }
@@ -97,4 +119,13 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: want a positive integer", name, s)
 	}
 	return n
+}
+
+// targetSetter points target at the shared node once it is up, before the
+// tests run.
+type targetSetter struct{ m *testing.M }
+
+func (ts *targetSetter) Run() int {
+	target = singleNode{rabbit}
+	return ts.m.Run()
 }

@@ -123,6 +123,9 @@ type Options struct {
 	// ExtraConfig is appended to the node's rabbitmq.conf (for example a
 	// TLS listener).
 	ExtraConfig string
+	// Cookie is the Erlang cookie; nodes that are to form a cluster share
+	// one. Empty means a random cookie of the node's own.
+	Cookie string
 }
 
 // Broker is a private RabbitMQ node. Its methods are safe for concurrent
@@ -137,6 +140,7 @@ type Broker struct {
 	nodeLog      string
 	quiet        bool
 	extraConfig  string
+	cookie       string
 	startTimeout time.Duration
 
 	mu       sync.Mutex
@@ -194,7 +198,11 @@ func Start(opts Options) (*Broker, error) {
 		nodeLog:      filepath.Join(dir, "log", nodeName+".log"),
 		quiet:        opts.Quiet,
 		extraConfig:  opts.ExtraConfig,
+		cookie:       opts.Cookie,
 		startTimeout: timeout,
+	}
+	if b.cookie == "" {
+		b.cookie = randomCookie()
 	}
 	if err := b.prepareDir(); err != nil {
 		b.removeDir()
@@ -247,6 +255,10 @@ func MustStart(tb testing.TB) *Broker {
 	return b
 }
 
+// Runner runs a package's tests: *testing.M, or a wrapper that does some
+// setup once the broker is up.
+type Runner interface{ Run() int }
+
 // RunMain is for TestMain: it starts one broker for the whole package,
 // stores it in *dst, runs the tests, stops the broker and returns the exit
 // code for os.Exit. If the broker cannot be started it prints the reason
@@ -255,7 +267,7 @@ func MustStart(tb testing.TB) *Broker {
 //	var broker *testbroker.Broker
 //
 //	func TestMain(m *testing.M) { os.Exit(testbroker.RunMain(m, &broker)) }
-func RunMain(m *testing.M, dst **Broker) int {
+func RunMain(m Runner, dst **Broker) int {
 	b, err := Start(Options{})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: testbroker: cannot start RabbitMQ: %v\n%s\n", err, InstallHint)
@@ -297,7 +309,7 @@ func (l *Lazy) Get(t testing.TB) *Broker {
 //
 //	var node testbroker.Lazy
 //	func TestMain(m *testing.M) { os.Exit(testbroker.RunLazy(m, &node)) }
-func RunLazy(m *testing.M, l *Lazy) int {
+func RunLazy(m Runner, l *Lazy) int {
 	code := m.Run()
 	if l.b != nil {
 		if err := l.b.Stop(); err != nil {
@@ -542,7 +554,7 @@ func (b *Broker) prepareDir() error {
 		{"rabbitmq-env.conf", "", 0o644},
 		// The server and every rabbitmqctl call find the cookie through
 		// HOME. Erlang refuses a cookie readable by others.
-		{filepath.Join("home", ".erlang.cookie"), randomCookie(), 0o400},
+		{filepath.Join("home", ".erlang.cookie"), b.cookie, 0o400},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(b.dir, f.name), []byte(f.data), f.mode); err != nil {

@@ -1,0 +1,99 @@
+package faults
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+)
+
+// clusterCount is the number of messages of the cluster scenario: smaller
+// than the others in a plain `go test` run (three nodes boot first), the
+// same as the others under `make faults`.
+func clusterCount(t *testing.T) int {
+	if os.Getenv("HOPPER_FAULTS_N") != "" {
+		return messageCount(t)
+	}
+	return envInt(t, "HOPPER_FAULTS_CLUSTER_N", 500)
+}
+
+// TestFaultCluster: a quorum work queue on a three-node cluster, Hopper
+// given all three addresses. Mid-run the node hosting the queue's leader is
+// killed with SIGKILL (a new leader is elected on another node) and brought
+// back; later another node is stopped gracefully and brought back. The app
+// always answers 2xx, so every id must end acked: none lost, none in the
+// DLQ, and duplicates only from deliveries in flight at a fault.
+func TestFaultCluster(t *testing.T) {
+	c := testbroker.MustStartCluster(t)
+	useTarget(t, c)
+	n := clusterCount(t)
+	ids := makeIDs("cluster", n)
+	r := beginWith(t, "cluster", nil, "quorum")
+	r.step("N=%d on a cluster of %d nodes, the app always answers 2xx", n, len(c.Nodes))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pubDone := make(chan publishStats, 1)
+	go func() { pubDone <- publishPaced(ctx, t, r.q.work, ids, 10*time.Second) }()
+
+	r.waitDelivered(n / 4)
+	leader := waitLeader(t, c, r.q.work, -1)
+	r.step("killing node %d (%s), the leader of %s", leader, c.Nodes[leader].NodeName(), r.q.work)
+	if err := c.KillNode(leader); err != nil {
+		t.Fatal(err)
+	}
+	now := waitLeader(t, c, r.q.work, leader)
+	r.step("leader moved to node %d", now)
+	r.waitDelivered(n / 2)
+	if err := c.StartNode(leader); err != nil {
+		t.Fatal(err)
+	}
+	r.step("node %d back in the cluster", leader)
+
+	r.waitDelivered(3 * n / 4)
+	other := (now + 1) % len(c.Nodes)
+	r.step("stopping node %d (%s) gracefully", other, c.Nodes[other].NodeName())
+	if err := c.StopNode(other); err != nil {
+		t.Fatal(err)
+	}
+	r.waitDelivered(n * 7 / 8)
+	if err := c.StartNode(other); err != nil {
+		t.Fatal(err)
+	}
+	r.step("node %d back in the cluster", other)
+
+	a := r.finish(pubDone)
+	a.report(t)
+	if a.dlq != 0 {
+		t.Errorf("%d message(s) in the DLQ (by reason %v): node faults must not dead-letter anything", a.dlq, a.byReason)
+	}
+	// Each fault can redeliver what was prefetched on the connections it
+	// cut: a handful of prefetch windows at most.
+	if bound := 4 * 50; a.duplicates() > bound {
+		t.Errorf("%d duplicates, more than the in-flight window allows (%d)", a.duplicates(), bound)
+	}
+	ev := r.hopper.eventCounts("CONSUMER_STARTED", "CONSUMER_CANCELLED", "BROKER_RECONNECT")
+	t.Logf("hopper events %v", ev)
+	if ev["CONSUMER_STARTED"] < 2 {
+		t.Errorf("the consumer never consumed again after the node faults (events %v)", ev)
+	}
+}
+
+// waitLeader waits until the queue has a leader other than not (-1: any)
+// and returns its node.
+func waitLeader(t *testing.T, c *testbroker.Cluster, queue string, not int) int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		i, err := c.Leader(queue)
+		if err == nil && i != not && c.Nodes[i].Running() {
+			return i
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader for %s other than node %d: %v", queue, not, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
