@@ -89,9 +89,11 @@ bench: deps
 
 .PHONY: faults
 
-## faults: the fault suite with N=5000 messages per scenario (broker restart, hopper SIGKILL,
-## app crash and flapping, refused DLQ moves, every app error class); every message id is
-## accounted for (acked or in the DLQ with a reason, lost=0). Output also in faults.log.
+## faults: the fault suite with N=5000 messages per scenario: mixed and mixed-quorum (broker
+## restart, hopper SIGKILL, app crash and flapping, refused DLQ moves, every app error class),
+## outage, cluster (quorum leader's node SIGKILLed, another stopped), poison-burst,
+## poison-crash and overload; every message id is accounted for (acked or in the DLQ with a
+## reason, lost=0). Output also in faults.log.
 faults: SHELL := /bin/bash
 faults: .SHELLFLAGS := -o pipefail -c
 faults: deps

@@ -178,7 +178,14 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 		// failing one message per dead connection.
 		a.client.CloseIdleConnections()
 		resp.Reset()
+		first := err
 		err = a.do(ctx, req, resp, deadline)
+		if err != nil && classify(err).Kind == retry.Unavailable && !classify(err).Cut {
+			// Not even a new connection is taken: the app is down now. It
+			// may have died with this request (the first error was the
+			// cut), so report the cut and let the health check tell.
+			err = first
+		}
 	}
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// Shutdown cut the call off. The app may still have done the work;

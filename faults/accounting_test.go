@@ -9,7 +9,7 @@ import (
 
 // Dead-letter reasons hopper may write (README, "Dead-letter headers").
 var legitReasons = map[string]bool{
-	"max-attempts": true, "non-retriable": true, "expired": true, "too-early": true, "app-action": true,
+	"max-attempts": true, "non-retriable": true, "expired": true, "too-early": true, "app-action": true, "app-crash": true,
 }
 
 // accounting is the end of a scenario: where every published id ended up.
@@ -123,6 +123,8 @@ func (a *accounting) history(id string) string {
 			s = "hang"
 		case statusReset:
 			s = "reset"
+		case statusCrash:
+			s = "crash"
 		}
 		parts = append(parts, fmt.Sprintf("a%d/r%d:%s", r.Attempt, r.Requeues, s))
 	}

@@ -31,6 +31,7 @@ const (
 const (
 	statusHang  = -1
 	statusReset = -2
+	statusCrash = -3 // the request killed the app
 )
 
 // failures are the answers a script uses for a failed attempt. 425 and the
@@ -132,6 +133,15 @@ type faultApp struct {
 	scripts map[string]*script // read-only once serving; nil: always 2xx
 	hang    time.Duration      // how long a hang lasts at most
 
+	// capacity, when above 0, is how many requests the app serves at once,
+	// each taking serveFor; beyond it it answers 503 at once (an overloaded
+	// app). Set before serving.
+	capacity int
+	serveFor time.Duration
+	// killers are ids whose delivery kills the app: the request is cut and
+	// the app stays down until the test restarts it. Set before serving.
+	killers map[string]bool
+
 	mu      sync.Mutex
 	srv     *http.Server
 	records []record
@@ -139,6 +149,8 @@ type faultApp struct {
 	crashes int
 
 	inFlight atomic.Int64
+	busy     atomic.Int64 // requests being served within capacity
+	maxBusy  atomic.Int64
 }
 
 func startApp(t *testing.T, scripts map[string]*script) *faultApp {
@@ -229,6 +241,28 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("Hopper-Message-Id")
 	attempt, _ := strconv.Atoi(r.Header.Get("Hopper-Attempt"))
 	requeues, _ := strconv.Atoi(r.Header.Get("Hopper-Requeue-Count"))
+
+	if a.killers[id] {
+		a.mu.Lock()
+		a.records = append(a.records, record{ID: id, Attempt: attempt, Requeues: requeues, Status: statusCrash, At: time.Now()})
+		a.mu.Unlock()
+		a.crash() // cuts this request too, as a process dying would
+		return
+	}
+	if a.capacity > 0 {
+		n := a.busy.Add(1)
+		defer a.busy.Add(-1)
+		if n > int64(a.capacity) {
+			a.mu.Lock()
+			a.records = append(a.records, record{ID: id, Attempt: attempt, Requeues: requeues, Status: http.StatusServiceUnavailable, At: time.Now()})
+			a.mu.Unlock()
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		for m := a.maxBusy.Load(); n > m && !a.maxBusy.CompareAndSwap(m, n); m = a.maxBusy.Load() {
+		}
+		time.Sleep(a.serveFor) // the app's own work, not a wait for anything
+	}
 
 	b := answer2xx
 	a.mu.Lock()

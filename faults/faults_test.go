@@ -3,6 +3,8 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -39,12 +41,36 @@ func begin(t *testing.T, name string, scripts map[string]*script) *run {
 // declared as queueType.
 func beginWith(t *testing.T, name string, scripts map[string]*script, queueType string) *run {
 	t.Helper()
-	hopperBinary(t) // the clock starts once the build is done
+	return beginApp(t, name, startApp(t, scripts), hopperConfig{QueueType: queueType})
+}
+
+// beginApp starts hopper with cfg (broker, queue, app and attempts filled
+// in here) in front of an app the scenario built.
+func beginApp(t *testing.T, name string, app *faultApp, cfg hopperConfig) *run {
+	t.Helper()
+	return beginPrefilled(t, name, app, cfg, nil)
+}
+
+// beginPrefilled is beginApp that, when prefill is set, declares the
+// topology and calls prefill(queue) before hopper starts: the messages it
+// publishes are at the head of the queue when hopper begins.
+func beginPrefilled(t *testing.T, name string, app *faultApp, cfg hopperConfig, prefill func(queue string)) *run {
+	t.Helper()
+	bin := hopperBinary(t) // the clock starts once the build is done
 	r := &run{t: t, name: name, q: queues{work: fmt.Sprintf("faults.%s.%d", name, queueSeq.Add(1))}, began: time.Now()}
-	r.app = startApp(t, scripts)
-	r.hopper = startHopper(t, r.q.work, hopperConfig{
-		BrokerURLs: target.URLs(), Queue: r.q.work, QueueType: queueType, AppURL: r.app.URL(), MaxAttempts: maxAttempts,
-	})
+	r.app = app
+	cfg.BrokerURLs, cfg.Queue, cfg.AppURL, cfg.MaxAttempts = target.URLs(), r.q.work, app.URL(), maxAttempts
+	if prefill != nil {
+		path := filepath.Join(workDir, r.q.work+".topology.yaml")
+		cfg.write(t, path)
+		if out, err := exec.Command(bin, "topology", "apply", "--config", path).CombinedOutput(); err != nil {
+			t.Fatalf("hopper topology apply: %v\n%s", err, out)
+		}
+		prefill(r.q.work)
+		r.step("queue prefilled before hopper starts")
+		r.began = time.Now() // the run's clock starts with hopper
+	}
+	r.hopper = startHopper(t, r.q.work, cfg)
 	if err := r.hopper.waitEvent("CONSUMER_STARTED", time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,10 @@ type hopperConfig struct {
 	QueueType   string // classic (default) or quorum
 	AppURL      string
 	MaxAttempts int
+	// Extra is YAML appended to the config: later keys override earlier
+	// ones per section, so a scenario can turn the breaker off or pin the
+	// workers (e.g. "breaker:\n  enabled: false\n").
+	Extra string
 }
 
 const hopperConfigTemplate = `# Written by the faults suite.
@@ -79,6 +83,9 @@ func (c hopperConfig) write(t *testing.T, path string) {
 		typ = "classic"
 	}
 	data := fmt.Sprintf(hopperConfigTemplate, strings.Join(urls, ", "), c.Queue, typ, c.AppURL, c.MaxAttempts)
+	if c.Extra != "" {
+		data = mergeSections(data, c.Extra)
+	}
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -301,4 +308,61 @@ func (h *hopperProc) unexpectedExits() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.surprises...)
+}
+
+// mergeSections overlays extra's top-level sections onto base: a key of a
+// section in extra replaces the same key in base's section, or is added.
+// Both are the flat two-level YAML this suite writes.
+func mergeSections(base, extra string) string {
+	type section struct {
+		name string
+		keys []string          // order of keys
+		vals map[string]string // key -> whole line
+	}
+	parse := func(s string) []*section {
+		var out []*section
+		var cur *section
+		for _, line := range strings.Split(s, "\n") {
+			switch {
+			case strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#"):
+			case !strings.HasPrefix(line, " "):
+				cur = &section{name: strings.TrimSuffix(strings.TrimSpace(line), ":"), vals: map[string]string{}}
+				out = append(out, cur)
+			case cur != nil:
+				k, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+				if _, seen := cur.vals[k]; !seen {
+					cur.keys = append(cur.keys, k)
+				}
+				cur.vals[k] = line
+			}
+		}
+		return out
+	}
+	secs := parse(base)
+	for _, e := range parse(extra) {
+		var into *section
+		for _, s := range secs {
+			if s.name == e.name {
+				into = s
+			}
+		}
+		if into == nil {
+			secs = append(secs, e)
+			continue
+		}
+		for _, k := range e.keys {
+			if _, seen := into.vals[k]; !seen {
+				into.keys = append(into.keys, k)
+			}
+			into.vals[k] = e.vals[k]
+		}
+	}
+	var b strings.Builder
+	for _, s := range secs {
+		b.WriteString(s.name + ":\n")
+		for _, k := range s.keys {
+			b.WriteString(s.vals[k] + "\n")
+		}
+	}
+	return b.String()
 }
