@@ -221,7 +221,7 @@ func TestVerifyFailsOnMismatchedArguments(t *testing.T) {
 	app := newScriptApp(t)
 	cfg := testConfig(t, app.URL)
 	sc := sidecar.New(&cfg, testLogger(t))
-	if err := broker.Apply(context.Background(), sidecar.BrokerOptions(&cfg, testLogger(t), "t"), sc.Plan(), true); err != nil {
+	if err := broker.Apply(context.Background(), broker.ConfigOptions(cfg.Broker, testLogger(t), "t"), sc.Plan(), true); err != nil {
 		t.Fatal(err)
 	}
 	other := cfg

@@ -221,7 +221,7 @@ func startWith(t *testing.T, cfg config.Config, setup func(*sidecar.Sidecar)) *r
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() { r.done <- r.sc.Run(ctx) }()
-	bo := sidecar.BrokerOptions(&r.cfg, testLogger(t), "test")
+	bo := broker.ConfigOptions(r.cfg.Broker, testLogger(t), "test")
 	r.pub = broker.NewPublisher(broker.PublisherOptions{Options: bo, Channels: 2, ConfirmTimeout: 5 * time.Second})
 	t.Cleanup(func() { r.pub.Close() })
 	waitfor.Until(t, 30*time.Second, "sidecar consuming", func() bool {

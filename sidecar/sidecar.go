@@ -201,7 +201,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.ready.Store(true)
 
 	pub := broker.NewPublisher(broker.PublisherOptions{
-		Options:        BrokerOptions(cfg, log, "hopper-publisher "+cfg.Queue.Name),
+		Options:        broker.ConfigOptions(cfg.Broker, log, "hopper-publisher "+cfg.Queue.Name),
 		Channels:       cfg.Broker.PublishChannels,
 		ConfirmTimeout: cfg.Broker.ConfirmTimeout.D(),
 	})
@@ -216,7 +216,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		prefetch = 1
 	}
 	cons := broker.NewConsumer(broker.ConsumerOptions{
-		Options:  BrokerOptions(cfg, log, "hopper-consumer "+cfg.Queue.Name),
+		Options:  broker.ConfigOptions(cfg.Broker, log, "hopper-consumer "+cfg.Queue.Name),
 		Queue:    cfg.Queue.Name,
 		Prefetch: prefetch,
 		Topology: &s.plan,
@@ -345,7 +345,7 @@ func Workers(cfg *config.Config) int {
 func (s *Sidecar) prepareTopology(ctx context.Context) error {
 	cfg := s.cfg
 	bo := backoff.Backoff{Min: cfg.Broker.ReconnectMin.D(), Max: cfg.Broker.ReconnectMax.D()}
-	opts := BrokerOptions(cfg, s.log, "hopper-topology "+cfg.Queue.Name)
+	opts := broker.ConfigOptions(cfg.Broker, s.log, "hopper-topology "+cfg.Queue.Name)
 	for {
 		err := broker.Apply(ctx, opts, &s.plan, s.plan.Declare)
 		if err == nil {
@@ -404,25 +404,4 @@ func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 		}
 	}()
 	return srv, nil
-}
-
-// BrokerOptions maps the broker config to connection options.
-func BrokerOptions(cfg *config.Config, log *slog.Logger, name string) broker.Options {
-	b := cfg.Broker
-	return broker.Options{
-		URLs:               b.URLs,
-		UsernameFile:       b.UsernameFile,
-		PasswordFile:       b.PasswordFile,
-		CAFile:             b.TLS.CAFile,
-		CertFile:           b.TLS.CertFile,
-		KeyFile:            b.TLS.KeyFile,
-		ServerName:         b.TLS.ServerName,
-		InsecureSkipVerify: b.TLS.InsecureSkipVerify,
-		Heartbeat:          b.Heartbeat.D(),
-		ConnectTimeout:     b.ConnectTimeout.D(),
-		ReconnectMin:       b.ReconnectMin.D(),
-		ReconnectMax:       b.ReconnectMax.D(),
-		Name:               name,
-		Logger:             log,
-	}
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
-	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -132,5 +131,5 @@ func applyOnce(cfg *config.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	plan := topology.FromConfig(cfg)
-	return broker.Apply(ctx, sidecar.BrokerOptions(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), "tls-check"), &plan, false)
+	return broker.Apply(ctx, broker.ConfigOptions(cfg.Broker, slog.New(slog.NewTextHandler(io.Discard, nil)), "tls-check"), &plan, false)
 }

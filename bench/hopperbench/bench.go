@@ -22,7 +22,6 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
-	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -261,7 +260,7 @@ func (e *env) prepare(queue string, m mode) (string, *topology.Plan, error) {
 	plan := topology.FromConfig(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := broker.Apply(ctx, sidecar.BrokerOptions(&cfg, e.quiet, "hopperbench"), &plan, true); err != nil {
+	if err := broker.Apply(ctx, broker.ConfigOptions(cfg.Broker, e.quiet, "hopperbench"), &plan, true); err != nil {
 		return "", nil, fmt.Errorf("declare topology: %w", err)
 	}
 	return path, &plan, nil

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hopper-sidecar/hopper/broker"
-	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -78,7 +77,7 @@ back to the work queue only) and a dead-letter queue.
 				if *sub.declare {
 					plan.Declare = true
 				}
-				if err := broker.Apply(ctx, sidecar.BrokerOptions(&cfg, log, "hopper-topology"), &plan, *sub.declare); err != nil {
+				if err := broker.Apply(ctx, broker.ConfigOptions(cfg.Broker, log, "hopper-topology"), &plan, *sub.declare); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "topology %s: OK (%d queues)\n", map[bool]string{true: "applied", false: "verified"}[*sub.declare], len(plan.Queues()))

@@ -21,7 +21,6 @@ import (
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/msg"
-	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -89,7 +88,7 @@ func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
 		t.dlq = plan.DLQ.Name
 	}
 	t.log = newLogger(cfg.Log, cmd.ErrOrStderr())
-	t.opts = sidecar.BrokerOptions(&cfg, t.log, "hopper-dlq-"+role+" "+t.dlq)
+	t.opts = broker.ConfigOptions(cfg.Broker, t.log, "hopper-dlq-"+role+" "+t.dlq)
 	return t, nil
 }
 
