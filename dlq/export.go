@@ -164,6 +164,18 @@ type ImportOptions struct {
 	Parallel int
 }
 
+// Validate reports every problem with the options at once.
+func (o *ImportOptions) Validate() error {
+	var errs []error
+	if o.Parallel < 1 {
+		errs = append(errs, fmt.Errorf("--parallel %d: want at least 1", o.Parallel))
+	}
+	if o.Skip < 0 {
+		errs = append(errs, fmt.Errorf("--skip %d: must not be negative", o.Skip))
+	}
+	return errors.Join(errs...)
+}
+
 // ImportResult is an import's account.
 type ImportResult struct {
 	To        string `json:"to"`

@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -52,18 +53,25 @@ func ParseHeaderMatch(s string) (HeaderMatch, error) {
 
 // Validate reports malformed values at once, before anything is read.
 func (f *Filter) Validate() error {
+	var errs []error
 	for _, s := range f.Statuses {
 		if _, _, err := parseStatus(s); err != nil {
-			return err
+			errs = append(errs, err)
+		}
+	}
+	for _, r := range f.Reasons {
+		if !knownReason(r) {
+			// A typo would match nothing and look like an empty DLQ.
+			errs = append(errs, fmt.Errorf("--reason %q: not a dead-letter reason (want one of %s)", r, strings.Join(Reasons(), ", ")))
 		}
 	}
 	if f.OlderThan < 0 || f.NewerThan < 0 {
-		return fmt.Errorf("age filters must not be negative")
+		errs = append(errs, fmt.Errorf("age filters must not be negative"))
 	}
 	if f.OlderThan > 0 && f.NewerThan > 0 && f.OlderThan >= f.NewerThan {
-		return fmt.Errorf("--older-than %s and --newer-than %s select nothing", f.OlderThan, f.NewerThan)
+		errs = append(errs, fmt.Errorf("--older-than %s and --newer-than %s select nothing", f.OlderThan, f.NewerThan))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // parseStatus reads "503" (exact) or "5xx" (class): it returns the range

@@ -166,3 +166,34 @@ func TestStatsAggregate(t *testing.T) {
 		}
 	}
 }
+
+// A typo in an enumerated filter is an error naming the valid values, not a
+// filter that matches nothing; every problem is reported at once.
+func TestValidateReportsEveryProblem(t *testing.T) {
+	f := Filter{Reasons: []string{"max-attempts", "max-attemps", "delivery_limit"}, Statuses: []string{"5xx", "abc"}}
+	err := f.Validate()
+	if err == nil {
+		t.Fatal("accepted a misspelt reason")
+	}
+	for _, want := range []string{`"max-attemps"`, "app-crash", "delivery_limit", `"abc"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %s:\n%v", want, err)
+		}
+	}
+	o := ReplayOptions{DLQ: "q.dlq", To: "q.dlq", Limit: -1, Parallel: 0, IdleTimeout: time.Second, StallTimeout: 0,
+		Filter: Filter{Reasons: []string{"nope"}}}
+	err = o.Validate()
+	for _, want := range []string{"--limit", "--parallel", "--stall-timeout", "--to", `"nope"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("replay options error lacks %s: %v", want, err)
+		}
+	}
+	ok := ReplayOptions{DLQ: "q.dlq", Parallel: 1, IdleTimeout: time.Second, StallTimeout: time.Second,
+		Filter: Filter{Reasons: Reasons()}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid options refused: %v", err)
+	}
+	if err := (&ImportOptions{Parallel: 0, Skip: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "--skip") || !strings.Contains(err.Error(), "--parallel") {
+		t.Errorf("import options: %v", err)
+	}
+}

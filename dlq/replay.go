@@ -86,6 +86,52 @@ type ReplayOptions struct {
 	Now func() time.Time
 }
 
+// Validate reports every problem with the options at once, each named by
+// the command-line flag that sets it.
+func (o *ReplayOptions) Validate() error {
+	var errs []error
+	if o.Limit < 0 {
+		errs = append(errs, fmt.Errorf("--limit %d: must not be negative", o.Limit))
+	}
+	if o.Rate < 0 {
+		errs = append(errs, fmt.Errorf("--rate %g: must not be negative", o.Rate))
+	}
+	if o.MaxReplays < 0 {
+		errs = append(errs, fmt.Errorf("--max-replays %d: must not be negative", o.MaxReplays))
+	}
+	if o.Parallel < 1 || o.Parallel > 1000 {
+		errs = append(errs, fmt.Errorf("--parallel %d: want 1 to 1000", o.Parallel))
+	}
+	if o.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--idle-timeout %s: must be positive", o.IdleTimeout))
+	}
+	if o.StallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--stall-timeout %s: must be positive", o.StallTimeout))
+	}
+	if o.To != "" && o.To == o.DLQ {
+		errs = append(errs, fmt.Errorf("--to %q is the DLQ itself", o.To))
+	}
+	if err := o.Filter.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Reasons are the dead-letter reasons a DLQ message can carry: Hopper's
+// own, then the broker's for messages it dead-lettered itself.
+func Reasons() []string {
+	return append([]string{"max-attempts", "non-retriable", "expired", "too-early", "app-action", "app-crash"}, msg.BrokerReasons...)
+}
+
+func knownReason(r string) bool {
+	for _, k := range Reasons() {
+		if k == r {
+			return true
+		}
+	}
+	return false
+}
+
 // Kept reasons.
 const (
 	KeptNoDestination = "no destination (no x-original-queue; use --to)"

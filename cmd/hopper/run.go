@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/sidecar"
@@ -31,17 +29,10 @@ second signal exits at once; nothing undelivered is acked.`,
 				return err
 			}
 			log := newLogger(cfg.Log, cmd.ErrOrStderr())
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			go func() {
-				<-ctx.Done()
-				stop() // the next signal reaches the handler below, not the context
-				hard := make(chan os.Signal, 1)
-				signal.Notify(hard, syscall.SIGTERM, syscall.SIGINT)
-				<-hard
+			ctx, stop := signalContext(cmd.Context(), nil, func() {
 				log.Warn("second signal: exiting now; unsettled messages return to the queue", "event", "SHUTDOWN_FORCED")
-				os.Exit(2)
-			}()
+			})
+			defer stop()
 			tracing, err := telemetry.TracingFromEnv(ctx, os.Getenv)
 			if err != nil {
 				return err

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/dlq"
+)
+
+func newDLQExportCmd() *cobra.Command {
+	var f dlqFlags
+	var ff filterFlags
+	var (
+		file              string
+		remove, overwrite bool
+		syncEvery         int
+		idleTimeout       time.Duration
+		output            string
+	)
+	cmd := &cobra.Command{
+		Use:   "export --file FILE",
+		Short: "Write DLQ messages to a JSON Lines file (non-destructive unless --remove)",
+		Long: `Writes each message present in the DLQ as one JSON line: body (base64), every
+AMQP property, and the headers with their AMQP types, so that import restores
+them exactly. Without --remove the DLQ is left as it was.
+
+With --remove a message is acked only after its line is written and the file
+fsynced (every --sync-every lines), so a crash leaves each message in the
+DLQ, in the file, or both. --remove owns the DLQ like replay does (one at a
+time). The filters are those of replay; unmatched messages stay untouched.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if file == "" {
+				return errors.New("--file is required")
+			}
+			filter, err := ff.filter()
+			if err != nil {
+				return err
+			}
+			t, err := f.load(cmd, "export")
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			defer stop()
+
+			var (
+				src     dlq.Source
+				depth   int
+				closeFn func()
+			)
+			if remove {
+				ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, 2*max(syncEvery, 1))
+				if err != nil {
+					return t.explain(err)
+				}
+				src, depth, closeFn = exclusiveSource{ex}, ex.Present(), func() {
+					if err := ex.Close(); err != nil {
+						t.log.Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
+					}
+				}
+			} else {
+				if src, depth, closeFn, err = t.browse(ctx); err != nil {
+					return err
+				}
+			}
+			defer closeFn()
+
+			flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+			if overwrite {
+				flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+			}
+			fh, err := os.OpenFile(file, flags, 0o600)
+			if err != nil {
+				return fmt.Errorf("export file (use --overwrite to replace it): %w", err)
+			}
+			res, runErr := dlq.Export(ctx, src, fh, dlq.ExportOptions{
+				DLQ: t.dlq, Bound: depth, Filter: filter, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
+			})
+			if err := fh.Close(); err != nil && runErr == nil {
+				runErr = fmt.Errorf("close export file: %w", err)
+			}
+			if output == "json" {
+				if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "exported %d of %d message(s) from %s to %s (%d bytes); removed %d, skipped %d, failed %d\n",
+					res.Exported, res.Present, t.dlq, file, res.Bytes, res.Removed, res.Skipped, res.Failed)
+			}
+			return runErr
+		},
+	}
+	f.register(cmd.Flags())
+	ff.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&file, "file", "", "file to write (JSON Lines)")
+	fs.BoolVar(&remove, "remove", false, "remove each message from the DLQ once its line is on disk")
+	fs.BoolVar(&overwrite, "overwrite", false, "replace an existing file")
+	fs.IntVar(&syncEvery, "sync-every", 100, "with --remove: lines written between fsyncs (their acks wait for it)")
+	fs.DurationVar(&idleTimeout, "idle-timeout", 2*time.Second, "stop when the DLQ hands out nothing for this long")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	return cmd
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/dlq"
+)
+
+func newDLQImportCmd() *cobra.Command {
+	var f dlqFlags
+	var (
+		file, to string
+		opts     dlq.ImportOptions
+		output   string
+	)
+	cmd := &cobra.Command{
+		Use:   "import --file FILE",
+		Short: "Publish the messages of an export file to the DLQ (or --to), with confirms",
+		Long: `Publishes every line of a file written by export, each confirmed by the
+broker, to the DLQ or to --to. Body, properties and headers (with their AMQP
+types) are restored as exported; copies are always persistent, and a
+per-message expiration in the file is not re-applied, because a TTL in a DLQ
+would drop the message silently. It stops at the first line it cannot publish
+and tells how to resume with --skip.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if file == "" {
+				return errors.New("--file is required (- for standard input)")
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			t, err := f.load(cmd, "import")
+			if err != nil {
+				return err
+			}
+			opts.To = to
+			if opts.To == "" {
+				opts.To = t.dlq
+			}
+			var r = cmd.InOrStdin()
+			if file != "-" {
+				fh, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("import file: %w", err)
+				}
+				defer fh.Close()
+				r = fh
+			}
+			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			defer stop()
+			pub := broker.NewPublisher(broker.PublisherOptions{
+				Options:        t.opts,
+				Channels:       opts.Parallel,
+				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
+			})
+			res, runErr := dlq.Import(ctx, r, pub, opts)
+			if err := pub.Close(); err != nil {
+				t.log.Warn("close publisher", "error", err.Error())
+			}
+			if output == "json" {
+				if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "imported %d message(s) to %s (%d line(s) read, %d skipped)\n", res.Published, res.To, res.Lines, res.Skipped)
+			}
+			if runErr != nil {
+				return fmt.Errorf("import stopped: %w; the first %d line(s) are all published: run again with --skip %d to resume", runErr, res.Through, res.Through)
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&file, "file", "", "file to read (JSON Lines from export; - for standard input)")
+	fs.StringVar(&to, "to", "", "queue to publish to (default: the DLQ)")
+	fs.IntVar(&opts.Skip, "skip", 0, "skip this many lines first (resume)")
+	fs.IntVar(&opts.Parallel, "parallel", 8, "publishes awaiting their confirm at once; 1 keeps the file's order exactly")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	return cmd
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/dlq"
+)
+
+func newDLQReplayCmd() *cobra.Command {
+	var f dlqFlags
+	var ff filterFlags
+	var (
+		o       dlq.ReplayOptions
+		output  string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Move messages back to their original queue: publish, confirm, then ack",
+		Long: `Moves DLQ messages to their original queue (x-original-queue) or to --to.
+Each copy is published persistent and mandatory, confirmed by the broker,
+and only then is the original acked. A message without a known destination,
+replayed --max-replays times already, not matching the filters, or whose
+publish failed stays in the DLQ, in its place.
+
+One run handles at most the messages present when it starts, each at most
+once: messages it does not move are held until the end, so a message that
+fails again at once and comes back is not replayed twice. Only one replayer
+may own a DLQ (an exclusive consumer): a second one is refused.
+
+The copy keeps body, properties and message id. The headers that describe the
+DLQ entry (x-dead-letter-reason, x-dead-letter-time, x-final-*) are removed,
+x-replay-count is incremented and x-last-replay-time, x-replayed-from set.
+Hopper's attempt counters (x-retry-count, x-requeue-count, failure times) are
+kept, so a message that fails again comes straight back to the DLQ; with
+--reset-attempts they are cleared and it gets its full retry budget again.
+--clear-deadline removes Hopper's deadline so an expired message is not
+expired again at once.
+
+Safe to kill at any point: a message is in the DLQ until its copy is
+confirmed; at most the --parallel messages in flight can end up in both
+queues. A run longer than the broker's consumer_timeout (30 min by default)
+is ended by the broker; nothing is lost, run it again.
+
+Exit status 0 when every message taken was handled without failure (kept and
+skipped ones included), 1 otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			filter, err := ff.filter()
+			if err != nil {
+				return err
+			}
+			if timeout < 0 {
+				return fmt.Errorf("--timeout %s: must not be negative", timeout)
+			}
+			o.Filter = filter
+			t, err := f.load(cmd, "replay")
+			if err != nil {
+				return err
+			}
+			o.DLQ = t.dlq
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			defer stop()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeoutCause(ctx, timeout, fmt.Errorf("total timeout %s reached", timeout))
+				defer cancel()
+			}
+
+			if o.To != "" && !o.DryRun {
+				// Every publish to a missing queue would come back unroutable:
+				// say so once, before taking anything.
+				if err := t.queueExists(ctx, o.To); err != nil {
+					return err
+				}
+			}
+			// The window is twice the publishes in flight, so the next
+			// message is already here when a publish settles.
+			ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, 2*o.Parallel)
+			if err != nil {
+				return t.explain(err)
+			}
+			pub := broker.NewPublisher(broker.PublisherOptions{
+				Options:        t.opts,
+				Channels:       o.Parallel,
+				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
+			})
+			o.Bound = ex.Present()
+			stderr := cmd.ErrOrStderr()
+			mode := ""
+			if o.DryRun {
+				mode = " (dry run)"
+			}
+			fmt.Fprintf(stderr, "replay%s: %d message(s) present in %s; this run handles at most those\n", mode, o.Bound, t.dlq)
+			o.Progress = func(r dlq.ReplayResult) { dlq.WriteProgress(stderr, r) }
+
+			res, runErr := dlq.Replay(ctx, exclusiveSource{ex}, pub, o)
+			// Closing hands every held message back to the DLQ, in place.
+			if err := ex.Close(); err != nil {
+				t.log.Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
+			}
+			if err := pub.Close(); err != nil {
+				t.log.Warn("close publisher", "error", err.Error())
+			}
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				if err := writeJSON(out, res); err != nil {
+					return err
+				}
+			} else if err := res.WriteSummary(out); err != nil {
+				return err
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if res.Failed > 0 {
+				return fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed, t.dlq)
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags())
+	ff.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&o.To, "to", "", "destination queue for every message (default: each message's x-original-queue)")
+	fs.IntVar(&o.Limit, "limit", 0, "replay at most this many messages (0: no limit)")
+	fs.Float64Var(&o.Rate, "rate", 0, "replay at most this many messages per second (0: no limit)")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and count, but publish and remove nothing")
+	fs.BoolVar(&o.ResetAttempts, "reset-attempts", false, "clear x-retry-count, x-requeue-count and the failure times: the message gets its full retry budget again")
+	fs.BoolVar(&o.ClearDeadline, "clear-deadline", false, "remove Hopper's deadline header (x-hopper-deadline) so an expired message is delivered again")
+	fs.IntVar(&o.MaxReplays, "max-replays", 5, "keep messages already replayed this many times (x-replay-count) in the DLQ; 0: no cap")
+	fs.IntVar(&o.Parallel, "parallel", 8, "publishes awaiting their confirm at once; 1 keeps the DLQ order exactly")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 5*time.Second, "stop when the DLQ hands out nothing for this long")
+	fs.DurationVar(&o.StallTimeout, "stall-timeout", time.Minute, "stop when nothing moves for this long (e.g. broker blocking publishes)")
+	fs.DurationVar(&timeout, "timeout", 0, "stop after this long in total (0: no limit); messages in flight finish")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	return cmd
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+func newDLQStatsCmd() *cobra.Command {
+	var f dlqFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Depth, counts by original queue, reason and status, oldest and newest age",
+		Long: `Reads every message present (basic.get without ack) and hands them all back
+when done, so the DLQ is left as it was, order included. Ages come from
+x-dead-letter-time, else the AMQP timestamp.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			t, err := f.load(cmd, "stats")
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			defer stop()
+			src, depth, closeFn, err := t.browse(ctx)
+			if err != nil {
+				return err
+			}
+			st := dlq.NewStats(t.dlq, depth, time.Now())
+			_, err = dlq.Browse(ctx, src, depth, func(m *msg.Message) error { st.Add(m); return nil })
+			closeFn()
+			if err != nil {
+				return t.explain(err)
+			}
+			if output == "json" {
+				return st.WriteJSON(cmd.OutOrStdout())
+			}
+			return st.WriteTable(cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
