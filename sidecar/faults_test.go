@@ -415,7 +415,7 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 	// The app answers 503: the retry move publishes and the broker blocks
 	// the publishing connection, which it then lists as blocked.
 	waitfor.Until(t, 15*time.Second, "the publishing connection blocked", func() bool {
-		return connectionState(t, "hopper-publisher "+r.cfg.Queue.Name) == "blocked"
+		return connectionField(t, "hopper-publisher "+r.cfg.Queue.Name, "state") == "blocked"
 	})
 	// The property under test is a duration: three confirm timeouts pass
 	// while blocked, and none of them fails the move. A slower machine only
@@ -439,11 +439,12 @@ func TestBlockedBrokerPausesMoves(t *testing.T) {
 	}
 }
 
-// connectionState is the broker's state of the connection whose client
-// name is name (running, blocking, blocked, …), or "" when it is not listed.
-func connectionState(t *testing.T, name string) string {
+// connectionField is one field (state, peer_port, …) of the connection
+// whose client-given name is name, as the broker lists it; "" when the
+// connection is not listed.
+func connectionField(t *testing.T, name, field string) string {
 	t.Helper()
-	out, err := rabbit.Ctl("list_connections", "-q", "--no-table-headers", "state", "client_properties")
+	out, err := rabbit.Ctl("list_connections", "-q", "--no-table-headers", field, "client_properties")
 	if err != nil {
 		t.Fatalf("list connections: %v", err)
 	}

@@ -150,22 +150,6 @@ func TestQuorumShutdownsSpendNoDeliveryLimit(t *testing.T) {
 	}
 }
 
-// consumerPort is the client port of the sidecar's consumer connection, as
-// the broker lists it ("" when there is none).
-func consumerPort(t *testing.T, queue string) string {
-	t.Helper()
-	out, err := rabbit.Ctl("list_connections", "-q", "--no-table-headers", "peer_port", "client_properties")
-	if err != nil {
-		t.Fatalf("list connections: %v", err)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "hopper-consumer "+queue) {
-			return strings.Fields(line)[0]
-		}
-	}
-	return ""
-}
-
 // TestConsumerCancelKeepsConnection: a broker-side consumer cancel (here the
 // queue deleted) is handled on the same connection: Hopper declares the
 // queue again and consumes anew without reconnecting, so deliveries held on
@@ -173,7 +157,7 @@ func consumerPort(t *testing.T, queue string) string {
 func TestConsumerCancelKeepsConnection(t *testing.T) {
 	app := newScriptApp(t)
 	r := start(t, testConfig(t, app.URL))
-	before := consumerPort(t, r.cfg.Queue.Name)
+	before := connectionField(t, "hopper-consumer "+r.cfg.Queue.Name, "peer_port")
 	if before == "" {
 		t.Fatal("no consumer connection listed")
 	}
@@ -184,7 +168,7 @@ func TestConsumerCancelKeepsConnection(t *testing.T) {
 		_, ok := allDepths(t)[r.cfg.Queue.Name]
 		return ok && r.sc.Consuming()
 	})
-	if after := consumerPort(t, r.cfg.Queue.Name); after != before {
+	if after := connectionField(t, "hopper-consumer "+r.cfg.Queue.Name, "peer_port"); after != before {
 		t.Fatalf("consumer connection replaced after a cancel: port %s, then %s", before, after)
 	}
 	app.script("again", 200)

@@ -479,19 +479,7 @@ func (b *Broker) KillNode() error {
 		return nil
 	}
 	b.proc = nil
-	beam := p.beamPID
-	if beam == 0 {
-		if data, err := os.ReadFile(b.pidFile); err == nil {
-			beam, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-		}
-	}
-	if beam > 0 {
-		if proc, err := os.FindProcess(beam); err == nil {
-			_ = proc.Kill()
-		}
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	b.sigkill(p)
 	b.logf("node %s killed (SIGKILL)", b.nodeName)
 	return nil
 }
@@ -724,6 +712,12 @@ func (b *Broker) killLocked(p *serverProc) {
 		return
 	case <-time.After(exitGrace):
 	}
+	b.sigkill(p)
+}
+
+// sigkill kills the Erlang VM and its wrapper script with SIGKILL and reaps
+// them.
+func (b *Broker) sigkill(p *serverProc) {
 	beam := p.beamPID
 	if beam == 0 {
 		if data, err := os.ReadFile(b.pidFile); err == nil {
