@@ -51,6 +51,10 @@ type Sidecar struct {
 	adminAddr        atomic.Value // string
 }
 
+// Version is the binary's version, for the hopper_build_info metric;
+// cmd/hopper sets it from its link-time version.
+var Version = "dev"
+
 // New returns a sidecar for a validated config.
 func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	if log == nil {
@@ -58,6 +62,8 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	}
 	s := &Sidecar{cfg: cfg, log: log, plan: topology.FromConfig(cfg)}
 	s.metrics = telemetry.NewMetrics(telemetry.Sources{
+		Version: Version,
+		Tiers:   cfg.AllTiers(),
 		Connected: func() bool { c := s.cons.Load(); return c != nil && c.Connected() },
 		Paused:    s.Paused,
 		HeadersSkipped: func() int64 {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
@@ -31,8 +32,14 @@ type Metrics struct {
 	reconnects   prometheus.Counter
 }
 
-// Sources are read when Prometheus scrapes, for state other packages own.
+// Sources are read when Prometheus scrapes, for state other packages own,
+// plus what the metrics are labelled with from the start.
 type Sources struct {
+	// Version is the binary's version, for hopper_build_info. Default "dev".
+	Version string
+	// Tiers are the configured delay tiers: every tier's retry series
+	// exists (at 0) from the first scrape, so rate() alerts see it.
+	Tiers []time.Duration
 	Connected      func() bool
 	Paused         func() bool
 	HeadersSkipped func() int64
@@ -85,6 +92,33 @@ func NewMetrics(src Sources) *Metrics {
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hopper_broker_reconnects_total", Help: "Consumer reconnects after a lost connection, channel or consumer.",
 		}),
+	}
+	version := src.Version
+	if version == "" {
+		version = "dev"
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hopper_build_info", Help: "Always 1, labelled with the running binary's version.",
+	}, []string{"version"})
+	buildInfo.WithLabelValues(version).Set(1)
+	reg.MustRegister(buildInfo)
+	// Every label set a counter will take starts at 0, so that rate() and
+	// increase() see a series from the first scrape, not from the first
+	// event.
+	for _, a := range []retry.Action{retry.Ack, retry.Drop, retry.Requeue, retry.Retry, retry.DLQ, retry.Return} {
+		for _, c := range []string{"2xx", "4xx", "5xx", "timeout", "unavailable", "refused"} {
+			m.deliveries.WithLabelValues(a.String(), c)
+		}
+	}
+	for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
+		retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash} {
+		m.deadLettered.WithLabelValues(r)
+	}
+	for _, d := range src.Tiers {
+		m.retries.WithLabelValues(tierLabel(d))
+	}
+	for _, mv := range []string{"retry", "requeue", "dlq", "return"} {
+		m.movesFailed.WithLabelValues(mv)
 	}
 	reg.MustRegister(m.deliveries, m.latency, m.inFlight, m.retries, m.deadLettered, m.requeues,
 		m.returns, m.movesFailed, m.breaker, m.breakerOpens, m.reconnects)
@@ -192,9 +226,10 @@ func statusClass(o retry.Outcome, called bool, dec retry.Decision) string {
 	return "invalid"
 }
 
+// tierLabel is written as in the tier queue's name ("2m", not "2m0s").
 func tierLabel(d time.Duration) string {
 	if d <= 0 {
 		return "none"
 	}
-	return d.String()
+	return config.FormatDuration(d)
 }

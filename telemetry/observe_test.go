@@ -142,3 +142,28 @@ func TestTracingOffWithoutEndpoint(t *testing.T) {
 		t.Fatalf("OTEL_SDK_DISABLED=true: enabled %v, err %v", off.Enabled, err)
 	}
 }
+
+// Every series an alert rates exists at 0 from the first scrape, tiers are
+// labelled as in their queue names, and the build is identified.
+func TestSeriesExistFromTheStart(t *testing.T) {
+	m := NewMetrics(Sources{Version: "v9.9.9", Tiers: []time.Duration{time.Second, 2 * time.Minute}})
+	got := gather(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"hopper_build_info", map[string]string{"version": "v9.9.9"}},
+		{"hopper_retries_total", map[string]string{"tier": "2m"}},
+		{"hopper_retries_total", map[string]string{"tier": "1s"}},
+		{"hopper_dead_lettered_total", map[string]string{"reason": "app-crash"}},
+		{"hopper_deliveries_total", map[string]string{"outcome": "dlq", "status_class": "5xx"}},
+		{"hopper_moves_failed_total", map[string]string{"move": "dlq"}},
+	} {
+		if _, ok := value(got[c.name], c.labels); !ok {
+			t.Errorf("no series %s%v at start", c.name, c.labels)
+		}
+	}
+	if v, _ := value(got["hopper_build_info"], nil); v != 1 {
+		t.Errorf("hopper_build_info = %v", v)
+	}
+}

@@ -56,7 +56,7 @@ back to the work queue only) and a dead-letter queue.
 		{"apply", "Declare the topology", ptr(true)},
 		{"verify", "Verify the topology without creating anything", ptr(false)},
 	} {
-		var cf configFlags
+		cf := configFlags{tool: true}
 		c := &cobra.Command{
 			Use:   sub.name,
 			Short: sub.short,

@@ -54,6 +54,7 @@ type dlqFlags struct {
 }
 
 func (f *dlqFlags) register(fs *pflag.FlagSet) {
+	f.cf.tool = true
 	f.cf.register(fs)
 	fs.StringVar(&f.name, "dlq", "", "DLQ to work on (default: the DLQ of queue.name, from topology.dlq)")
 }

@@ -79,3 +79,32 @@ func TestFilterFlags(t *testing.T) {
 		}
 	}
 }
+
+// A typo at any level is an error with a suggestion, never a help page
+// and exit 0; each tool lists only the flags it uses; version prints.
+func TestCLITyposAndFlags(t *testing.T) {
+	for _, args := range [][]string{{"dlq", "purg"}, {"config", "validat"}, {"topology", "plna"}} {
+		var out, errb bytes.Buffer
+		root := newRoot(&out, &errb)
+		root.SetArgs(args)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), "Did you mean this?") {
+			t.Errorf("hopper %s: err %v, want an unknown-command error with a suggestion", strings.Join(args, " "), err)
+		}
+	}
+	var out, errb bytes.Buffer
+	root := newRoot(&out, &errb)
+	root.SetArgs([]string{"dlq", "purge", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "--workers") || !strings.Contains(out.String(), "--dlq") {
+		t.Errorf("dlq purge --help lists flags of run, or lacks its own:\n%s", out.String())
+	}
+	out.Reset()
+	root = newRoot(&out, &errb)
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil || !strings.HasPrefix(out.String(), "hopper ") {
+		t.Errorf("version: %q, %v", out.String(), err)
+	}
+}

@@ -47,8 +47,46 @@ attempts the dead-letter queue. Moves are publish -> confirm -> ack.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd())
+	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd(), newVersionCmd())
+	refuseUnknown(root)
 	return root
+}
+
+// newVersionCmd prints the version the binary was built as.
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print Hopper's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "hopper", version)
+			return err
+		},
+	}
+}
+
+// refuseUnknown makes every command that only groups subcommands fail on
+// an unknown one, with suggestions, instead of printing its help and
+// exiting 0: a typo at 3 a.m. must not look like success.
+func refuseUnknown(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseUnknown(c)
+	}
+	if !cmd.HasSubCommands() || cmd.Run != nil || cmd.RunE != nil {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+		}
+		return fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, c.CommandPath())
+	}
 }
 
 // configFlags are the flags every subcommand that reads config has. The
@@ -57,22 +95,33 @@ attempts the dead-letter queue. Moves are publish -> confirm -> ack.`,
 type configFlags struct {
 	file string
 	set  []string
+	// tool leaves out the flags only run needs.
+	tool bool
 }
 
-var flagKeys = []struct{ flag, key, usage string }{
-	{"queue", "queue.name", "work queue to consume (queue.name)"},
-	{"app-url", "app.url", "URL the app receives messages on (app.url)"},
-	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)"},
-	{"prefetch", "consumer.prefetch", "AMQP prefetch (consumer.prefetch)"},
-	{"workers", "consumer.workers", "concurrent deliveries, 0 = prefetch (consumer.workers)"},
-	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)"},
-	{"log-level", "log.level", "debug, info, warn or error (log.level)"},
-	{"log-format", "log.format", "json or text (log.format)"},
+// flagKeys are the config keys with flags of their own. runOnly ones are
+// offered by run and config only: the DLQ and topology tools have no use
+// for them.
+var flagKeys = []struct {
+	flag, key, usage string
+	runOnly          bool
+}{
+	{"queue", "queue.name", "work queue to consume (queue.name)", false},
+	{"app-url", "app.url", "URL the app receives messages on (app.url)", false},
+	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)", false},
+	{"prefetch", "consumer.prefetch", "AMQP prefetch (consumer.prefetch)", true},
+	{"workers", "consumer.workers", "concurrent deliveries, 0 = prefetch (consumer.workers)", true},
+	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)", true},
+	{"log-level", "log.level", "debug, info, warn or error (log.level)", false},
+	{"log-format", "log.format", "json or text (log.format)", false},
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("HOPPER_CONFIG"), "YAML config file (env HOPPER_CONFIG)")
 	for _, k := range flagKeys {
+		if f.tool && k.runOnly {
+			continue
+		}
 		fs.String(k.flag, "", k.usage)
 	}
 	fs.StringArrayVar(&f.set, "set", nil, "set any key: --set retry.maxAttempts=5 (repeatable)")

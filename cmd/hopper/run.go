@@ -40,6 +40,7 @@ second signal exits at once; nothing undelivered is acked.`,
 			if tracing.Enabled {
 				log.Info("tracing on", "event", "TRACING_ENABLED", "exporter", tracing.Exporter)
 			}
+			sidecar.Version = version
 			sc := sidecar.New(&cfg, log)
 			sc.TracerProvider, sc.SpansDropped = tracing.Provider, tracing.Dropped.Load
 			runErr := sc.Run(ctx)
