@@ -194,7 +194,7 @@ func TestReplayBoundedWhenCopiesComeBack(t *testing.T) {
 	}
 }
 
-// seeds/000: a message that always fails is not replayed for ever.
+// A message that always fails is not replayed for ever (the replay cap).
 func TestReplayCapStopsTheLoop(t *testing.T) {
 	q := newFakeQueue(t, dead("loop", "orders", "k", "max-attempts", 500, time.Minute))
 	p := newFakePub()

@@ -76,6 +76,20 @@ func TestCopies(t *testing.T) {
 			msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z",
 		})},
 	}
+	// A replay takes a DLQ copy out again: the DLQ stamp goes, the history
+	// stays, the replay is counted.
+	dlqCopy := msg.DLQCopy(orig(), in, msg.DeadLetter{Reason: "max-attempts", Status: 503, Retries: 3, Now: now})
+	replayWant := with(map[string]any{
+		msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
+		msg.HeaderOriginalQueue: "orders", msg.HeaderLastFailureTime: stamp,
+		msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z",
+		msg.HeaderReplayCount: int32(1), msg.HeaderReplayTime: stamp, msg.HeaderReplayedFrom: "orders.dlq",
+	})
+	cases = append(cases, struct {
+		name string
+		copy func(*msg.Message) *msg.Message
+		want map[string]any
+	}{"replay", func(*msg.Message) *msg.Message { return msg.ReplayCopy(dlqCopy, "orders.dlq", now, false, false) }, replayWant})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := orig()

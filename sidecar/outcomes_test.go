@@ -12,7 +12,7 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
-// TestOutcomeTable runs every row of SPEC §4 through a real broker and a
+// TestOutcomeTable runs every row of the outcome table through a real broker and a
 // real HTTP app, then checks what the app saw and where each message ended.
 func TestOutcomeTable(t *testing.T) {
 	app := newScriptApp(t)
@@ -86,7 +86,7 @@ func TestOutcomeTable(t *testing.T) {
 	}
 }
 
-// TestDLQHeaders checks every SPEC §9 header on a dead-lettered message, and
+// TestDLQHeaders checks every dead-letter header on a dead-lettered message, and
 // that body and properties are the published ones.
 func TestDLQHeaders(t *testing.T) {
 	app := newScriptApp(t)
@@ -231,8 +231,8 @@ func TestTooEarlyCap(t *testing.T) {
 	}
 }
 
-// TestPoliciesPerMessage: seed 001's reminders get one attempt while
-// status transitions retry without limit; seed 002's "every 4xx retried"
+// TestPoliciesPerMessage: reminders get one attempt while status
+// transitions retry without limit; a team's "every 4xx retried"
 // is one outcome entry.
 func TestPoliciesPerMessage(t *testing.T) {
 	app := newScriptApp(t)

@@ -62,8 +62,8 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	}
 	s := &Sidecar{cfg: cfg, log: log, plan: topology.FromConfig(cfg)}
 	s.metrics = telemetry.NewMetrics(telemetry.Sources{
-		Version: Version,
-		Tiers:   cfg.AllTiers(),
+		Version:   Version,
+		Tiers:     cfg.AllTiers(),
 		Connected: func() bool { c := s.cons.Load(); return c != nil && c.Connected() },
 		Paused:    s.Paused,
 		HeadersSkipped: func() int64 {
