@@ -83,7 +83,7 @@ func TestCopies(t *testing.T) {
 		msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
 		msg.HeaderOriginalQueue: "orders", msg.HeaderLastFailureTime: stamp,
 		msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z",
-		msg.HeaderReplayCount: int32(1), msg.HeaderReplayTime: stamp, msg.HeaderReplayedFrom: "orders.dlq",
+		msg.HeaderReplayCount:      int32(1), msg.HeaderReplayTime: stamp, msg.HeaderReplayedFrom: "orders.dlq",
 	})
 	cases = append(cases, struct {
 		name string

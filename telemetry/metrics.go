@@ -39,7 +39,7 @@ type Sources struct {
 	Version string
 	// Tiers are the configured delay tiers: every tier's retry series
 	// exists (at 0) from the first scrape, so rate() alerts see it.
-	Tiers []time.Duration
+	Tiers          []time.Duration
 	Connected      func() bool
 	Paused         func() bool
 	HeadersSkipped func() int64
