@@ -50,8 +50,10 @@ unit:
 demo: deps build
 	$(GO) run ./examples/demo --hopper-bin bin/hopper
 
+## vet: gofmt, go vet, and go.mod/go.sum exactly as `go mod tidy` leaves them
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum differ from what go mod tidy leaves (run go mod tidy)"; exit 1; }
 	$(GO) vet ./...
 
 clean:

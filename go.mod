@@ -7,10 +7,10 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/valyala/fasthttp v1.74.0
-	gopkg.in/yaml.v3 v3.0.1
+	go.yaml.in/yaml/v3 v3.0.6
 )
 
-require github.com/kr/text v0.2.0 // indirect
+require golang.org/x/time v0.16.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

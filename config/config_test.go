@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/retry"

@@ -13,7 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"golang.org/x/time/rate"
+
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -290,9 +291,8 @@ func (r *replayer) run(parent context.Context) error {
 
 	slots := make(chan struct{}, r.o.Parallel)
 	var workers sync.WaitGroup
-	var pace pacer
-	pace.rate = r.o.Rate
-	end, endErr := r.loop(fetchCtx, slots, &workers, &pace)
+	pace := newPacer(r.o.Rate)
+	end, endErr := r.loop(fetchCtx, slots, &workers, pace)
 	workers.Wait()
 	close(done)
 	watch.Wait()
@@ -490,26 +490,25 @@ func (r *replayer) watch(ctx context.Context, done <-chan struct{}, stop context
 	}
 }
 
-// pacer spaces replays to at most rate per second.
-type pacer struct {
-	rate float64
-	next time.Time
+// pacer spaces replays to at most rate per second, with no burst: a paced
+// replay must not flood the destination the moment it starts.
+type pacer struct{ lim *rate.Limiter }
+
+func newPacer(perSecond float64) *pacer {
+	if perSecond <= 0 {
+		return &pacer{}
+	}
+	return &pacer{lim: rate.NewLimiter(rate.Limit(perSecond), 1)}
 }
 
 func (p *pacer) wait(ctx context.Context) error {
-	if p.rate <= 0 {
+	if p.lim == nil {
 		return nil
 	}
-	now := time.Now()
-	if p.next.Before(now) {
-		p.next = now
+	if err := p.lim.Wait(ctx); err != nil {
+		return fmt.Errorf("replay pacing: %w", err)
 	}
-	wait := p.next.Sub(now)
-	p.next = p.next.Add(time.Duration(float64(time.Second) / p.rate))
-	if wait <= 0 {
-		return nil
-	}
-	return backoff.Sleep(ctx, wait)
+	return nil
 }
 
 // WriteProgress writes one progress line.

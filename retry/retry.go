@@ -23,6 +23,7 @@ package retry
 
 import (
 	"fmt"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -342,7 +343,9 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		}
 		return time.Duration(secs * float64(time.Second)), true
 	}
-	if t, err := time.Parse(time.RFC1123, v); err == nil {
+	// An HTTP date in any of the three formats HTTP allows (IMF-fixdate,
+	// RFC 850, asctime).
+	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false

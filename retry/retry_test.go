@@ -132,8 +132,12 @@ func TestParseRetryAfter(t *testing.T) {
 		{"-1", 0, false},
 		{"abc", 0, false},
 		{"99999999999", 0, false},
-		{now.Add(42 * time.Second).Format(time.RFC1123), 42 * time.Second, true},
-		{now.Add(-time.Hour).Format(time.RFC1123), 0, true},
+		// The three date formats HTTP allows, all in GMT.
+		{now.Add(42 * time.Second).Format("Mon, 02 Jan 2006 15:04:05 GMT"), 42 * time.Second, true},
+		{now.Add(42 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT"), 42 * time.Second, true},
+		{now.Add(42 * time.Second).Format(time.ANSIC), 42 * time.Second, true},
+		{now.Add(-time.Hour).Format("Mon, 02 Jan 2006 15:04:05 GMT"), 0, true},
+		{"Fri, 32 Jan 2026 00:00:00 GMT", 0, false},
 	}
 	for _, tc := range cases {
 		got, ok := ParseRetryAfter(tc.in, now)
