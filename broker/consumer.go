@@ -138,6 +138,7 @@ type Consumer struct {
 	wake      chan struct{}
 	connected atomic.Bool
 	active    atomic.Bool
+	started   atomic.Bool // a consumer was registered at least once
 	// Reconnects counts sessions after the first.
 	Reconnects atomic.Int64
 	// Reconsumes counts consumers started again on a live connection after
@@ -156,6 +157,10 @@ func NewConsumer(o ConsumerOptions) *Consumer {
 // Connected reports whether the consumer's connection is up (consuming or
 // deliberately paused).
 func (c *Consumer) Connected() bool { return c.connected.Load() }
+
+// Started reports whether a consumer was ever registered on the broker by
+// this Consumer.
+func (c *Consumer) Started() bool { return c.started.Load() }
 
 // Active reports whether a consumer is registered on the broker now.
 func (c *Consumer) Active() bool { return c.active.Load() }
@@ -376,6 +381,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			}
 			deliveries, curPrefch = d, prefetch
 			c.active.Store(true)
+			c.started.Store(true)
 			c.opts.logger().Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", prefetch, "consumer_tag", tag)
 		}
 

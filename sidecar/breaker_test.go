@@ -1,8 +1,11 @@
 package sidecar_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,4 +118,63 @@ func TestBreakerOpensWhenHealthFails(t *testing.T) {
 			t.Errorf("m-%d: answered %v by the healthy app", i, got)
 		}
 	}
+}
+
+func readyz(t *testing.T, sc *sidecar.Sidecar) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + sc.AdminAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// /readyz says what the sidecar actually waits for: the broker (for the
+// topology), then the app's health check; it is ready once consuming, and
+// liveness never depends on either.
+func TestReadinessSaysWhatItWaitsFor(t *testing.T) {
+	app := newScriptApp(t)
+	app.Close() // the app is down at first
+	cfg := testConfig(t, app.URL)
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Broker.URLs = []string{"amqp://guest:guest@127.0.0.1:1/"} // nothing listens
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sc := sidecar.New(&cfg, testLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	waitfor.Until(t, 10*time.Second, "the admin endpoint", func() bool { return sc.AdminAddr() != "" })
+	waitfor.Until(t, 10*time.Second, "/readyz waiting for the broker", func() bool {
+		code, body := readyz(t, sc)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the broker")
+	})
+	resp, err := http.Get("http://" + sc.AdminAddr() + "/livez")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/livez with the broker down: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	<-done
+
+	// Broker up, app down.
+	cfg.Broker.URLs = []string{rabbit.URL()}
+	sc = sidecar.New(&cfg, testLogger(t))
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() { done <- sc.Run(ctx2) }()
+	defer func() { cancel2(); <-done }()
+	waitfor.Until(t, 10*time.Second, "the admin endpoint", func() bool { return sc.AdminAddr() != "" })
+	waitfor.Until(t, 15*time.Second, "/readyz waiting for the app", func() bool {
+		code, body := readyz(t, sc)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the app's health check")
+	})
+	app.Restart()
+	waitfor.Until(t, 15*time.Second, "/readyz ready", func() bool {
+		code, body := readyz(t, sc)
+		return code == http.StatusOK && strings.Contains(body, "ready: consuming")
+	})
 }

@@ -43,6 +43,9 @@ type Sidecar struct {
 	metrics *telemetry.Metrics
 
 	ready, consuming atomic.Bool
+	stopping         atomic.Bool
+	// phase says what the sidecar waits for before it can consume.
+	phase atomic.Value // string
 	px               atomic.Pointer[proxy.Loop]
 	cons             atomic.Pointer[broker.Consumer]
 	breaker          atomic.Pointer[app.Breaker]
@@ -172,6 +175,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		defer srv.Close()
 	}
 
+	s.phase.Store("waiting for the broker (declaring or verifying the topology)")
 	if err := s.prepareTopology(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
@@ -194,6 +198,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.phase.Store("waiting for the app's health check")
 	logged := false
 	if err := gate.Wait(ctx, time.Second, func(err error) {
 		if !logged {
@@ -302,8 +307,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 
 	s.cons.Store(cons)
 	s.consuming.Store(true)
+	s.phase.Store("waiting for the broker (starting the consumer)")
 	runErr := cons.Run(ctx, func(d *broker.Delivery) { px.Handle(d) })
 	s.consuming.Store(false)
+	s.stopping.Store(true)
 
 	grace := cfg.Shutdown.Grace.D()
 	log.Info("shutting down: consumer cancelled, finishing in-flight messages", "event", "SHUTDOWN_STARTED",
@@ -371,32 +378,47 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 	}
 }
 
-// serveAdmin serves /healthz (alive) and /readyz (app ready and consuming).
+// readiness is the /readyz answer. A consumer sidecar takes no traffic, so
+// readiness says whether this pod has started doing its job: not ready
+// until it has consumed once (so a rollout waits for a pod that works), and
+// not ready while shutting down; ready from then on, also while the broker
+// connection is down or consuming is paused on purpose — taking every pod
+// out of service during a broker outage would only block node drains.
+func (s *Sidecar) readiness() (int, string) {
+	cons := s.cons.Load()
+	switch {
+	case s.stopping.Load():
+		return http.StatusServiceUnavailable, "not ready: shutting down"
+	case cons == nil || !cons.Started():
+		phase, _ := s.phase.Load().(string)
+		if phase == "" {
+			phase = "starting"
+		}
+		return http.StatusServiceUnavailable, "not ready: " + phase
+	case s.Paused():
+		return http.StatusOK, fmt.Sprintf("ready: paused on purpose: %s (breaker %s)", strings.Join(s.PauseReasons(), ", "), s.BreakerState())
+	case !s.Consuming():
+		return http.StatusOK, "ready: broker connection lost, reconnecting"
+	}
+	if l := s.ConcurrencyLimit(); l > 0 {
+		return http.StatusOK, fmt.Sprintf("ready: consuming (concurrency limit %d)", l)
+	}
+	return http.StatusOK, "ready: consuming"
+}
+
+// serveAdmin serves /livez and /healthz (alive), /readyz and /metrics.
 func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.metrics.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
+	// Liveness: the process answers. Nothing a restart would fix is
+	// checked here: a broker or app outage is waited out, not restarted.
+	alive := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("/livez", alive)
+	mux.HandleFunc("/healthz", alive)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		switch {
-		case !s.ready.Load():
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready: waiting for the app")
-		case s.Paused():
-			// Paused on purpose: the pod is healthy, the app is down or moves
-			// are failing; taking it out of service would not help.
-			fmt.Fprintf(w, "ready: paused on purpose: %s (breaker %s)\n", strings.Join(s.PauseReasons(), ", "), s.BreakerState())
-		case !s.Consuming():
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready: not consuming (broker connection down or shutting down)")
-		default:
-			if l := s.ConcurrencyLimit(); l > 0 {
-				fmt.Fprintf(w, "ready: consuming (concurrency limit %d)\n", l)
-			} else {
-				fmt.Fprintln(w, "ready: consuming")
-			}
-		}
+		code, text := s.readiness()
+		w.WriteHeader(code)
+		fmt.Fprintln(w, text)
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
