@@ -1055,3 +1055,22 @@ func TestCLIPurge(t *testing.T) {
 		t.Fatalf("%d left after purge", n)
 	}
 }
+
+// export --file - writes the lines to standard output and the summary to
+// standard error; the lines import back.
+func TestCLIExportToStdout(t *testing.T) {
+	e := newEnv(t)
+	e.fill(e.DLQ, deadMsg("s1", e.Work, "k", "max-attempts", 503, time.Minute), deadMsg("s2", e.Work, "k", "max-attempts", 503, time.Minute), deadMsg("s3", e.Work, "k", "max-attempts", 503, time.Minute))
+	r := e.ok("export", "--dlq", e.DLQ, "--file", "-")
+	if n := strings.Count(r.stdout, "\n"); n != 3 {
+		t.Fatalf("stdout holds %d lines, want 3 JSON lines:\n%s", n, r.stdout)
+	}
+	if !strings.Contains(r.stderr, "exported 3 of 3") || strings.Contains(r.stdout, "exported") {
+		t.Errorf("the summary must go to stderr only:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if _, err := dlq.UnmarshalLine([]byte(line)); err != nil {
+			t.Fatalf("not an export line: %v\n%s", err, line)
+		}
+	}
+}

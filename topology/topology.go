@@ -157,6 +157,39 @@ func (p *Plan) String() string {
 	return b.String()
 }
 
+// Document is the plan as data, for `hopper topology plan -o json`.
+type Document struct {
+	Declare  bool       `json:"declare"`
+	Queues   []DocQueue `json:"queues"`
+	Warnings []string   `json:"warnings"`
+}
+
+// DocQueue is one queue of a Document.
+type DocQueue struct {
+	Role      string         `json:"role"`
+	Name      string         `json:"name"`
+	Durable   bool           `json:"durable"`
+	Delay     string         `json:"delay,omitempty"`
+	Owned     bool           `json:"owned"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+// Document returns the plan as data.
+func (p *Plan) Document() Document {
+	d := Document{Declare: p.Declare, Warnings: p.Warnings()}
+	if d.Warnings == nil {
+		d.Warnings = []string{}
+	}
+	for _, q := range p.Queues() {
+		dq := DocQueue{Role: q.Role, Name: q.Name, Durable: true, Owned: q.Owned, Arguments: q.Args}
+		if q.Delay > 0 {
+			dq.Delay = config.FormatDuration(q.Delay)
+		}
+		d.Queues = append(d.Queues, dq)
+	}
+	return d
+}
+
 func sortedKeys(m map[string]any) []string {
 	return slices.Sorted(maps.Keys(m))
 }

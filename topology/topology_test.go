@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -338,5 +339,26 @@ func TestLongTierTTLFits(t *testing.T) {
 	ttl := reflect.ValueOf(p.Tiers[1].Args["x-message-ttl"]).Int()
 	if ttl != int64(600*time.Hour/time.Millisecond) {
 		t.Fatalf("600h tier planned with x-message-ttl=%d", ttl)
+	}
+}
+
+// The plan as data (topology plan -o json) holds the same queues and
+// arguments as the text, and encodes to JSON.
+func TestPlanDocument(t *testing.T) {
+	c := topoConfig(t, func(c *config.Config) { c.Retry.Tiers = durs(time.Second, 2*time.Minute) })
+	p := topology.FromConfig(c)
+	d := p.Document()
+	if len(d.Queues) != 4 || d.Queues[0].Role != topology.RoleWork || d.Queues[3].Role != topology.RoleDLQ {
+		t.Fatalf("queues %+v", d.Queues)
+	}
+	if d.Queues[2].Delay != "2m" || d.Queues[2].Name != "orders.retry.2m" {
+		t.Errorf("tier %+v", d.Queues[2])
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"x-dead-letter-routing-key":"orders.dlq"`) {
+		t.Errorf("json lacks the work queue's dead-letter target: %s", b)
 	}
 }

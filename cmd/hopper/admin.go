@@ -57,6 +57,7 @@ back to the work queue only) and a dead-letter queue.
 		{"verify", "Verify the topology without creating anything", ptr(false)},
 	} {
 		cf := configFlags{tool: true}
+		var output string
 		c := &cobra.Command{
 			Use:   sub.name,
 			Short: sub.short,
@@ -68,8 +69,14 @@ back to the work queue only) and a dead-letter queue.
 				}
 				plan := topology.FromConfig(&cfg)
 				if sub.declare == nil {
-					fmt.Fprint(cmd.OutOrStdout(), plan.String())
-					return nil
+					switch output {
+					case "text":
+						fmt.Fprint(cmd.OutOrStdout(), plan.String())
+						return nil
+					case "json":
+						return writeJSON(cmd.OutOrStdout(), plan.Document())
+					}
+					return fmt.Errorf("--output %q: want text or json", output)
 				}
 				log := newLogger(cfg.Log, cmd.ErrOrStderr())
 				ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
@@ -85,6 +92,9 @@ back to the work queue only) and a dead-letter queue.
 			},
 		}
 		cf.register(c.Flags())
+		if sub.declare == nil {
+			c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+		}
 		cmd.AddCommand(c)
 	}
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -32,7 +33,16 @@ them exactly. Without --remove the DLQ is left as it was.
 With --remove a message is acked only after its line is written and the file
 fsynced (every --sync-every lines), so a crash leaves each message in the
 DLQ, in the file, or both. --remove owns the DLQ like replay does (one at a
-time). The filters are those of replay; unmatched messages stay untouched.`,
+time). The filters are those of replay; unmatched messages stay untouched.
+
+--file - writes the lines to standard output and the summary to standard
+error, for a container whose root filesystem is read-only:
+
+  kubectl exec POD -c hopper -- hopper dlq export --file - > dlq.jsonl
+
+With --remove and standard output a message is acked once its line is
+written to the stream; nothing on this side can make it durable, so keep
+the output (and export without --remove first when in doubt).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -74,26 +84,39 @@ time). The filters are those of replay; unmatched messages stay untouched.`,
 			}
 			defer closeFn()
 
-			flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-			if overwrite {
-				flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+			var (
+				w       dlq.SyncWriter
+				closeFh = func() error { return nil }
+				summary = cmd.OutOrStdout()
+			)
+			if file == "-" {
+				// The lines go to standard output (a read-only root
+				// filesystem has nowhere else), so the summary goes to
+				// standard error.
+				w, summary = streamWriter{cmd.OutOrStdout()}, cmd.ErrOrStderr()
+			} else {
+				flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+				if overwrite {
+					flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+				}
+				fh, err := os.OpenFile(file, flags, 0o600)
+				if err != nil {
+					return fmt.Errorf("export file (use --overwrite to replace it): %w", err)
+				}
+				w, closeFh = fh, fh.Close
 			}
-			fh, err := os.OpenFile(file, flags, 0o600)
-			if err != nil {
-				return fmt.Errorf("export file (use --overwrite to replace it): %w", err)
-			}
-			res, runErr := dlq.Export(ctx, src, fh, dlq.ExportOptions{
+			res, runErr := dlq.Export(ctx, src, w, dlq.ExportOptions{
 				DLQ: t.dlq, Bound: depth, Filter: filter, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
 			})
-			if err := fh.Close(); err != nil && runErr == nil {
+			if err := closeFh(); err != nil && runErr == nil {
 				runErr = fmt.Errorf("close export file: %w", err)
 			}
 			if output == "json" {
-				if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
+				if err := writeJSON(summary, res); err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "exported %d of %d message(s) from %s to %s (%d bytes); removed %d, skipped %d, failed %d\n",
+				fmt.Fprintf(summary, "exported %d of %d message(s) from %s to %s (%d bytes); removed %d, skipped %d, failed %d\n",
 					res.Exported, res.Present, t.dlq, file, res.Bytes, res.Removed, res.Skipped, res.Failed)
 			}
 			return runErr
@@ -102,7 +125,7 @@ time). The filters are those of replay; unmatched messages stay untouched.`,
 	f.register(cmd.Flags())
 	ff.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&file, "file", "", "file to write (JSON Lines)")
+	fs.StringVar(&file, "file", "", "file to write (JSON Lines); - for standard output")
 	fs.BoolVar(&remove, "remove", false, "remove each message from the DLQ once its line is on disk")
 	fs.BoolVar(&overwrite, "overwrite", false, "replace an existing file")
 	fs.IntVar(&syncEvery, "sync-every", 100, "with --remove: lines written between fsyncs (their acks wait for it)")
@@ -110,3 +133,12 @@ time). The filters are those of replay; unmatched messages stay untouched.`,
 	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
 	return cmd
 }
+
+// streamWriter is standard output as an export target. It cannot be made
+// durable from here: with --remove a message is acked once its line has
+// been written to the stream, so whoever reads it (kubectl exec … > file)
+// must keep it.
+type streamWriter struct{ io.Writer }
+
+// Sync flushes nothing: writes to the stream are not buffered here.
+func (streamWriter) Sync() error { return nil }
