@@ -45,13 +45,13 @@ type Sidecar struct {
 	ready, consuming atomic.Bool
 	stopping         atomic.Bool
 	// phase says what the sidecar waits for before it can consume.
-	phase atomic.Value // string
-	px               atomic.Pointer[proxy.Loop]
-	cons             atomic.Pointer[broker.Consumer]
-	breaker          atomic.Pointer[app.Breaker]
-	app              atomic.Pointer[app.Client]
-	limiter          atomic.Pointer[app.Limiter]
-	adminAddr        atomic.Value // string
+	phase     atomic.Value // string
+	px        atomic.Pointer[proxy.Loop]
+	cons      atomic.Pointer[broker.Consumer]
+	breaker   atomic.Pointer[app.Breaker]
+	app       atomic.Pointer[app.Client]
+	limiter   atomic.Pointer[app.Limiter]
+	adminAddr atomic.Value // string
 }
 
 // Version is the binary's version, for the hopper_build_info metric;
