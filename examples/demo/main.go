@@ -119,7 +119,7 @@ var messages = []demoMessage{
 	{
 		ID: "bad-request", Script: "400",
 		Want:   []answer{{1, 0, 400, false}},
-		Reason: "non-retriable", FinalStatus: 400, FinalRetries: 0,
+		Reason: "non-retriable", FinalStatus: 400, FinalRetries: 1, // the one failed attempt counts
 		Why: "400: will fail again, so straight to the DLQ without a retry",
 	},
 	{
