@@ -67,16 +67,21 @@ type Deliverer interface {
 	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
 }
 
-// Options configure a Loop.
+// Options configure a Loop. Zero values take the defaults named.
 type Options struct {
-	Plan     *topology.Plan
+	// Plan names the work, tier and dead-letter queues. Required.
+	Plan *topology.Plan
+	// Selector picks the retry policy of each message. Required.
 	Selector *retry.Selector
-	App      Deliverer
-	Pub      Publisher
-	// Workers is the number of concurrent deliveries; Queue is the hand-off
-	// buffer (at least the prefetch, so the consumer never blocks).
+	// App delivers a message to the app. Required.
+	App Deliverer
+	// Pub publishes the copies moves make. Required.
+	Pub Publisher
+	// Workers is the number of concurrent deliveries. Default 1.
 	Workers int
-	Queue   int
+	// Queue is the hand-off buffer between the consumer and the workers; at
+	// least the prefetch, so the consumer never blocks. Default Workers.
+	Queue int
 	// Quorum makes give-backs republish instead of nack: a quorum queue
 	// counts every nack against its delivery limit. Default false.
 	Quorum bool
@@ -95,14 +100,17 @@ type Options struct {
 	// failing move and false when none is left waiting, so the caller can
 	// pause consumption meanwhile. Optional.
 	OnMovesFailing func(failing bool)
-	// DeadlineHeader names an application header with an absolute deadline.
+	// DeadlineHeader names an application header with an absolute
+	// deadline. Default "" (none).
 	DeadlineHeader string
-	Logger         *slog.Logger
-	// Tracer makes the consumer and producer spans (noop when nil).
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Tracer makes the consumer and producer spans. Default noop.
 	Tracer trace.Tracer
-	// Observer records decisions (metrics); nil records nothing.
+	// Observer records decisions (metrics). Default: records nothing.
 	Observer Observer
-	// Now and Rand are injected for tests.
+	// Now and Rand are the clock and the jitter source, injected by tests.
+	// Defaults time.Now and math/rand.
 	Now  func() time.Time
 	Rand retry.Rand
 }
