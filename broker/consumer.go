@@ -106,10 +106,15 @@ func (s *session) end() {
 	})
 }
 
-// ConsumerOptions configure a Consumer.
+// ConsumerOptions configure a Consumer. Zero values take the defaults
+// named.
 type ConsumerOptions struct {
+	// Options are the connection's; Name defaults to "hopper-consumer".
 	Options
-	Queue    string
+	// Queue is the queue consumed. Required.
+	Queue string
+	// Prefetch is the per-consumer QoS until Resume sets another. Default 0
+	// (unlimited): callers always set it.
 	Prefetch int
 	// Topology is declared or verified (as it says) on every new connection
 	// before consuming, so a queue deleted under Hopper comes back. An error

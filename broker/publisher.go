@@ -22,12 +22,16 @@ var (
 	ErrConfirmWait = errors.New("no publisher confirm in time")
 )
 
-// PublisherOptions configure a Publisher.
+// PublisherOptions configure a Publisher. Zero values take the defaults
+// named.
 type PublisherOptions struct {
+	// Options are the connection's; Name defaults to "hopper-publisher".
 	Options
 	// Channels is the number of confirm-mode channels used in parallel.
+	// Default 1.
 	Channels int
-	// ConfirmTimeout bounds the wait for the broker's confirm.
+	// ConfirmTimeout bounds the wait for the broker's confirm; a blocked
+	// connection restarts it. Default 15s.
 	ConfirmTimeout time.Duration
 }
 
