@@ -38,13 +38,17 @@ type Options struct {
 	// TLS for amqps:// URLs.
 	CAFile, CertFile, KeyFile, ServerName string
 	InsecureSkipVerify                    bool
-	// Heartbeat interval and dial timeout.
-	Heartbeat      time.Duration
+	// Heartbeat is the AMQP heartbeat interval. Default 0: the broker's
+	// proposal (60s on RabbitMQ); the config sets 10s.
+	Heartbeat time.Duration
+	// ConnectTimeout bounds one dial and handshake. Default 10s.
 	ConnectTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered exponential backoff.
+	// Defaults 500ms and ReconnectMin.
 	ReconnectMin, ReconnectMax time.Duration
 	// Name labels the connection in the management UI.
-	Name   string
+	Name string
+	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
