@@ -2,7 +2,12 @@ package faults
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +35,8 @@ func TestFaultCluster(t *testing.T) {
 	useTarget(t, c)
 	n := clusterCount(t)
 	ids := makeIDs("cluster", n)
-	r := beginWith(t, "cluster", nil, "quorum")
+	admin := freeAddr(t)
+	r := beginApp(t, "cluster", startApp(t, nil), hopperConfig{QueueType: "quorum", Extra: "admin:\n  listen: " + admin + "\n"})
 	r.step("N=%d on a cluster of %d nodes, the app always answers 2xx", n, len(c.Nodes))
 
 	// Two halves: the second is published only once the first fault is
@@ -78,6 +84,10 @@ func TestFaultCluster(t *testing.T) {
 	}
 	r.step("node %d back in the cluster", other)
 
+	// The consumer came back after the node faults, and the metric says so.
+	if n := scrapeCounter(t, admin, "hopper_broker_reconnects_total"); n < 1 {
+		t.Errorf("hopper_broker_reconnects_total = %v after the node faults, want at least 1", n)
+	}
 	a := r.finish(pubDone)
 	a.report(t)
 	if a.dlq != 0 {
@@ -110,4 +120,40 @@ func waitLeader(t *testing.T, c *testbroker.Cluster, queue string, not int) int 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// freeAddr is a loopback address with a port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrapeCounter reads one unlabelled counter from hopper's /metrics.
+func scrapeCounter(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
 }
