@@ -506,7 +506,10 @@ func (p *pacer) wait(ctx context.Context) error {
 		return nil
 	}
 	if err := p.lim.Wait(ctx); err != nil {
-		return fmt.Errorf("replay pacing: %w", err)
+		// The limiter refuses at once a wait that would outlast ctx's
+		// deadline; the run still ends when ctx does, and says why.
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	return nil
 }
