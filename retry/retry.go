@@ -348,5 +348,11 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0), true
 	}
+	// Also a date with a zone name, as time.RFC1123 writes it ("UTC"
+	// instead of "GMT"): apps do send that, and refusing it would turn a
+	// clear delay into an immediate retry.
+	if t, err := time.Parse(time.RFC1123, v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
 	return 0, false
 }

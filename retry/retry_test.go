@@ -137,6 +137,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{now.Add(42 * time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT"), 42 * time.Second, true},
 		{now.Add(42 * time.Second).Format(time.ANSIC), 42 * time.Second, true},
 		{now.Add(-time.Hour).Format("Mon, 02 Jan 2006 15:04:05 GMT"), 0, true},
+		{now.Add(42 * time.Second).Format(time.RFC1123), 42 * time.Second, true}, // "UTC", not "GMT"
 		{"Fri, 32 Jan 2026 00:00:00 GMT", 0, false},
 	}
 	for _, tc := range cases {
