@@ -146,6 +146,41 @@ func (r *run) refusedMoves() int {
 	return r.hopper.countLines("event=MOVE_FAILED", "to="+r.q.dlq(), "publisher nack")
 }
 
+// split cuts ids into n chunks of nearly equal size, in order.
+func split(ids []string, n int) [][]string {
+	out := make([][]string, n)
+	for i := range out {
+		out[i] = ids[i*len(ids)/n : (i+1)*len(ids)/n]
+	}
+	return out
+}
+
+// waitSeen waits until the app has had requests for at least k of ids.
+func (r *run) waitSeen(ids []string, k int) {
+	r.t.Helper()
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		seen := map[string]bool{}
+		for _, rec := range r.app.snapshot() {
+			if want[rec.ID] {
+				seen[rec.ID] = true
+			}
+		}
+		if len(seen) >= k {
+			r.step("the app has seen %d of the %d ids of this chunk", len(seen), len(ids))
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the app saw %d of %d ids after 3m, waiting for %d", len(seen), len(ids), k)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitDelivered waits until the app has had at least k requests: faults
 // are injected at points of progress, not at times, so they land mid-run
 // whatever the machine's speed.
@@ -195,49 +230,70 @@ func mixed(t *testing.T, name, queueType string) {
 	r := beginWith(t, name, scripts, queueType)
 	r.step("N=%d, scripts seeded with %d", n, seed)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The ids go out in six chunks, one per fault, and each fault is
+	// injected while its chunk is flowing: once the app has seen half of
+	// the chunk, or, for the faults that need traffic to show (a refused
+	// DLQ move, the app down), with the chunk published into the fault. So
+	// every fault meets work in progress, whatever the machine's speed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	pubDone := make(chan publishStats, 1)
-	go func() { pubDone <- publishPaced(ctx, t, r.q.work, ids, 20*time.Second) }()
+	chunks := split(ids, 6)
+	var pubs []chan publishStats
+	publish := func(i int) {
+		done := make(chan publishStats, 1)
+		pubs = append(pubs, done)
+		go func() { done <- publishPaced(ctx, t, r.q.work, chunks[i], 3*time.Second) }()
+	}
 
-	// The faults, one after another, each at a point of progress while the
-	// messages stream in.
-	r.waitDelivered(n / 10)
+	publish(0)
+	r.waitSeen(chunks[0], len(chunks[0])/2)
 	r.killHopper(300 * time.Millisecond)
 
-	// The broker refuses every move to the DLQ (publisher nacks) until
-	// hopper has had one refused.
-	r.waitDelivered(n / 5)
+	// The broker refuses every move to the DLQ (publisher nacks); the next
+	// chunk's permanent 400s meet it. Cleared once hopper has had one
+	// refused.
 	clearPolicy := refuseDLQ(t, r.q)
 	r.step("DLQ refuses publishes (policy max-length 0, reject-publish)")
+	publish(1)
 	for end := time.Now().Add(2 * time.Minute); r.refusedMoves() == 0 && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	clearPolicy()
 	r.step("DLQ policy cleared after %d refused move(s)", r.refusedMoves())
 
-	r.waitDelivered(3 * n / 10)
+	publish(2)
+	r.waitSeen(chunks[2], len(chunks[2])/2)
 	r.step("broker restarting")
 	if err := rabbit.Restart(); err != nil {
 		t.Fatalf("broker restart: %v", err)
 	}
 	r.step("broker back")
 
-	r.waitDelivered(2 * n / 5)
-	r.crashApp(1500 * time.Millisecond)
+	// The app goes down with a chunk arriving, and stays down until hopper
+	// has seen it down (its breaker opened), as a restarting pod would.
+	opens := r.hopper.eventCounts("BREAKER_OPEN")["BREAKER_OPEN"]
+	r.app.crash()
+	r.step("app crashed (listener and connections closed)")
+	publish(3)
+	for end := time.Now().Add(2 * time.Minute); r.hopper.eventCounts("BREAKER_OPEN")["BREAKER_OPEN"] == opens && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.app.restart()
+	r.step("app back once hopper's breaker opened")
 
-	r.waitDelivered(n / 2)
+	publish(4)
+	r.waitSeen(chunks[4], len(chunks[4])/2)
 	r.killHopper(300 * time.Millisecond)
 
-	// The app flaps (down/up every second for 6s); hopper is SIGKILLed in
-	// the middle of it, once the app has gone away twice, and comes back
-	// to an app that keeps going away.
-	r.waitDelivered(3 * n / 5)
+	// The app flaps (down/up every second for 6s) with the last chunk
+	// arriving; hopper is SIGKILLed in the middle of it, once the app has
+	// gone away twice, and comes back to an app that keeps going away.
 	var flapping sync.WaitGroup
 	flapping.Add(1)
 	crashes := r.app.crashCount()
 	r.step("app flapping: down/up every 1s for 6s")
 	go func() { defer flapping.Done(); r.app.flap(6*time.Second, time.Second) }()
+	publish(5)
 	for r.app.crashCount() < crashes+2 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -245,6 +301,19 @@ func mixed(t *testing.T, name, queueType string) {
 	flapping.Wait()
 	r.step("app flapping over, app up")
 
+	pubDone := make(chan publishStats, 1)
+	go func() {
+		all := publishStats{confirmed: map[string]bool{}}
+		for _, p := range pubs {
+			ps := <-p
+			for id := range ps.confirmed {
+				all.confirmed[id] = true
+			}
+			all.failures += ps.failures
+			all.took += ps.took
+		}
+		pubDone <- all
+	}()
 	a := r.finish(pubDone)
 	a.report(t)
 	checkScripts(t, a, scripts)
