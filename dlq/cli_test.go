@@ -628,8 +628,11 @@ func TestCLIReplayTotalTimeout(t *testing.T) {
 	if r.code == 0 || res.End != dlq.EndInterrupted || !strings.Contains(r.stderr, "total timeout 1s reached") {
 		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
 	}
+	// At most what the rate allows in 1 s (the first one at once, then 10
+	// a second); how many fewer a slow machine moves, connecting included,
+	// is not the point.
 	moved, left := e.depth(e.Work), e.depth(e.DLQ)
-	if res.Recovered < 5 || res.Recovered > 15 || moved != res.Recovered || moved+left != n {
+	if res.Recovered > 11 || moved != res.Recovered || moved+left != n {
 		t.Fatalf("recovered %d, work queue %d, DLQ %d", res.Recovered, moved, left)
 	}
 	// Messages held unacked by someone else (here a browse) are not
@@ -644,10 +647,11 @@ func TestCLIReplayTotalTimeout(t *testing.T) {
 			t.Fatalf("get: %v %v", ok, err)
 		}
 	}
-	start := time.Now()
-	res, r = e.replayJSON("--dlq", e.DLQ, "--idle-timeout", "300ms")
+	res, r = e.replayJSON("--dlq", e.DLQ, "--idle-timeout", "1m")
 	in.Close()
-	if r.code != 0 || res.End != dlq.EndDone || res.Present != 0 || time.Since(start) > 10*time.Second {
+	// Done with nothing present: it did not wait for the held messages (an
+	// idle timeout of a minute would have ended it as idle).
+	if r.code != 0 || res.End != dlq.EndDone || res.Present != 0 {
 		t.Fatalf("replay of a DLQ whose messages are all held elsewhere: exit %d %+v", r.code, res)
 	}
 }
