@@ -813,15 +813,17 @@ func TestCLIReplaySIGKILLLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	const n, parallel = 3000, 8
 	e.fillFast(e.DLQ, "k", n, bytes.Repeat([]byte("x"), 256))
-	cmd := e.command("replay", "--dlq", e.DLQ, "--parallel", strconv.Itoa(parallel), "--rate", "300") // ~10s: the kill lands mid-run even with slow polling
+	// At 50 msg/s the replay needs a minute: the kill lands mid-run on any
+	// machine, however slowly the depth below is polled.
+	cmd := e.command("replay", "--dlq", e.DLQ, "--parallel", strconv.Itoa(parallel), "--rate", "50")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, 30*time.Second, "the condition", func() bool {
+	waitfor.Until(t, 30*time.Second, "the replay under way", func() bool {
 		d, _ := e.rb.QueueDepth(e.Work)
-		return d >= 300
+		return d >= 50
 	})
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
