@@ -72,7 +72,7 @@ func renderCases(t *testing.T) []renderCase {
 		if err := yaml.Unmarshal([]byte(readRepoFile(t, chartDir, "ci", filepath.Base(f))), &v); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		native, _ := dig(v, "hopper", "nativeSidecar").(bool)
+		native, _ := dig(v, "nativeSidecar").(bool)
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		names = append(names, name)
 		cases = append(cases, renderCase{name: name, chart: repoPath(chartDir), args: []string{"-f", f}, native: native})
@@ -90,7 +90,7 @@ func renderCases(t *testing.T) []renderCase {
 	}
 	exValues, err := yaml.Marshal(map[string]any{
 		"app":    map[string]any{"image": map[string]any{"repository": "registry.example.com/app", "tag": "1"}},
-		"hopper": map[string]any{"config": example},
+		"config": example,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func renderCases(t *testing.T) []renderCase {
 	cases = append(cases,
 		renderCase{name: "parent", chart: parent, parent: true},
 		renderCase{name: "parent-native", chart: parent, parent: true, native: true,
-			args: []string{"--set", "hopper.hopper.nativeSidecar=true"}},
+			args: []string{"--set", "hopper.nativeSidecar=true"}},
 	)
 	return cases
 }
@@ -228,9 +228,14 @@ func TestChartRender(t *testing.T) {
 // config validate`).
 func checkRelease(t *testing.T, c renderCase, ms []manifest) {
 	deps := byKind[*appsv1.Deployment](ms)
-	cms := byKind[*corev1.ConfigMap](ms)
+	var cms []*corev1.ConfigMap // Hopper's config (not the dashboard's)
+	for _, cm := range byKind[*corev1.ConfigMap](ms) {
+		if _, ok := cm.Data["hopper.yaml"]; ok {
+			cms = append(cms, cm)
+		}
+	}
 	if len(deps) != 1 || len(cms) != 1 {
-		t.Fatalf("want one Deployment and one ConfigMap, got %s", kindsOf(ms))
+		t.Fatalf("want one Deployment and one ConfigMap holding hopper.yaml, got %s", kindsOf(ms))
 	}
 	for _, m := range ms {
 		for _, e := range validation.IsDNS1123Subdomain(m.name) {
@@ -500,7 +505,7 @@ func checkHopperContainer(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1.C
 		what string
 		pr   *corev1.Probe
 		path string
-	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+	}{{"liveness", c.LivenessProbe, "/livez"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
 		if p.pr == nil || p.pr.HTTPGet == nil || p.pr.HTTPGet.Path != p.path || p.pr.HTTPGet.Port.StrVal != "hopper-admin" {
 			t.Errorf("Hopper %s probe: want GET %s on port hopper-admin, got %+v", p.what, p.path, p.pr)
 		}
@@ -623,8 +628,17 @@ func checkServices(t *testing.T, ms []manifest, d *appsv1.Deployment) {
 			}
 		}
 	}
-	if len(hpas) > 0 && d.Spec.Replicas != nil {
-		t.Error("Deployment sets replicas while an HPA manages them: every upgrade would reset the scale")
+	scaled := len(hpas) > 0
+	for _, o := range byKind[*crdObject](ms) {
+		scaled = scaled || o.Kind == "ScaledObject"
+	}
+	if scaled && d.Spec.Replicas != nil {
+		t.Error("Deployment sets replicas while an HPA or KEDA manages them: every upgrade would reset the scale")
+	}
+	for _, sa := range byKind[*corev1.ServiceAccount](ms) {
+		if pod.Spec.ServiceAccountName != sa.Name {
+			t.Errorf("ServiceAccount %s is rendered but the pods use %q", sa.Name, pod.Spec.ServiceAccountName)
+		}
 	}
 }
 
@@ -812,31 +826,39 @@ func TestChartRejects(t *testing.T) {
 		want string
 	}{
 		{"unknown top-level key", []string{"-f", minimal, "--set", "replicaCount=2"}, "additional properties 'replicaCount' not allowed"},
-		{"unknown hopper key", []string{"-f", minimal, "--set", "hopper.imgae.tag=x"}, "additional properties 'imgae' not allowed"},
-		{"unknown config key", []string{"-f", minimal, "--set", "hopper.config.queue.nmae=x"}, "additional properties 'nmae' not allowed"},
-		{"unknown config section", []string{"-f", minimal, "--set", "hopper.config.metrics.enabled=true"}, "additional properties 'metrics' not allowed"},
-		{"wrong type", []string{"-f", minimal, "--set", "hopper.config.consumer.prefetch=fifty"}, "/hopper/config/consumer/prefetch"},
-		{"duration without unit", []string{"-f", minimal, "--set", "hopper.config.shutdown.grace=25"}, "/hopper/config/shutdown/grace"},
-		{"bad duration", []string{"-f", minimal, "--set-string", "hopper.config.retry.tiers={1s,5 minutes}"}, "/hopper/config/retry/tiers/1"},
-		{"bad outcome action", []string{"-f", minimal, "--set", "hopper.config.retry.outcomes.4xx=explode"}, "/hopper/config/retry/outcomes/4xx"},
-		{"bad outcome key", []string{"-f", minimal, "--set", "hopper.config.retry.outcomes.4XX=retry"}, "invalid propertyName '4XX'"},
-		{"bad attempts", []string{"-f", minimal, "--set", "hopper.config.retry.maxAttempts=0"}, "/hopper/config/retry/maxAttempts"},
-		{"policy without match", []string{"-f", minimal, "--set", "hopper.config.retry.policies[0].name=x"}, "missing property 'match'"},
-		{"queue type", []string{"-f", minimal, "--set", "hopper.config.queue.type=stream"}, "/hopper/config/queue/type"},
-		{"admin on loopback", []string{"-f", minimal, "--set", "hopper.config.admin.listen=127.0.0.1:9090"}, "/hopper/config/admin/listen"},
-		{"broker url scheme", []string{"-f", minimal, "--set", "hopper.config.broker.urls={http://rabbitmq}"}, "/hopper/config/broker/urls/0"},
-		{"pull policy", []string{"-f", minimal, "--set", "hopper.image.pullPolicy=Sometimes"}, "/hopper/image/pullPolicy"},
-		{"no queue", []string{"--set", "app.image.repository=x"}, "hopper.config.queue.name is required"},
-		{"no app image", []string{"--set", "hopper.config.queue.name=orders"}, "app.image.repository is required"},
+		{"unknown top-level key", []string{"-f", minimal, "--set", "imgae.tag=x"}, "additional properties 'imgae' not allowed"},
+		{"unknown config key", []string{"-f", minimal, "--set", "config.queue.nmae=x"}, "additional properties 'nmae' not allowed"},
+		{"unknown config section", []string{"-f", minimal, "--set", "config.metrics.enabled=true"}, "additional properties 'metrics' not allowed"},
+		{"wrong type", []string{"-f", minimal, "--set", "config.consumer.prefetch=fifty"}, "/config/consumer/prefetch"},
+		{"duration without unit", []string{"-f", minimal, "--set", "config.shutdown.grace=25"}, "/config/shutdown/grace"},
+		{"bad duration", []string{"-f", minimal, "--set-string", "config.retry.tiers={1s,5 minutes}"}, "/config/retry/tiers/1"},
+		{"bad outcome action", []string{"-f", minimal, "--set", "config.retry.outcomes.4xx=explode"}, "/config/retry/outcomes/4xx"},
+		{"bad outcome key", []string{"-f", minimal, "--set", "config.retry.outcomes.4XX=retry"}, "invalid propertyName '4XX'"},
+		{"bad attempts", []string{"-f", minimal, "--set", "config.retry.maxAttempts=0"}, "/config/retry/maxAttempts"},
+		{"policy without match", []string{"-f", minimal, "--set", "config.retry.policies[0].name=x"}, "missing property 'match'"},
+		{"queue type", []string{"-f", minimal, "--set", "config.queue.type=stream"}, "/config/queue/type"},
+		{"admin on loopback", []string{"-f", minimal, "--set", "config.admin.listen=127.0.0.1:9090"}, "/config/admin/listen"},
+		{"broker url scheme", []string{"-f", minimal, "--set", "config.broker.urls={http://rabbitmq}"}, "/config/broker/urls/0"},
+		{"pull policy", []string{"-f", minimal, "--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+		{"no queue", []string{"--set", "app.image.repository=x"}, "config.queue.name is required"},
+		{"no app image", []string{"--set", "config.queue.name=orders"}, "app.image.repository is required"},
 		{"no app tag", []string{"-f", minimal, "--set", "app.image.tag="}, "app.image.tag (or app.image.digest) is required"},
-		{"otel without endpoint", []string{"-f", minimal, "--set", "hopper.otel.enabled=true"}, "hopper.otel.endpoint is required"},
-		{"otel protocol Hopper lacks", []string{"-f", minimal, "--set", "hopper.otel.enabled=true", "--set", "hopper.otel.endpoint=http://c:4318", "--set", "hopper.otel.protocol=http/json"}, "/hopper/otel/protocol"},
-		{"grace period too short", []string{"-f", minimal, "--set", "terminationGracePeriodSeconds=25"}, "must exceed hopper.config.shutdown.grace (25s)"},
+		{"otel without endpoint", []string{"-f", minimal, "--set", "otel.enabled=true"}, "otel.endpoint is required"},
+		{"otel protocol Hopper lacks", []string{"-f", minimal, "--set", "otel.enabled=true", "--set", "otel.endpoint=http://c:4318", "--set", "otel.protocol=http/json"}, "/otel/protocol"},
+		{"grace period too short", []string{"-f", minimal, "--set", "terminationGracePeriodSeconds=25"}, "must exceed config.shutdown.grace (25s)"},
 		{"native sidecar on old cluster", []string{"-f", native, "--kube-version", "1.28.0"}, "needs Kubernetes >= 1.29"},
-		{"secret keys without secret", []string{"-f", minimal, "--set", "hopper.broker.existingSecret="}, "hopper.broker.existingSecret is required"},
-		{"credential files without urls", []string{"-f", minimal, "--set", "hopper.broker.urlKey=", "--set", "hopper.broker.passwordKey=password"}, "hopper.config.broker.urls must name the broker"},
-		{"password twice", []string{"-f", minimal, "--set", "hopper.broker.passwordKey=password", "--set", "hopper.config.broker.passwordFile=/x"}, "not both"},
-		{"client cert without key", []string{"-f", minimal, "--set", "hopper.broker.tls.existingSecret=tls", "--set", "hopper.broker.tls.certKey=tls.crt"}, "certKey and keyKey must be given together"},
+		{"secret keys without secret", []string{"-f", minimal, "--set", "broker.existingSecret="}, "broker.existingSecret is required"},
+		{"credential files without urls", []string{"-f", minimal, "--set", "broker.urlKey=", "--set", "broker.passwordKey=password"}, "config.broker.urls must name the broker"},
+		{"password twice", []string{"-f", minimal, "--set", "broker.passwordKey=password", "--set", "config.broker.passwordFile=/x"}, "not both"},
+		{"keda and hpa", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "autoscaling.enabled=true"}, "keda.enabled and autoscaling.enabled both scale the Deployment"},
+		{"keda message rate over amqp", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.mode=MessageRate", "--set", "keda.protocol=amqp"}, "set keda.protocol to http"},
+		{"keda without broker secret", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "keda needs the broker's URL from a Secret"},
+		{"keda in sidecar mode without target", []string{"-f", minimal, "--set", "deployment.enabled=false", "--set", "keda.enabled=true"}, "keda.scaleTargetName is required"},
+		{"keda bad value", []string{"-f", minimal, "--set", "keda.enabled=true", "--set-string", "keda.value=lots"}, "/keda/value"},
+		{"pod monitor in sidecar mode without selector", []string{"-f", minimal, "--set", "deployment.enabled=false", "--set", "metrics.podMonitor.enabled=true"}, "metrics.selector is required"},
+		{"eviction policy", []string{"-f", minimal, "--set", "podDisruptionBudget.unhealthyPodEvictionPolicy=Never"}, "/podDisruptionBudget/unhealthyPodEvictionPolicy"},
+		{"alert duration", []string{"-f", minimal, "--set", "metrics.prometheusRule.breakerOpenFor=ten"}, "/metrics/prometheusRule/breakerOpenFor"},
+		{"client cert without key", []string{"-f", minimal, "--set", "broker.tls.existingSecret=tls", "--set", "broker.tls.certKey=tls.crt"}, "certKey and keyKey must be given together"},
 		{"hpa without requests", []string{"-f", minimal, "--set", "autoscaling.enabled=true"}, "app.resources.requests.cpu"},
 	}
 	for _, c := range cases {
@@ -881,8 +903,7 @@ func TestChartSchemaMirrorsConfig(t *testing.T) {
 			n = d
 		}
 	}
-	hopperSchema := resolve(dig(schema, "properties", "hopper").(map[string]any))
-	cfgSchema := resolve(dig(hopperSchema, "properties", "config").(map[string]any))
+	cfgSchema := resolve(dig(schema, "properties", "config").(map[string]any))
 
 	var want, got []string
 	var walkType func(reflect.Type, string)
@@ -916,7 +937,7 @@ func TestChartSchemaMirrorsConfig(t *testing.T) {
 			return
 		}
 		if n["additionalProperties"] != false {
-			t.Errorf("schema for hopper.config.%s is open: set additionalProperties false", strings.TrimSuffix(prefix, "."))
+			t.Errorf("schema for config.%s is open: set additionalProperties false", strings.TrimSuffix(prefix, "."))
 		}
 		for k, v := range props {
 			got = append(got, prefix+k)
@@ -928,17 +949,17 @@ func TestChartSchemaMirrorsConfig(t *testing.T) {
 	sort.Strings(got)
 	for _, k := range want {
 		if !slices.Contains(got, k) {
-			t.Errorf("config key %s is missing from charts/hopper/values.schema.json (hopper.config): the chart would reject it", k)
+			t.Errorf("config key %s is missing from charts/hopper/values.schema.json (config): the chart would reject it", k)
 		}
 	}
 	for _, k := range got {
 		if !slices.Contains(want, k) {
-			t.Errorf("charts/hopper/values.schema.json lists hopper.config.%s, which Hopper's config does not have", k)
+			t.Errorf("charts/hopper/values.schema.json lists config.%s, which Hopper's config does not have", k)
 		}
 	}
 
-	// Every object schema in the hopper section is closed, except the
-	// Kubernetes pass-through objects (resources, securityContext, ...).
+	// Every object schema is closed, except the Kubernetes pass-through
+	// objects (resources, securityContext, ...) and label maps.
 	var closed func(map[string]any, string)
 	closed = func(n map[string]any, path string) {
 		n = resolve(n)
@@ -961,7 +982,7 @@ func TestChartSchemaMirrorsConfig(t *testing.T) {
 			}
 		}
 	}
-	closed(hopperSchema, "hopper")
+	closed(schema, "values")
 	if schema["additionalProperties"] != false {
 		t.Error("values.schema.json: the top level should reject unknown keys too")
 	}
@@ -983,11 +1004,11 @@ func TestChartDefaults(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(readRepoFile(t, chartDir, "values.yaml")), &values); err != nil {
 		t.Fatal(err)
 	}
-	if tag := dig(values, "hopper", "image", "tag"); tag != chart.AppVersion {
-		t.Errorf("values.yaml hopper.image.tag %v, want Chart.yaml appVersion %q", tag, chart.AppVersion)
+	if tag := dig(values, "image", "tag"); tag != chart.AppVersion {
+		t.Errorf("values.yaml image.tag %v, want Chart.yaml appVersion %q", tag, chart.AppVersion)
 	}
-	if uid := dig(values, "hopper", "securityContext", "runAsUser"); uid != float64(65532) {
-		t.Errorf("hopper.securityContext.runAsUser %v, want the image's 65532", uid)
+	if uid := dig(values, "securityContext", "runAsUser"); uid != float64(65532) {
+		t.Errorf("securityContext.runAsUser %v, want the image's 65532", uid)
 	}
 	// The minimal render: default admin port and grace are Hopper's.
 	stdout, stderr, err := runHelm(t, templateArgs(renderCase{chart: repoPath(chartDir), args: []string{"-f", repoPath(chartDir, "ci", "minimal-values.yaml")}})...)
@@ -1095,8 +1116,8 @@ func TestChartNotes(t *testing.T) {
 		{"minimal", []string{"-f", minimal}, []string{`Hopper consumes queue "orders"`, "http://127.0.0.1:8080/", "Grace period:    30s", "regular container"}},
 		{"full", []string{"-f", repoPath(chartDir, "ci", "full-values.yaml")}, []string{"port-forward deployment/rel-orders 9191", "verified (topology.declare: false)", "Traces: OTLP"}},
 		{"native", []string{"-f", repoPath(chartDir, "ci", "native-sidecar-values.yaml")}, []string{"native sidecar", "Grace period:    110s"}},
-		{"no broker secret", []string{"-f", minimal, "--set", "hopper.broker.existingSecret=", "--set", "hopper.broker.urlKey="}, []string{"WARNING: no broker Secret", "Hopper will try amqp://127.0.0.1:5672"}},
-		{"library mode", []string{"--set", "deployment.enabled=false"}, []string{"renders nothing by itself"}},
+		{"no broker secret", []string{"-f", minimal, "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, []string{"WARNING: no broker Secret", "Hopper will try amqp://127.0.0.1:5672"}},
+		{"sidecar mode", []string{"-f", minimal, "--set", "deployment.enabled=false"}, []string{"include \"hopper.sidecar\"", "ConfigMap rel-hopper"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -64,6 +64,14 @@ type relabeling struct {
 	Action       string   `json:"action,omitempty"`
 }
 
+// crdObject is a custom resource checked elsewhere: here only its metadata
+// is read, and the rest kept as it is.
+type crdObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              map[string]any `json:"spec"`
+}
+
 // newObject maps apiVersion/kind to the API type a manifest must decode into.
 // Anything else the chart renders is an error: a new kind needs its type here.
 func newObject(apiVersion, kind string) (any, bool) {
@@ -80,6 +88,14 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return &autoscalingv2.HorizontalPodAutoscaler{}, true
 	case "monitoring.coreos.com/v1/ServiceMonitor":
 		return &serviceMonitor{}, true
+	case "v1/ServiceAccount":
+		return &corev1.ServiceAccount{}, true
+	case "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/PrometheusRule",
+		"keda.sh/v1alpha1/ScaledObject", "keda.sh/v1alpha1/TriggerAuthentication":
+		// Decoded strictly into the Prometheus Operator's and KEDA's own
+		// types by the test-only module internal/kubecheck, which keeps
+		// those modules out of Hopper's go.mod.
+		return &crdObject{}, true
 	}
 	return nil, false
 }

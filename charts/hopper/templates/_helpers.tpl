@@ -1,14 +1,17 @@
 {{/*
 Names and labels. Every helper here and in _sidecar.tpl takes a context dict,
-so that a parent chart can call them with its own release and the hopper
-values it holds:
+so that a parent chart can call them with its own release and the one hopper
+values block it holds:
 
-  (dict "root" $ "values" .Values)          in this chart
-  (dict "root" $ "values" .Values.hopper)   in a parent chart (dependency "hopper")
+  (dict "values" .Values "context" $)          in this chart
+  (dict "values" .Values.hopper "context" $)   in a parent chart (dependency "hopper")
 */}}
 
 {{- define "hopper.name" -}}
-{{- default .root.Chart.Name .values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- /* Not .Chart.Name: from a parent chart's context that is the parent's
+       name, and the names the parent's includes compute must match the
+       objects this chart renders for the same release. */ -}}
+{{- default "hopper" .values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "hopper.fullname" -}}
@@ -16,10 +19,10 @@ values it holds:
 {{- .values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := include "hopper.name" . -}}
-{{- if contains $name .root.Release.Name -}}
-{{- .root.Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- if contains $name .context.Release.Name -}}
+{{- .context.Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .root.Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .context.Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -35,21 +38,21 @@ values it holds:
 {{- end -}}
 
 {{- define "hopper.chart" -}}
-{{- printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .context.Chart.Name .context.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "hopper.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "hopper.name" . }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/instance: {{ .context.Release.Name }}
 {{- end -}}
 
 {{- define "hopper.labels" -}}
 helm.sh/chart: {{ include "hopper.chart" . }}
 {{ include "hopper.selectorLabels" . }}
-{{- with .root.Chart.AppVersion }}
+{{- with .context.Chart.AppVersion }}
 app.kubernetes.io/version: {{ . | quote }}
 {{- end }}
-app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 {{- end -}}
 
 {{/* image renders repository:tag, or repository@digest when a digest is set. Context: an image values map. */}}
@@ -58,5 +61,30 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- printf "%s@%s" .repository .digest -}}
 {{- else -}}
 {{- printf "%s:%s" .repository (toString .tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+hopper.metricsSelector: labels of the pods that run Hopper, for the metrics
+Service and the PodMonitor. This chart's pod labels by default; a parent
+chart's pods carry the parent's labels, so with deployment.enabled false
+metrics.selector must name them.
+*/}}
+{{- define "hopper.metricsSelector" -}}
+{{- if .values.metrics.selector -}}
+{{- toYaml .values.metrics.selector -}}
+{{- else if .values.deployment.enabled -}}
+{{- include "hopper.selectorLabels" . -}}
+{{- else -}}
+{{- fail "metrics.selector is required when deployment.enabled is false: the labels of your pods that run the Hopper sidecar" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* hopper.serviceAccountName: the pods' ServiceAccount ("" = the namespace's default). */}}
+{{- define "hopper.serviceAccountName" -}}
+{{- if .values.serviceAccount.create -}}
+{{- default (include "hopper.fullname" .) .values.serviceAccount.name -}}
+{{- else -}}
+{{- .values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}

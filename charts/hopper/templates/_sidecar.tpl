@@ -1,16 +1,24 @@
 {{/*
 The Hopper sidecar as named templates, the chart's public interface for
-parent charts. Each takes the context dict of _helpers.tpl:
+parent charts. Each takes the context dict of _helpers.tpl; in a parent
+chart that lists hopper as a dependency, its one values block is
+.Values.hopper:
 
-  {{- $h := dict "root" $ "values" .Values.hopper }}    (in a parent chart)
+  containers:
+    - name: my-app
+      ...
+    {{- include "hopper.sidecar" (dict "values" .Values.hopper "context" $) | nindent 4 }}
+  volumes:
+    {{- include "hopper.volumes" (dict "values" .Values.hopper "context" $) | nindent 4 }}
 
-  hopper.sidecar                       the Hopper container (one list item)
-  hopper.volumes                       its volumes (list items)
-  hopper.configmap                     the ConfigMap manifest holding hopper.yaml
+The dependency itself renders the ConfigMap and the metrics objects (with
+deployment.enabled: false it renders no Deployment). Optional helpers:
+
   hopper.podAnnotations                checksum/hopper-config (rolls pods on config change)
   hopper.terminationGracePeriodSeconds shutdown.grace + margin, in seconds
   hopper.nativeSidecar                 "true" when the container belongs under initContainers
   hopper.config                        the rendered hopper.yaml
+  hopper.configmap                     the ConfigMap manifest holding hopper.yaml
 */}}
 
 {{/* Paths inside the Hopper container. */}}
@@ -43,10 +51,10 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 */}}
 {{- define "hopper.effectiveConfig" -}}
 {{- $v := .values -}}
-{{- $hv := $v.hopper -}}
+{{- $hv := $v -}}
 {{- $cfg := deepCopy (default (dict) $hv.config) -}}
 {{- $queue := default (dict) (get $cfg "queue") -}}
-{{- $_ := required "hopper.config.queue.name is required: the RabbitMQ work queue Hopper consumes" (get $queue "name") -}}
+{{- $_ := required "config.queue.name is required: the RabbitMQ work queue Hopper consumes" (get $queue "name") -}}
 
 {{- /* app: Hopper delivers to the app container on localhost. */ -}}
 {{- $app := default (dict) (get $cfg "app") -}}
@@ -62,7 +70,7 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- $admin := default (dict) (get $cfg "admin") -}}
 {{- $listen := toString (default ":9090" (get $admin "listen")) -}}
 {{- if not (regexMatch "^(|0\\.0\\.0\\.0|\\[::\\]|::):[0-9]{1,5}$" $listen) -}}
-{{- fail (printf "hopper.config.admin.listen %q: the probes reach Hopper on the pod's address, so listen on all interfaces, like \":9090\"" $listen) -}}
+{{- fail (printf "config.admin.listen %q: the probes reach Hopper on the pod's address, so listen on all interfaces, like \":9090\"" $listen) -}}
 {{- end -}}
 {{- $_ := set $admin "listen" $listen -}}
 {{- $_ := set $cfg "admin" $admin -}}
@@ -72,40 +80,40 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- $broker := default (dict) (get $cfg "broker") -}}
 {{- if or $b.urlKey $b.usernameKey $b.passwordKey -}}
 {{- if not $b.existingSecret -}}
-{{- fail "hopper.broker.existingSecret is required when urlKey, usernameKey or passwordKey is set" -}}
+{{- fail "broker.existingSecret is required when urlKey, usernameKey or passwordKey is set" -}}
 {{- end -}}
 {{- end -}}
 {{- if and $b.existingSecret (not (or $b.urlKey $b.usernameKey $b.passwordKey)) -}}
-{{- fail "hopper.broker.existingSecret is set but none of urlKey, usernameKey, passwordKey says which of its keys to use" -}}
+{{- fail "broker.existingSecret is set but none of urlKey, usernameKey, passwordKey says which of its keys to use" -}}
 {{- end -}}
 {{- range $field, $key := dict "usernameFile" $b.usernameKey "passwordFile" $b.passwordKey -}}
 {{- if $key -}}
 {{- if hasKey $broker $field -}}
-{{- fail (printf "set hopper.broker.%sKey or hopper.config.broker.%s, not both" (trimSuffix "File" $field) $field) -}}
+{{- fail (printf "set broker.%sKey or config.broker.%s, not both" (trimSuffix "File" $field) $field) -}}
 {{- end -}}
 {{- $_ := set $broker $field (printf "%s/%s" (include "hopper.brokerSecretDir" $) (trimSuffix "File" $field)) -}}
 {{- end -}}
 {{- end -}}
 {{- if and (or $b.usernameKey $b.passwordKey) (not $b.urlKey) (not (get $broker "urls")) -}}
-{{- fail "hopper.config.broker.urls must name the broker (without credentials) when hopper.broker.usernameKey/passwordKey supply them" -}}
+{{- fail "config.broker.urls must name the broker (without credentials) when broker.usernameKey/passwordKey supply them" -}}
 {{- end -}}
 {{- $t := $b.tls -}}
 {{- if $t.existingSecret -}}
 {{- if ne (empty $t.certKey) (empty $t.keyKey) -}}
-{{- fail "hopper.broker.tls.certKey and keyKey must be given together" -}}
+{{- fail "broker.tls.certKey and keyKey must be given together" -}}
 {{- end -}}
 {{- $tls := default (dict) (get $broker "tls") -}}
 {{- range $field, $pair := dict "caFile" (list $t.caKey "ca.crt") "certFile" (list $t.certKey "tls.crt") "keyFile" (list $t.keyKey "tls.key") -}}
 {{- if index $pair 0 -}}
 {{- if hasKey $tls $field -}}
-{{- fail (printf "set hopper.broker.tls.existingSecret or hopper.config.broker.tls.%s, not both" $field) -}}
+{{- fail (printf "set broker.tls.existingSecret or config.broker.tls.%s, not both" $field) -}}
 {{- end -}}
 {{- $_ := set $tls $field (printf "%s/%s" (include "hopper.tlsSecretDir" $) (index $pair 1)) -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set $broker "tls" $tls -}}
 {{- else if or $t.certKey $t.keyKey -}}
-{{- fail "hopper.broker.tls.certKey/keyKey need hopper.broker.tls.existingSecret" -}}
+{{- fail "broker.tls.certKey/keyKey need broker.tls.existingSecret" -}}
 {{- end -}}
 {{- if $broker -}}
 {{- $_ := set $cfg "broker" $broker -}}
@@ -129,9 +137,9 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- end -}}
 
 {{- define "hopper.nativeSidecar" -}}
-{{- if .values.hopper.nativeSidecar -}}
-{{- if semverCompare "<1.29.0-0" .root.Capabilities.KubeVersion.Version -}}
-{{- fail (printf "hopper.nativeSidecar needs Kubernetes >= 1.29 (sidecar init containers with restartPolicy: Always); this cluster is %s" .root.Capabilities.KubeVersion.Version) -}}
+{{- if .values.nativeSidecar -}}
+{{- if semverCompare "<1.29.0-0" .context.Capabilities.KubeVersion.Version -}}
+{{- fail (printf "nativeSidecar needs Kubernetes >= 1.29 (sidecar init containers with restartPolicy: Always); this cluster is %s" .context.Capabilities.KubeVersion.Version) -}}
 {{- end -}}
 true
 {{- end -}}
@@ -151,9 +159,9 @@ terminationGracePeriodSeconds (top-level value) must leave Hopper its grace.
 {{- end -}}
 {{- $explicit := .values.terminationGracePeriodSeconds -}}
 {{- if kindIs "invalid" $explicit -}}
-{{- add $need (int .values.hopper.terminationGraceMarginSeconds) -}}
+{{- add $need (int .values.terminationGraceMarginSeconds) -}}
 {{- else if le (int $explicit) $need -}}
-{{- fail (printf "terminationGracePeriodSeconds %d leaves Hopper no time to drain: it must exceed hopper.config.shutdown.grace (%ds)%s" (int $explicit) $grace (ternary " plus app.stopSeconds (native sidecar)" "" (eq (include "hopper.nativeSidecar" .) "true"))) -}}
+{{- fail (printf "terminationGracePeriodSeconds %d leaves Hopper no time to drain: it must exceed config.shutdown.grace (%ds)%s" (int $explicit) $grace (ternary " plus app.stopSeconds (native sidecar)" "" (eq (include "hopper.nativeSidecar" .) "true"))) -}}
 {{- else -}}
 {{- int $explicit -}}
 {{- end -}}
@@ -182,7 +190,7 @@ and Hopper runs as 65532 whether or not the pod sets an fsGroup. Only the
 Hopper container mounts them.
 */}}
 {{- define "hopper.volumes" -}}
-{{- $b := .values.hopper.broker -}}
+{{- $b := .values.broker -}}
 - name: hopper-config
   configMap:
     name: {{ include "hopper.configMapName" . }}
@@ -224,13 +232,13 @@ Hopper container mounts them.
 
 {{/* OTEL_* environment, in dependency order ($(VAR) references come after VAR). */}}
 {{- define "hopper.otelEnv" -}}
-{{- $o := .values.hopper.otel -}}
+{{- $o := .values.otel -}}
 {{- if not $o.enabled }}
 - name: OTEL_SDK_DISABLED
   value: "true"
 {{- else }}
 {{- if not $o.endpoint }}
-{{- fail "hopper.otel.endpoint is required when hopper.otel.enabled is true: Hopper exports traces only to an OTLP endpoint" }}
+{{- fail "otel.endpoint is required when otel.enabled is true: Hopper exports traces only to an OTLP endpoint" }}
 {{- end }}
 - name: OTEL_SERVICE_NAME
   value: {{ default (include "hopper.fullname" .) $o.serviceName | quote }}
@@ -265,7 +273,7 @@ Hopper container mounts them.
   valueFrom:
     fieldRef:
       fieldPath: spec.nodeName
-{{- $attrs = concat $attrs (list "k8s.pod.name=$(K8S_POD_NAME)" "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" "k8s.node.name=$(K8S_NODE_NAME)" (printf "k8s.container.name=%s" .values.hopper.name)) -}}
+{{- $attrs = concat $attrs (list "k8s.pod.name=$(K8S_POD_NAME)" "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" "k8s.node.name=$(K8S_NODE_NAME)" (printf "k8s.container.name=%s" .values.name)) -}}
 {{- end }}
 {{- with $attrs }}
 - name: OTEL_RESOURCE_ATTRIBUTES
@@ -274,12 +282,31 @@ Hopper container mounts them.
 {{- end }}
 {{- end -}}
 
+{{/*
+hopper.probe: a probe on the admin port. Timing fields alone probe the given
+path; a probe that names its own handler (httpGet, tcpSocket, exec, grpc) is
+used as it is. Context: dict "probe" <values> "path" <default path>.
+*/}}
+{{- define "hopper.probe" -}}
+{{- $p := .probe -}}
+{{- if or $p.httpGet $p.tcpSocket $p.exec $p.grpc -}}
+{{- toYaml $p -}}
+{{- else -}}
+httpGet:
+  path: {{ .path }}
+  port: hopper-admin
+{{- with $p }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
 {{- define "hopper.sidecar" -}}
 {{- $v := .values -}}
-{{- $hv := $v.hopper -}}
+{{- $hv := $v -}}
 {{- $b := $hv.broker -}}
 {{- $port := include "hopper.adminPort" . | int -}}
-- name: {{ $hv.name }}
+- name: {{ $hv.containerName }}
   image: {{ include "hopper.image" $hv.image | quote }}
   imagePullPolicy: {{ $hv.image.pullPolicy }}
   {{- if eq (include "hopper.nativeSidecar" .) "true" }}
@@ -310,15 +337,13 @@ Hopper container mounts them.
       containerPort: {{ $port }}
       protocol: TCP
   livenessProbe:
-    httpGet:
-      path: /healthz
-      port: hopper-admin
-    {{- toYaml $hv.livenessProbe | nindent 4 }}
+    {{- include "hopper.probe" (dict "probe" $hv.livenessProbe "path" "/livez") | nindent 4 }}
   readinessProbe:
-    httpGet:
-      path: /readyz
-      port: hopper-admin
-    {{- toYaml $hv.readinessProbe | nindent 4 }}
+    {{- include "hopper.probe" (dict "probe" $hv.readinessProbe "path" "/readyz") | nindent 4 }}
+  {{- with $hv.startupProbe }}
+  startupProbe:
+    {{- include "hopper.probe" (dict "probe" . "path" "/livez") | nindent 4 }}
+  {{- end }}
   {{- with $hv.resources }}
   resources:
     {{- toYaml . | nindent 4 }}
