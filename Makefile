@@ -24,9 +24,11 @@ tools:
 
 ## test: every test, against a private RabbitMQ node the tests start themselves:
 ## unit and fuzz seeds, integration, the reduced fault suite, the Jaeger
-## end-to-end check, chart lint/render and Dockerfile checks
+## end-to-end check, chart lint/render (and its KEDA, Prometheus Operator and
+## PromQL checks) and Dockerfile checks
 test: deps tools vet
 	$(GO) test -count=1 -timeout 25m ./...
+	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=10s
 
 ## fuzz: the header mapping and the config loader under the Go fuzzer
@@ -55,6 +57,8 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum differ from what go mod tidy leaves (run go mod tidy)"; exit 1; }
 	$(GO) vet ./...
+	@cd internal/kubecheck && { $(GO) mod tidy -diff || { echo "internal/kubecheck: go.mod/go.sum differ from what go mod tidy leaves"; exit 1; }; }
+	cd internal/kubecheck && $(GO) vet ./...
 
 clean:
 	rm -rf bin
@@ -67,7 +71,16 @@ clean:
 ## `hopper config validate`. Installs the pinned helm into .cache/bin when missing.
 chart-test:
 	scripts/install-helm.sh
-	$(GO) test -count=1 -run 'TestChart' ./internal/packaging/
+	$(GO) test -count=1 -run 'TestChart|TestKustomize' ./internal/packaging/
+	$(MAKE) kubecheck
+
+## kubecheck: the chart's KEDA and Prometheus Operator objects decoded strictly
+## into those projects' own types, and every PromQL expression of the alerts
+## and the Grafana dashboard parsed and checked against a live /metrics. A
+## module of its own (internal/kubecheck), so none of it is in hopper's go.mod.
+.PHONY: kubecheck
+kubecheck:
+	cd internal/kubecheck && $(GO) test -count=1 ./...
 
 ## docker-check: the Dockerfile builds with `make build` and ends in a non-root, shell-free
 ## distroless stage; the binary `make build` makes is static. Builds the image too when a

@@ -1,0 +1,448 @@
+package kubecheck
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	monv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/telemetry"
+)
+
+// servedMetrics scrapes a live /metrics of Hopper's registry, with every
+// optional source present, and returns the series names it serves
+// (histograms as their _bucket, _sum and _count series).
+func servedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	m := telemetry.NewMetrics(telemetry.Sources{
+		Version:          "test",
+		Tiers:            []time.Duration{time.Second, 2 * time.Minute},
+		Connected:        func() bool { return true },
+		Paused:           func() bool { return false },
+		HeadersSkipped:   func() int64 { return 0 },
+		SpansDropped:     func() int64 { return 0 },
+		MovesFailing:     func() int64 { return 0 },
+		ConcurrencyLimit: func() int64 { return 1 },
+	})
+	// One observation so that the histogram has buckets with counts.
+	m.InFlight(1)
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	names := map[string]bool{}
+	for name, f := range fams {
+		switch f.GetType().String() {
+		case "HISTOGRAM":
+			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
+		case "SUMMARY":
+			names[name+"_sum"], names[name+"_count"] = true, true
+			names[name] = true
+		default:
+			names[name] = true
+		}
+	}
+	if !names["hopper_deliveries_total"] || !names["hopper_delivery_duration_seconds_bucket"] {
+		t.Fatalf("/metrics lacks Hopper's own series: %v", keys(names))
+	}
+	return names
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// metricNames parses a PromQL expression with Prometheus's parser and
+// returns the metric names it selects.
+func metricNames(expr string) ([]string, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			name := vs.Name
+			if name == "" {
+				for _, m := range vs.LabelMatchers {
+					if m.Name == model.MetricNameLabel {
+						name = m.Value
+					}
+				}
+			}
+			names = append(names, name)
+		}
+		return nil
+	})
+	if len(names) == 0 {
+		return nil, fmt.Errorf("selects no metric")
+	}
+	return names, nil
+}
+
+// checkExpr fails the test when expr does not parse or names a metric
+// Hopper does not serve; it returns the names.
+func checkExpr(t *testing.T, what, expr string, served map[string]bool) []string {
+	t.Helper()
+	names, err := metricNames(expr)
+	if err != nil {
+		t.Errorf("%s: %q does not parse: %v", what, expr, err)
+		return nil
+	}
+	for _, n := range names {
+		if !served[n] {
+			t.Errorf("%s: %q names %s, which Hopper's /metrics does not serve", what, expr, n)
+		}
+	}
+	return names
+}
+
+// grafanaVars replaces the dashboard's template variables with values a
+// Grafana would put there, so that the query is plain PromQL.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$namespace", ".*", "$pod", ".*")
+
+type dashboard struct {
+	Title      string `json:"title"`
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		Title   string `json:"title"`
+		Type    string `json:"type"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// TestDashboard: every query of the Grafana dashboard parses and names only
+// metrics Hopper serves, and the dashboard covers what an operator watches.
+func TestDashboard(t *testing.T) {
+	served := servedMetrics(t)
+	raw, err := os.ReadFile(repoPath("charts", "hopper", "dashboards", "hopper.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("dashboards/hopper.json: %v", err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Error("dashboard needs a title and a stable uid")
+	}
+	used := map[string]bool{}
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, n := range checkExpr(t, "panel "+p.Title, grafanaVars.Replace(tg.Expr), served) {
+				used[n] = true
+			}
+		}
+	}
+	label := regexpLabelValues
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		q, _ := v.Query.(map[string]any)
+		s, _ := q["query"].(string)
+		m := label.FindStringSubmatch(s)
+		if m == nil {
+			t.Errorf("variable %s: query %q is not label_values(<selector>, <label>)", v.Name, s)
+			continue
+		}
+		checkExpr(t, "variable "+v.Name, grafanaVars.Replace(m[1]), served)
+	}
+	for _, want := range []string{
+		"hopper_deliveries_total",                 // throughput by outcome
+		"hopper_retries_total",                    // retries by tier
+		"hopper_dead_lettered_total",              // DLQ rate by reason
+		"hopper_breaker_state",                    // breaker
+		"hopper_concurrency_limit",                // limiter
+		"hopper_moves_failed_total",               // move failures
+		"hopper_moves_failing",                    // held deliveries
+		"hopper_delivery_duration_seconds_bucket", // latency percentiles
+		"hopper_broker_connected",                 // broker connection
+	} {
+		if !used[want] {
+			t.Errorf("the dashboard shows nothing from %s", want)
+		}
+	}
+}
+
+// TestRenderedObjects decodes every custom resource the chart renders
+// strictly into KEDA's and the Prometheus Operator's types and checks what
+// they point at.
+func TestRenderedObjects(t *testing.T) {
+	served := servedMetrics(t)
+	seen := map[string]bool{}
+	for _, c := range renderCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			docs := render(t, c.chart, c.args...)
+			var deps []*appsv1.Deployment
+			var hopperCfg *config.Config
+			for _, d := range docs {
+				switch d.kind {
+				case "Deployment":
+					var dep appsv1.Deployment
+					if err := decodeStrict(d, &dep); err != nil {
+						t.Fatal(err)
+					}
+					deps = append(deps, &dep)
+				case "ConfigMap":
+					var cm corev1.ConfigMap
+					if err := decodeStrict(d, &cm); err != nil {
+						t.Fatal(err)
+					}
+					if y, ok := cm.Data["hopper.yaml"]; ok {
+						cfg := config.Default()
+						if err := config.Parse([]byte(y), &cfg); err != nil {
+							t.Fatalf("ConfigMap %s: hopper.yaml: %v", cm.Name, err)
+						}
+						hopperCfg = &cfg
+					}
+					if j, ok := cm.Data["hopper.json"]; ok {
+						want, err := os.ReadFile(repoPath("charts", "hopper", "dashboards", "hopper.json"))
+						if err != nil {
+							t.Fatal(err)
+						}
+						if strings.TrimSpace(j) != strings.TrimSpace(string(want)) {
+							t.Errorf("ConfigMap %s: hopper.json differs from dashboards/hopper.json", cm.Name)
+						}
+						if cm.Labels["grafana_dashboard"] == "" {
+							t.Errorf("ConfigMap %s lacks the grafana_dashboard label Grafana's sidecar looks for", cm.Name)
+						}
+					}
+				}
+			}
+			if hopperCfg == nil || len(deps) != 1 {
+				t.Fatalf("want Hopper's ConfigMap and one Deployment, got %d Deployments", len(deps))
+			}
+			dep := deps[0]
+			for _, d := range docs {
+				seen[d.kind] = true
+				switch d.apiVersion + "/" + d.kind {
+				case "keda.sh/v1alpha1/ScaledObject":
+					checkScaledObject(t, d, docs, dep, hopperCfg)
+				case "keda.sh/v1alpha1/TriggerAuthentication":
+					var ta kedav1alpha1.TriggerAuthentication
+					if err := decodeStrict(d, &ta); err != nil {
+						t.Error(err)
+						continue
+					}
+					if !slices.ContainsFunc(ta.Spec.SecretTargetRef, func(r kedav1alpha1.AuthSecretTargetRef) bool {
+						return r.Parameter == "host" && r.Name != "" && r.Key != ""
+					}) {
+						t.Errorf("TriggerAuthentication %s gives the rabbitmq scaler no host: %+v", ta.Name, ta.Spec.SecretTargetRef)
+					}
+				case "monitoring.coreos.com/v1/PodMonitor":
+					var pm monv1.PodMonitor
+					if err := decodeStrict(d, &pm); err != nil {
+						t.Error(err)
+						continue
+					}
+					checkPodMonitor(t, &pm, dep)
+				case "monitoring.coreos.com/v1/ServiceMonitor":
+					var sm monv1.ServiceMonitor
+					if err := decodeStrict(d, &sm); err != nil {
+						t.Error(err)
+					}
+				case "monitoring.coreos.com/v1/PrometheusRule":
+					var pr monv1.PrometheusRule
+					if err := decodeStrict(d, &pr); err != nil {
+						t.Error(err)
+						continue
+					}
+					checkRules(t, &pr, served)
+				}
+			}
+		})
+	}
+	for _, k := range []string{"ScaledObject", "TriggerAuthentication", "PodMonitor", "ServiceMonitor", "PrometheusRule"} {
+		if !seen[k] {
+			t.Errorf("no render case renders a %s: add one to charts/hopper/ci", k)
+		}
+	}
+}
+
+// regexpLabelValues matches a Grafana label_values(<selector>, <label>) query.
+var regexpLabelValues = mustRegexp(`^label_values\((.+),\s*[a-zA-Z_][a-zA-Z0-9_]*\)$`)
+
+func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, cfg *config.Config) {
+	t.Helper()
+	var so kedav1alpha1.ScaledObject
+	if err := decodeStrict(d, &so); err != nil {
+		t.Error(err)
+		return
+	}
+	// KEDA's own admission checks.
+	if err := kedav1alpha1.ValidateTriggers(so.Spec.Triggers); err != nil {
+		t.Errorf("ScaledObject %s: %v", so.Name, err)
+	}
+	if err := kedav1alpha1.CheckReplicaCountBoundsAreValid(&so); err != nil {
+		t.Errorf("ScaledObject %s: %v", so.Name, err)
+	}
+	ref := so.Spec.ScaleTargetRef
+	if ref == nil || ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" || ref.Name != dep.Name {
+		t.Errorf("ScaledObject %s scales %+v, want the Deployment %s that runs Hopper", so.Name, ref, dep.Name)
+	}
+	if len(so.Spec.Triggers) != 1 {
+		t.Fatalf("ScaledObject %s: %d triggers, want the one rabbitmq trigger", so.Name, len(so.Spec.Triggers))
+	}
+	tr := so.Spec.Triggers[0]
+	if tr.Type != "rabbitmq" {
+		t.Errorf("trigger type %q", tr.Type)
+	}
+	known := []string{"queueName", "mode", "value", "activationValue", "protocol", "vhostName"}
+	for k := range tr.Metadata {
+		if !slices.Contains(known, k) {
+			t.Errorf("trigger metadata %q is not a rabbitmq scaler parameter the chart means to set", k)
+		}
+	}
+	if tr.Metadata["queueName"] != cfg.Queue.Name {
+		t.Errorf("trigger queueName %q, want Hopper's work queue %q", tr.Metadata["queueName"], cfg.Queue.Name)
+	}
+	if m := tr.Metadata["mode"]; m != "QueueLength" && m != "MessageRate" {
+		t.Errorf("trigger mode %q", m)
+	}
+	if v, err := strconv.ParseFloat(tr.Metadata["value"], 64); err != nil || v <= 0 {
+		t.Errorf("trigger value %q: want a positive number", tr.Metadata["value"])
+	}
+	if tr.AuthenticationRef == nil || !slices.ContainsFunc(docs, func(o doc) bool {
+		return o.kind == "TriggerAuthentication" && o.name == tr.AuthenticationRef.Name
+	}) {
+		t.Errorf("trigger authenticationRef %+v names no rendered TriggerAuthentication", tr.AuthenticationRef)
+	}
+	// Scale-in removes pods with SIGTERM: each needs its shutdown grace.
+	grace := dep.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if grace == nil || time.Duration(*grace)*time.Second <= cfg.Shutdown.Grace.D() {
+		t.Errorf("Deployment %s: terminationGracePeriodSeconds %v does not exceed shutdown.grace %s: scale-in would cut Hopper's drain short", dep.Name, grace, cfg.Shutdown.Grace.D())
+	}
+	if dep.Spec.Replicas != nil {
+		t.Errorf("Deployment %s sets replicas while KEDA scales it", dep.Name)
+	}
+}
+
+func checkPodMonitor(t *testing.T, pm *monv1.PodMonitor, dep *appsv1.Deployment) {
+	t.Helper()
+	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
+	if err != nil || sel.Empty() {
+		t.Fatalf("PodMonitor %s: selector %v: %v", pm.Name, sel, err)
+	}
+	if !sel.Matches(labelsSet(dep.Spec.Template.Labels)) {
+		t.Errorf("PodMonitor %s selects %s, which the pods of %s (%v) do not match", pm.Name, sel, dep.Name, dep.Spec.Template.Labels)
+	}
+	ports := map[string]bool{}
+	pod := dep.Spec.Template.Spec
+	for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
+		for _, p := range c.Ports {
+			ports[p.Name] = true
+		}
+	}
+	if len(pm.Spec.PodMetricsEndpoints) == 0 {
+		t.Errorf("PodMonitor %s has no endpoints", pm.Name)
+	}
+	for _, e := range pm.Spec.PodMetricsEndpoints {
+		if e.Port == nil || !ports[*e.Port] {
+			t.Errorf("PodMonitor %s scrapes port %v, which no container of %s names", pm.Name, e.Port, dep.Name)
+		}
+		for _, dur := range []monv1.Duration{e.Interval, e.ScrapeTimeout} {
+			if _, err := model.ParseDuration(string(dur)); err != nil {
+				t.Errorf("PodMonitor %s: %q: %v", pm.Name, dur, err)
+			}
+		}
+	}
+}
+
+func checkRules(t *testing.T, pr *monv1.PrometheusRule, served map[string]bool) {
+	t.Helper()
+	alerts := map[string]bool{}
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			alerts[r.Alert] = true
+			checkExpr(t, "alert "+r.Alert, r.Expr.String(), served)
+			if r.For != nil {
+				if _, err := model.ParseDuration(string(*r.For)); err != nil {
+					t.Errorf("alert %s: for %q: %v", r.Alert, *r.For, err)
+				}
+			}
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("alert %s needs a severity label and a summary", r.Alert)
+			}
+		}
+	}
+	for _, want := range []string{"HopperDLQGrowing", "HopperBreakerOpen", "HopperMovesFailing", "HopperNotConsuming", "HopperSpansDropped"} {
+		if !alerts[want] {
+			t.Errorf("PrometheusRule %s lacks %s", pr.Name, want)
+		}
+	}
+}
+
+// TestExprCheckFails: the check rejects what it must (so that a passing
+// TestDashboard means something).
+func TestExprCheckFails(t *testing.T) {
+	served := map[string]bool{"hopper_deliveries_total": true}
+	for _, expr := range []string{
+		"sum(rate(hopper_deliveries_total[5m])",         // unbalanced
+		"sum(rate(hopper_delivered_total[5m]))",         // not served
+		"rate(hopper_deliveries_total{a=~\"(\"}[5m])", // bad regexp
+		"vector(1)", // selects no metric
+	} {
+		names, err := metricNames(expr)
+		bad := err != nil
+		for _, n := range names {
+			bad = bad || !served[n]
+		}
+		if !bad {
+			t.Errorf("%q passed the check", expr)
+		}
+	}
+}
+
+func labelsSet(m map[string]string) labels.Set { return labels.Set(m) }
+
+func mustRegexp(s string) *regexp.Regexp { return regexp.MustCompile(s) }
