@@ -427,8 +427,8 @@ func checkRules(t *testing.T, pr *monv1.PrometheusRule, served map[string]bool) 
 func TestExprCheckFails(t *testing.T) {
 	served := map[string]bool{"hopper_deliveries_total": true}
 	for _, expr := range []string{
-		"sum(rate(hopper_deliveries_total[5m])",         // unbalanced
-		"sum(rate(hopper_delivered_total[5m]))",         // not served
+		"sum(rate(hopper_deliveries_total[5m])",       // unbalanced
+		"sum(rate(hopper_delivered_total[5m]))",       // not served
 		"rate(hopper_deliveries_total{a=~\"(\"}[5m])", // bad regexp
 		"vector(1)", // selects no metric
 	} {
