@@ -22,6 +22,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -316,6 +317,9 @@ func checkRelease(t *testing.T, c renderCase, ms []manifest) {
 	}
 
 	checkServices(t, ms, d)
+	for _, j := range byKind[*batchv1.Job](ms) {
+		checkToolJob(t, j, cm)
+	}
 	validateRenderedConfig(t, pod, hopper, data, cfg.Queue.Name)
 }
 
@@ -1141,5 +1145,50 @@ func TestChartNotes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkToolJob checks the one-shot tool Job: it mounts Hopper's ConfigMap,
+// never restarts a half-done run, and its command line is one the hopper
+// binary accepts (run with --help, which parses every flag and subcommand).
+func checkToolJob(t *testing.T, j *batchv1.Job, cm *corev1.ConfigMap) {
+	t.Helper()
+	pod := &j.Spec.Template
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("Job %s: restartPolicy %q, want Never (a tool run is not repeated behind the operator's back)", j.Name, pod.Spec.RestartPolicy)
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("Job %s: %d containers", j.Name, len(pod.Spec.Containers))
+	}
+	c := &pod.Spec.Containers[0]
+	vol := volumeOf(pod, c, chartConfigPath)
+	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != cm.Name {
+		t.Errorf("Job %s does not mount ConfigMap %s at %s", j.Name, cm.Name, chartConfigPath)
+	}
+	for _, m := range c.VolumeMounts {
+		if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+			t.Errorf("Job %s mounts volume %s, which its pod lacks", j.Name, m.Name)
+		}
+	}
+	for k, v := range pod.Labels {
+		if k == "app.kubernetes.io/name" && v == "hopper" {
+			t.Errorf("Job %s: its pods carry the Deployment's selector labels; the PDB and Services would count them", j.Name)
+		}
+	}
+	stdout, stderr, err := runHopper(t, []string{"PATH=" + os.Getenv("PATH")}, append(append([]string{}, c.Args...), "--help")...)
+	if err != nil {
+		t.Errorf("Job %s: hopper %s is not a command line hopper accepts: %v\n%s", j.Name, strings.Join(c.Args, " "), err, stderr)
+	}
+	// A misspelt subcommand with --help shows its parent's help: the usage
+	// line must name the whole command.
+	var path []string
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "-") {
+			break
+		}
+		path = append(path, a)
+	}
+	if want := "Usage:\n  hopper " + strings.Join(path, " ") + " "; !strings.Contains(stdout, want) {
+		t.Errorf("Job %s: hopper %s is not a hopper command (its help does not show %q)", j.Name, strings.Join(c.Args, " "), want)
 	}
 }

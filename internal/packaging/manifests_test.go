@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +91,8 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return &serviceMonitor{}, true
 	case "v1/ServiceAccount":
 		return &corev1.ServiceAccount{}, true
+	case "batch/v1/Job":
+		return &batchv1.Job{}, true
 	case "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/PrometheusRule",
 		"keda.sh/v1alpha1/ScaledObject", "keda.sh/v1alpha1/TriggerAuthentication":
 		// Decoded strictly into the Prometheus Operator's and KEDA's own

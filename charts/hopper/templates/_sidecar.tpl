@@ -315,19 +315,7 @@ httpGet:
   {{- end }}
   args: ["run"]
   env:
-    - name: HOPPER_CONFIG
-      value: {{ include "hopper.configPath" . }}
-    {{- if $b.urlKey }}
-    - name: HOPPER_BROKER_URLS
-      valueFrom:
-        secretKeyRef:
-          name: {{ $b.existingSecret }}
-          key: {{ $b.urlKey }}
-    {{- end }}
-    {{- include "hopper.otelEnv" . | trim | nindent 4 }}
-    {{- with $hv.extraEnv }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- include "hopper.env" . | nindent 4 }}
   {{- with $hv.extraEnvFrom }}
   envFrom:
     {{- toYaml . | nindent 4 }}
@@ -354,21 +342,45 @@ httpGet:
   {{- end }}
   terminationMessagePolicy: FallbackToLogsOnError
   volumeMounts:
-    - name: hopper-config
-      mountPath: {{ include "hopper.configPath" . }}
-      subPath: hopper.yaml
-      readOnly: true
-    {{- if or $b.usernameKey $b.passwordKey }}
-    - name: hopper-broker
-      mountPath: {{ include "hopper.brokerSecretDir" . }}
-      readOnly: true
-    {{- end }}
-    {{- if $b.tls.existingSecret }}
-    - name: hopper-tls
-      mountPath: {{ include "hopper.tlsSecretDir" . }}
-      readOnly: true
-    {{- end }}
-    {{- with $hv.extraVolumeMounts }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- include "hopper.volumeMounts" . | nindent 4 }}
+{{- end -}}
+
+{{/* hopper.env: the Hopper container's environment (list items). */}}
+{{- define "hopper.env" -}}
+{{- $b := .values.broker -}}
+- name: HOPPER_CONFIG
+  value: {{ include "hopper.configPath" . }}
+{{- if $b.urlKey }}
+- name: HOPPER_BROKER_URLS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $b.existingSecret }}
+      key: {{ $b.urlKey }}
+{{- end }}
+{{ include "hopper.otelEnv" . | trim }}
+{{- with .values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* hopper.volumeMounts: the Hopper container's mounts (list items). */}}
+{{- define "hopper.volumeMounts" -}}
+{{- $b := .values.broker -}}
+- name: hopper-config
+  mountPath: {{ include "hopper.configPath" . }}
+  subPath: hopper.yaml
+  readOnly: true
+{{- if or $b.usernameKey $b.passwordKey }}
+- name: hopper-broker
+  mountPath: {{ include "hopper.brokerSecretDir" . }}
+  readOnly: true
+{{- end }}
+{{- if $b.tls.existingSecret }}
+- name: hopper-tls
+  mountPath: {{ include "hopper.tlsSecretDir" . }}
+  readOnly: true
+{{- end }}
+{{- with .values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
