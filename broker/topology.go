@@ -14,7 +14,9 @@ import (
 var ErrTopology = errors.New("topology mismatch")
 
 // Declare declares every queue the plan owns (durable, with its arguments)
-// and checks that the work queue exists when it is the operator's.
+// and checks that the work queue exists when it is the operator's; then the
+// exchanges (an existing one of another type is an error, never replaced)
+// and the bindings to the work queue.
 func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error {
 	var errs []error
 	for _, q := range p.Queues() {
@@ -28,6 +30,22 @@ func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error
 			continue
 		}
 		if err := declare(conn, q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...) // no bindings to a queue that is not there
+	}
+	for _, e := range p.Exchanges {
+		if err := declareExchange(conn, e, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, b := range p.Bindings {
+		if err := bind(conn, b); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -55,7 +73,57 @@ func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error 
 			errs = append(errs, err)
 		}
 	}
+	// Exchanges must exist with the planned type. Bindings cannot be read
+	// over AMQP 0-9-1, so they are the operator's to check.
+	for _, e := range p.Exchanges {
+		if err := declareExchange(conn, e, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// declareExchange declares e (create=true) or checks that it exists. An
+// exchange that exists is then declared actively with the planned type and
+// durability, which creates nothing and makes the broker refuse a
+// mismatch. The broker's own amq.* exchanges are only checked to exist.
+func declareExchange(conn *amqp.Connection, e topology.Exchange, create bool) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	if !create || !e.Owned {
+		if err := ch.ExchangeDeclarePassive(e.Name, e.Type, e.Durable, false, false, false, nil); err != nil {
+			return fmt.Errorf("%w: exchange %q does not exist: %w", ErrTopology, e.Name, err)
+		}
+		if !e.Owned {
+			return nil
+		}
+	}
+	// autoDelete=false, internal=false, noWait=false
+	if err := ch.ExchangeDeclare(e.Name, e.Type, e.Durable, false, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("%w: exchange %q exists with another type or durability than planned (type=%s durable=%t); change the config, or delete the exchange: %w",
+				ErrTopology, e.Name, e.Type, e.Durable, err)
+		}
+		return fmt.Errorf("declare exchange %q: %w", e.Name, err)
+	}
+	return nil
+}
+
+// bind binds the work queue; binding twice is a no-op for the broker.
+func bind(conn *amqp.Connection, b topology.Binding) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	if err := ch.QueueBind(b.Queue, b.RoutingKey, b.Exchange, false, amqp.Table(b.Args)); err != nil { // noWait=false
+		return fmt.Errorf("bind queue %q to exchange %q (routing key %q): %w", b.Queue, b.Exchange, b.RoutingKey, err)
+	}
+	return nil
 }
 
 // exists is a passive declare on a throwaway channel (a failed passive

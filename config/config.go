@@ -104,7 +104,32 @@ type Topology struct {
 	// DLQMaxLength caps the DLQ with overflow=reject-publish; a refused
 	// dead-lettering leaves the message in the work queue. Default 0 (no cap).
 	DLQMaxLength int `yaml:"dlqMaxLength"`
+	// Bindings route messages from exchanges to the work queue. Hopper
+	// declares the exchanges and bindings with the rest of the topology.
+	Bindings []Binding `yaml:"bindings"`
 }
+
+// Binding binds the work queue to one exchange.
+type Binding struct {
+	// Exchange is the exchange's name (not the default exchange ""). Names
+	// starting with "amq." are the broker's own exchanges: checked, never
+	// declared.
+	Exchange string `yaml:"exchange"`
+	// Type is topic, direct, fanout or headers.
+	Type string `yaml:"type"`
+	// Durable exchanges survive a broker restart. Default true.
+	Durable *bool `yaml:"durable"`
+	// RoutingKeys bind a topic or direct exchange, one binding per key
+	// (topic patterns may use * and #).
+	RoutingKeys []string `yaml:"routingKeys"`
+	// Headers bind a headers exchange: the message headers to match.
+	Headers map[string]string `yaml:"headers"`
+	// Match is all (every header must match) or any. Default all.
+	Match string `yaml:"match"`
+}
+
+// IsDurable is Durable with its default.
+func (b Binding) IsDurable() bool { return b.Durable == nil || *b.Durable }
 
 // App is the application Hopper delivers to.
 type App struct {

@@ -269,6 +269,30 @@ func TestValidateRules(t *testing.T) {
 		{"min hold above max hold", func(c *config.Config) { c.Requeue.MinHold = d("10s") }, "requeue.minHold: must be between 0 and maxHold"},
 		{"zero requeues", func(c *config.Config) { c.Requeue.MaxRequeues = 0 }, "requeue.maxRequeues"},
 		{"zero grace", func(c *config.Config) { c.Shutdown.Grace = 0 }, "shutdown.grace: must be positive"},
+		{"binding without exchange", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Type: "fanout"}}
+		}, "topology.bindings[0].exchange: required"},
+		{"binding bad type", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "e", Type: "topics", RoutingKeys: []string{"a"}}}
+		}, "topology.bindings[0].type: must be one of topic, direct, fanout, headers"},
+		{"topic binding without keys", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "e", Type: "topic"}}
+		}, "topology.bindings[0].routingKeys"},
+		{"fanout binding with keys", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "e", Type: "fanout", RoutingKeys: []string{"a"}}}
+		}, "topology.bindings[0]: a fanout exchange"},
+		{"headers binding bad match", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "e", Type: "headers", Headers: map[string]string{"k": "v"}, Match: "some"}}
+		}, "topology.bindings[0].match"},
+		{"one exchange two types", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "e", Type: "fanout"}, {Exchange: "e", Type: "topic", RoutingKeys: []string{"a"}}}
+		}, "topology.bindings[1].type: exchange \"e\" is bound twice with different types"},
+		{"broker exchange wrong type", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "amq.fanout", Type: "topic", RoutingKeys: []string{"a"}}}
+		}, "amq.fanout is the broker's fanout exchange"},
+		{"reserved exchange name", func(c *config.Config) {
+			c.Topology.Bindings = []config.Binding{{Exchange: "amq.mine", Type: "fanout"}}
+		}, "reserved for the broker's own exchanges"},
 		{"admin disabled", func(c *config.Config) { c.Admin.Listen = "" }, ""},
 	}
 	for _, tc := range cases {
@@ -868,6 +892,7 @@ func FuzzParse(f *testing.F) {
 		"&a {queue: *a}",
 		"queue: !!binary aGVsbG8=\n",
 		"admin: {listen: \"\"}\nlog: {level: debug, format: text}\nqueue: {name: \"q\\u0000\"}\n",
+		"queue: {name: q}\ntopology:\n  bindings:\n    - {exchange: e, type: fanout}\n    - {exchange: t, type: topic, durable: false, routingKeys: [\"a.*\", \"#\"]}\n    - {exchange: h, type: headers, headers: {k: v}, match: any}\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -907,6 +932,18 @@ func normalize(c *config.Config) {
 	}
 	if len(c.Retry.Policies) == 0 {
 		c.Retry.Policies = nil
+	}
+	if len(c.Topology.Bindings) == 0 {
+		c.Topology.Bindings = nil
+	}
+	for i := range c.Topology.Bindings {
+		b := &c.Topology.Bindings[i]
+		if len(b.RoutingKeys) == 0 {
+			b.RoutingKeys = nil
+		}
+		if len(b.Headers) == 0 {
+			b.Headers = nil
+		}
 	}
 	for i := range c.Retry.Policies {
 		if len(c.Retry.Policies[i].Outcomes) == 0 {

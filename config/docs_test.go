@@ -22,8 +22,10 @@ func TestReferenceDocsInStep(t *testing.T) {
 			t.Errorf("README config reference lacks variable %s", env)
 		}
 	}
-	if !strings.Contains(string(readme), "`retry.policies`") {
-		t.Error("README lacks retry.policies")
+	for _, k := range []string{"retry.policies", "topology.bindings"} {
+		if !strings.Contains(string(readme), "`"+k+"`") {
+			t.Errorf("README lacks %s", k)
+		}
 	}
 	data, err := os.ReadFile("../examples/hopper.yaml")
 	if err != nil {
@@ -40,6 +42,7 @@ func TestReferenceDocsInStep(t *testing.T) {
 	want.Queue.Name = "orders"
 	want.Retry.Outcomes = map[string]string{}
 	want.Retry.Policies = []Policy{}
+	want.Topology.Bindings = []Binding{}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("examples/hopper.yaml does not state the defaults:\n got %+v\nwant %+v", cfg, want)
 	}

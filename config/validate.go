@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -96,6 +97,7 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.Topology.DLQ) == "" {
 		add("topology.dlq", "required")
 	}
+	validateBindings(c.Topology.Bindings, add)
 	if c.Topology.DLQMaxLength < 0 || c.Topology.DLQMaxLength > math.MaxInt32 {
 		add("topology.dlqMaxLength", "must be between 0 and %d", math.MaxInt32)
 	}
@@ -220,4 +222,66 @@ func redactErr(err error, raw string) string {
 		msg = strings.ReplaceAll(msg, raw[:i], "<redacted>")
 	}
 	return msg
+}
+
+// exchangeTypes are the exchange types a binding may name.
+var exchangeTypes = []string{"topic", "direct", "fanout", "headers"}
+
+// brokerExchanges are the exchanges every RabbitMQ vhost has, with their
+// types: they cannot be declared, only bound to.
+var brokerExchanges = map[string]string{
+	"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
+	"amq.headers": "headers", "amq.match": "headers",
+}
+
+func validateBindings(bs []Binding, add func(path, format string, a ...any)) {
+	types := map[string]string{}
+	for i, b := range bs {
+		path := fmt.Sprintf("topology.bindings[%d]", i)
+		switch {
+		case strings.TrimSpace(b.Exchange) == "":
+			add(path+".exchange", "required (the default exchange \"\" already routes by queue name and takes no bindings)")
+		case strings.HasPrefix(b.Exchange, "amq.") && brokerExchanges[b.Exchange] == "":
+			add(path+".exchange", "%q: names starting with amq. are reserved for the broker's own exchanges (%s)", b.Exchange, strings.Join(slices.Sorted(maps.Keys(brokerExchanges)), ", "))
+		}
+		if !slices.Contains(exchangeTypes, b.Type) {
+			add(path+".type", "must be one of %s, got %q", strings.Join(exchangeTypes, ", "), b.Type)
+			continue
+		}
+		if want := brokerExchanges[b.Exchange]; want != "" && want != b.Type {
+			add(path+".type", "%s is the broker's %s exchange, got %q", b.Exchange, want, b.Type)
+		}
+		if prev, ok := types[b.Exchange]; ok && prev != b.Type {
+			add(path+".type", "exchange %q is bound twice with different types (%s, %s)", b.Exchange, prev, b.Type)
+		}
+		types[b.Exchange] = b.Type
+		switch b.Type {
+		case "topic", "direct":
+			if len(b.RoutingKeys) == 0 {
+				add(path+".routingKeys", "a %s exchange routes by key: give at least one (topic patterns may use * and #)", b.Type)
+			}
+			if len(b.Headers) > 0 || b.Match != "" {
+				add(path+".headers", "only a headers exchange matches on headers")
+			}
+		case "fanout":
+			if len(b.RoutingKeys) > 0 || len(b.Headers) > 0 || b.Match != "" {
+				add(path, "a fanout exchange routes every message to every bound queue: remove routingKeys/headers/match")
+			}
+		case "headers":
+			if len(b.Headers) == 0 {
+				add(path+".headers", "a headers exchange needs the headers to match")
+			}
+			if len(b.RoutingKeys) > 0 {
+				add(path+".routingKeys", "a headers exchange ignores routing keys: remove them")
+			}
+			if b.Match != "" && b.Match != "all" && b.Match != "any" {
+				add(path+".match", "must be all or any, got %q", b.Match)
+			}
+			for k := range b.Headers {
+				if strings.HasPrefix(k, "x-") {
+					add(path+".headers", "%q: headers starting with x- are not matched by a headers exchange", k)
+				}
+			}
+		}
+	}
 }

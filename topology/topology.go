@@ -1,6 +1,7 @@
 // Package topology computes the queues Hopper uses around a work queue
 // (see the README's "Queues Hopper uses"): one delay queue per tier that dead-letters back to the work
-// queue only, and a dead-letter queue. It is pure; the broker package
+// queue only, a dead-letter queue, and the exchanges and bindings that
+// route messages to the work queue. It is pure; the broker package
 // declares or verifies what it computes.
 package topology
 
@@ -28,11 +29,34 @@ type Queue struct {
 	Owned bool
 }
 
+// Exchange is an exchange the work queue is bound to.
+type Exchange struct {
+	Name    string
+	Type    string
+	Durable bool
+	// Owned exchanges are declared (topology.declare true) or checked for
+	// their type; the broker's own amq.* exchanges are only checked to exist.
+	Owned bool
+}
+
+// Binding binds the work queue to an exchange with one routing key (or
+// header match).
+type Binding struct {
+	Exchange   string
+	Queue      string
+	RoutingKey string
+	// Args are the binding arguments: x-match and the headers of a headers
+	// exchange.
+	Args map[string]any
+}
+
 // Plan is the whole topology for one work queue.
 type Plan struct {
-	Work  Queue
-	Tiers []Queue
-	DLQ   Queue
+	Work      Queue
+	Tiers     []Queue
+	DLQ       Queue
+	Exchanges []Exchange
+	Bindings  []Binding
 	// Declare says whether run declares (true) or only verifies.
 	Declare bool
 }
@@ -102,7 +126,39 @@ func FromConfig(c *config.Config) Plan {
 			p.Work.Args["x-overflow"] = "reject-publish"
 		}
 	}
+	p.Exchanges, p.Bindings = bindings(c.Topology.Bindings, q)
 	return p
+}
+
+// bindings turns the configured bindings into exchanges (each once, in
+// order) and one binding per routing key or header match.
+func bindings(bs []config.Binding, queue string) ([]Exchange, []Binding) {
+	var exs []Exchange
+	var out []Binding
+	for _, b := range bs {
+		if !slices.ContainsFunc(exs, func(e Exchange) bool { return e.Name == b.Exchange }) {
+			exs = append(exs, Exchange{Name: b.Exchange, Type: b.Type, Durable: b.IsDurable(), Owned: !strings.HasPrefix(b.Exchange, "amq.")})
+		}
+		switch b.Type {
+		case "fanout":
+			out = append(out, Binding{Exchange: b.Exchange, Queue: queue})
+		case "headers":
+			match := b.Match
+			if match == "" {
+				match = "all"
+			}
+			args := map[string]any{"x-match": match}
+			for k, v := range b.Headers {
+				args[k] = v
+			}
+			out = append(out, Binding{Exchange: b.Exchange, Queue: queue, Args: args})
+		default:
+			for _, k := range b.RoutingKeys {
+				out = append(out, Binding{Exchange: b.Exchange, Queue: queue, RoutingKey: k})
+			}
+		}
+	}
+	return exs, out
 }
 
 // TierQueue returns the queue name for a delay.
@@ -151,6 +207,24 @@ func (p *Plan) String() string {
 		}
 		b.WriteByte('\n')
 	}
+	for _, e := range p.Exchanges {
+		fmt.Fprintf(&b, "exchange %s type=%s durable=%t", e.Name, e.Type, e.Durable)
+		if !e.Owned {
+			b.WriteString(" (the broker's own: checked, not declared)")
+		}
+		b.WriteByte('\n')
+	}
+	for _, bd := range p.Bindings {
+		fmt.Fprintf(&b, "binding %s -> %s", bd.Exchange, bd.Queue)
+		if len(bd.Args) > 0 {
+			for _, k := range sortedKeys(bd.Args) {
+				fmt.Fprintf(&b, " %s=%v", k, bd.Args[k])
+			}
+		} else {
+			fmt.Fprintf(&b, " routingKey=%q", bd.RoutingKey)
+		}
+		b.WriteByte('\n')
+	}
 	for _, w := range p.Warnings() {
 		fmt.Fprintf(&b, "warning: %s\n", w)
 	}
@@ -159,9 +233,27 @@ func (p *Plan) String() string {
 
 // Document is the plan as data, for `hopper topology plan -o json`.
 type Document struct {
-	Declare  bool       `json:"declare"`
-	Queues   []DocQueue `json:"queues"`
-	Warnings []string   `json:"warnings"`
+	Declare   bool          `json:"declare"`
+	Queues    []DocQueue    `json:"queues"`
+	Exchanges []DocExchange `json:"exchanges"`
+	Bindings  []DocBinding  `json:"bindings"`
+	Warnings  []string      `json:"warnings"`
+}
+
+// DocExchange is one exchange of a Document.
+type DocExchange struct {
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Durable bool   `json:"durable"`
+	Owned   bool   `json:"owned"`
+}
+
+// DocBinding is one binding of a Document.
+type DocBinding struct {
+	Exchange   string         `json:"exchange"`
+	Queue      string         `json:"queue"`
+	RoutingKey string         `json:"routingKey"`
+	Arguments  map[string]any `json:"arguments,omitempty"`
 }
 
 // DocQueue is one queue of a Document.
@@ -186,6 +278,13 @@ func (p *Plan) Document() Document {
 			dq.Delay = config.FormatDuration(q.Delay)
 		}
 		d.Queues = append(d.Queues, dq)
+	}
+	d.Exchanges, d.Bindings = []DocExchange{}, []DocBinding{}
+	for _, e := range p.Exchanges {
+		d.Exchanges = append(d.Exchanges, DocExchange(e))
+	}
+	for _, b := range p.Bindings {
+		d.Bindings = append(d.Bindings, DocBinding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey, Arguments: b.Args})
 	}
 	return d
 }

@@ -362,3 +362,56 @@ func TestPlanDocument(t *testing.T) {
 		t.Errorf("json lacks the work queue's dead-letter target: %s", b)
 	}
 }
+
+func TestBindings(t *testing.T) {
+	c := config.Default()
+	c.Queue.Name = "wms.queue.cincout"
+	no := false
+	c.Topology.Bindings = []config.Binding{
+		{Exchange: "wms.main-exchange", Type: "fanout"},
+		{Exchange: "events", Type: "topic", Durable: &no, RoutingKeys: []string{"order.*", "invoice.#"}},
+		{Exchange: "events", Type: "topic", RoutingKeys: []string{"refund.created"}},
+		{Exchange: "hdr", Type: "headers", Headers: map[string]string{"kind": "order"}},
+		{Exchange: "amq.topic", Type: "topic", RoutingKeys: []string{"audit.#"}},
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := topology.FromConfig(&c)
+	wantEx := []topology.Exchange{
+		{Name: "wms.main-exchange", Type: "fanout", Durable: true, Owned: true},
+		{Name: "events", Type: "topic", Durable: false, Owned: true},
+		{Name: "hdr", Type: "headers", Durable: true, Owned: true},
+		{Name: "amq.topic", Type: "topic", Durable: true, Owned: false},
+	}
+	if !reflect.DeepEqual(p.Exchanges, wantEx) {
+		t.Errorf("exchanges:\n got %+v\nwant %+v", p.Exchanges, wantEx)
+	}
+	q := c.Queue.Name
+	wantB := []topology.Binding{
+		{Exchange: "wms.main-exchange", Queue: q},
+		{Exchange: "events", Queue: q, RoutingKey: "order.*"},
+		{Exchange: "events", Queue: q, RoutingKey: "invoice.#"},
+		{Exchange: "events", Queue: q, RoutingKey: "refund.created"},
+		{Exchange: "hdr", Queue: q, Args: map[string]any{"x-match": "all", "kind": "order"}},
+		{Exchange: "amq.topic", Queue: q, RoutingKey: "audit.#"},
+	}
+	if !reflect.DeepEqual(p.Bindings, wantB) {
+		t.Errorf("bindings:\n got %+v\nwant %+v", p.Bindings, wantB)
+	}
+	text := p.String()
+	for _, want := range []string{
+		"exchange events type=topic durable=false\n",
+		"exchange amq.topic type=topic durable=true (the broker's own: checked, not declared)\n",
+		"binding wms.main-exchange -> wms.queue.cincout routingKey=\"\"\n",
+		"binding hdr -> wms.queue.cincout kind=order x-match=all\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan text lacks %q:\n%s", want, text)
+		}
+	}
+	doc := p.Document()
+	if len(doc.Exchanges) != 4 || len(doc.Bindings) != 6 || doc.Bindings[4].Arguments["x-match"] != "all" {
+		t.Errorf("document: %+v", doc)
+	}
+}

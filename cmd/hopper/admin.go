@@ -87,7 +87,11 @@ back to the work queue only) and a dead-letter queue.
 				if err := broker.Apply(ctx, broker.ConfigOptions(cfg.Broker, log, "hopper-topology"), &plan, *sub.declare); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "topology %s: OK (%d queues)\n", map[bool]string{true: "applied", false: "verified"}[*sub.declare], len(plan.Queues()))
+				fmt.Fprintf(cmd.OutOrStdout(), "topology %s: OK (%d queues", map[bool]string{true: "applied", false: "verified"}[*sub.declare], len(plan.Queues()))
+				if len(plan.Exchanges) > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), ", %d exchanges, %d bindings", len(plan.Exchanges), len(plan.Bindings))
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), ")")
 				return nil
 			},
 		}

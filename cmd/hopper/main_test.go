@@ -635,3 +635,72 @@ func TestRunFailsOnTopologyMismatch(t *testing.T) {
 		t.Errorf("run with declare=false created %s", q)
 	}
 }
+
+// TestTopologyBindings: apply declares the exchanges and binds the work
+// queue (a message published to each exchange with a bound key lands in the
+// work queue, one with an unbound key is refused as unroutable); verify
+// checks them; an exchange that exists with another type fails apply and
+// verify by name, and is left as it was.
+func TestTopologyBindings(t *testing.T) {
+	q := queueName(t)
+	fan, top := q+".main-exchange", q+".events"
+	cfg := func(topType string) string {
+		return configFile(t, fmt.Sprintf(`
+queue: {name: %s}
+retry: {tiers: [1s, 5s]}
+topology:
+  bindings:
+    - exchange: %s
+      type: fanout
+    - exchange: %s
+      type: %s
+      routingKeys: ["order.*", "invoice.paid"]
+`, q, fan, top, topType))
+	}
+	good := cfg("topic")
+	args := func(sub, file string) []string {
+		return []string{"topology", sub, "-c", file, "--broker-url", rabbit.URL(), "--log-level", "error"}
+	}
+	r := hopper(t, args("apply", good)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "topology applied: OK (4 queues, 2 exchanges, 3 bindings)") {
+		t.Fatalf("apply: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if r = hopper(t, args("verify", good)...); r.code != 0 {
+		t.Fatalf("verify: exit %d\n%s", r.code, r.stderr)
+	}
+
+	pub := broker.NewPublisher(broker.PublisherOptions{Options: broker.Options{URLs: []string{rabbit.URL()}}, Channels: 1})
+	defer pub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, p := range []struct{ exchange, key string }{{fan, "anything"}, {top, "order.created"}, {top, "invoice.paid"}} {
+		if err := pub.PublishTo(ctx, p.exchange, p.key, &msg.Message{MessageID: p.key, Body: []byte("x")}); err != nil {
+			t.Fatalf("publish to %s with %q: %v", p.exchange, p.key, err)
+		}
+	}
+	if err := pub.PublishTo(ctx, top, "order.created.late", &msg.Message{MessageID: "unbound", Body: []byte("x")}); err == nil {
+		t.Error("a key no binding matches was routed to the work queue")
+	}
+	readyIn(t, inspector(t), q, 3)
+
+	// The topic exchange declared as direct: refused by name, not redeclared.
+	bad := cfg("direct")
+	for _, sub := range []string{"apply", "verify"} {
+		r = hopper(t, args(sub, bad)...)
+		if r.code == 0 {
+			t.Fatalf("%s with the exchange's type changed: exit 0\n%s", sub, r.stdout)
+		}
+		if !strings.Contains(r.stderr, fmt.Sprintf("exchange %q exists with another type", top)) {
+			t.Errorf("%s: stderr does not name the mismatched exchange:\n%s", sub, r.stderr)
+		}
+	}
+	if err := pub.PublishTo(ctx, top, "order.again", &msg.Message{MessageID: "again", Body: []byte("x")}); err != nil {
+		t.Errorf("the topic exchange no longer routes after the refused redeclare: %v", err)
+	}
+
+	// Verify creates nothing: a missing exchange is named.
+	missing := configFile(t, fmt.Sprintf("queue: {name: %s}\nretry: {tiers: [1s, 5s]}\ntopology:\n  bindings:\n    - {exchange: %s.nope, type: fanout}\n", q, q))
+	if r = hopper(t, args("verify", missing)...); r.code == 0 || !strings.Contains(r.stderr, q+".nope") {
+		t.Errorf("verify of a missing exchange: exit %d\n%s", r.code, r.stderr)
+	}
+}
