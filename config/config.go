@@ -160,7 +160,9 @@ type Consumer struct {
 	Prefetch int `yaml:"prefetch"`
 	// Workers is the number of concurrent deliveries. Default = prefetch.
 	Workers int `yaml:"workers"`
-	// Ordered delivers one message at a time (prefetch 1, one worker).
+	// Ordered delivers one message at a time (prefetch 1, one worker), and
+	// retries in place: a failed message is held and delivered again after
+	// its tier's delay, so no later message overtakes it.
 	Ordered bool `yaml:"ordered"`
 }
 

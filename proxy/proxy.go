@@ -100,6 +100,12 @@ type Options struct {
 	// failing move and false when none is left waiting, so the caller can
 	// pause consumption meanwhile. Optional.
 	OnMovesFailing func(failing bool)
+	// InPlace makes a retry hold the delivery and call the app again after
+	// the tier's delay, instead of moving the message to the tier queue, so
+	// that no later message overtakes it (ordered consumption, one worker).
+	// The hold is bounded by MoveHoldMax; past it the retry goes through the
+	// tier queue. Default false.
+	InPlace bool
 	// DeadlineHeader names an application header with an absolute
 	// deadline. Default "" (none).
 	DeadlineHeader string
@@ -228,19 +234,29 @@ func (p *Loop) stopped() bool {
 	}
 }
 
-// handle runs one delivery through deliver → decide → settle.
+// handle runs one delivery through deliver → decide → settle; with
+// InPlace, a retry repeats the delivery while it is held.
 func (p *Loop) handle(ctx context.Context, d Delivery) {
+	var since time.Time
+	for p.attempt(ctx, d, &since) {
+	}
+}
+
+// attempt is one delivery attempt. It reports true when an in-place retry
+// has waited out its delay and the app is to be called again; since is
+// when the first in-place hold of this delivery began.
+func (p *Loop) attempt(ctx context.Context, d Delivery, since *time.Time) bool {
 	if !alive(d) {
 		// Its channel died while it waited: the broker has requeued it.
 		p.Stats.SettleFailed.Add(1)
-		return
+		return false
 	}
 	if p.stopped() {
 		p.Stats.ReturnedOnShutdown.Add(1)
 		m := d.Message()
 		in, _ := p.history(m, p.o.Now())
 		p.giveBack(ctx, d, m, in)
-		return
+		return false
 	}
 	p.inFlight(1)
 	defer p.inFlight(-1)
@@ -302,12 +318,64 @@ func (p *Loop) handle(ctx context.Context, d Delivery) {
 	if out.Error != "" && dec.Action != retry.Ack {
 		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
 	}
+	if p.o.InPlace && dec.Action == retry.Retry {
+		switch p.holdInPlace(ctx, d, m, in, dec, since) {
+		case held:
+			p.record(out, called, dec, latency)
+			return true
+		case heldThenGivenBack:
+			p.record(out, called, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: in.Requeues}, latency)
+			return false
+		}
+	}
 	// Counted once, after the settle, as what actually happened: a decision
 	// the proxy had to let go of is counted as a return.
 	if !p.settle(ctx, d, m, in, dec, out) {
 		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
 	}
 	p.record(out, called, dec, latency)
+	return false
+}
+
+// holdResult is what holdInPlace did.
+type holdResult int
+
+const (
+	notHeld           holdResult = iota // the retry goes through the tier queue
+	held                                // waited out the delay: deliver again
+	heldThenGivenBack                   // shutdown cut the hold short
+)
+
+// holdInPlace carries out a retry of an ordered delivery in place: the
+// delivery stays held (unacked, so the messages behind it wait) for the
+// tier's delay, and the failed attempt is written into its headers so the
+// next attempt is counted as such. It leaves the retry to the tier queue
+// (notHeld) when the hold would keep the delivery unacked past MoveHoldMax,
+// under the broker's consumer_timeout. A shutdown during the hold gives the
+// delivery back.
+func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
+	dec retry.Decision, since *time.Time) holdResult {
+	now := p.o.Now()
+	if since.IsZero() {
+		*since = now
+	}
+	if now.Add(dec.Tier).Sub(*since) >= p.o.MoveHoldMax {
+		p.log.Warn("ordered retry would hold the message too long; retrying it through its tier queue", "event", "ORDERED_HOLD_EXHAUSTED",
+			"message_id", m.MessageID, "held_ms", now.Sub(*since).Milliseconds(), "tier", dec.Tier.String())
+		return notHeld
+	}
+	if m.Headers == nil {
+		m.Headers = map[string]any{}
+	}
+	m.Headers[msg.HeaderRetryCount] = int64(dec.Retries)
+	// The next attempt's span follows this one, as it would after a move.
+	propagator.Inject(ctx, headerCarrier(m.Headers))
+	if !p.wait(dec.Tier) {
+		in.Retries = dec.Retries
+		p.giveBack(ctx, d, m, in)
+		return heldThenGivenBack
+	}
+	return held
 }
 
 // record counts a settled delivery, once, as what happened: in Stats and

@@ -456,3 +456,121 @@ func TestCrashCountTravels(t *testing.T) {
 		t.Fatalf("x-hopper-crash-count %d on the DLQ copy, want 3", n)
 	}
 }
+
+// scriptedApp answers with outs in turn (the last one from then on) and
+// records the attempt number each call saw.
+type scriptedApp struct {
+	outs     []retry.Outcome
+	attempts []int
+	onCall   func(n int)
+}
+
+func (a *scriptedApp) Deliver(_ context.Context, _ *msg.Message, in msg.Info) retry.Outcome {
+	a.attempts = append(a.attempts, in.Attempt)
+	n := len(a.attempts)
+	if a.onCall != nil {
+		a.onCall(n)
+	}
+	return a.outs[min(n-1, len(a.outs)-1)]
+}
+
+func newInPlaceProxy(t *testing.T, app Deliverer, tiers []time.Duration, holdMax time.Duration) (*Loop, *fakePub, *journal) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	cfg.Consumer.Ordered = true
+	cfg.Retry.MaxAttempts = 4
+	cfg.Retry.Tiers = nil
+	for _, d := range tiers {
+		cfg.Retry.Tiers = append(cfg.Retry.Tiers, config.Duration(d))
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	j := &journal{}
+	pub := &fakePub{j: j}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: app, Pub: pub, Workers: 1,
+		InPlace: true, MoveHoldMax: holdMax})
+	return p, pub, j
+}
+
+// TestInPlaceRetry: an ordered delivery that fails twice is held and
+// delivered again (attempts 1, 2, 3) with no tier publish, then acked once.
+func TestInPlaceRetry(t *testing.T) {
+	fail, ok := retry.Outcome{Status: 500}, retry.Outcome{Status: 200}
+	app := &scriptedApp{outs: []retry.Outcome{fail, fail, ok}}
+	p, pub, j := newInPlaceProxy(t, app, []time.Duration{time.Millisecond, 2 * time.Millisecond}, time.Minute)
+	d := &fakeDelivery{m: msgWith(nil), j: j, alive: true}
+	run(p, d)
+	if !slices.Equal(app.attempts, []int{1, 2, 3}) {
+		t.Errorf("attempts %v, want [1 2 3]", app.attempts)
+	}
+	if len(pub.to) != 0 {
+		t.Errorf("published to %v: an in-place retry moves nothing", pub.to)
+	}
+	if got := j.all(); !slices.Equal(got, []string{"ack"}) {
+		t.Errorf("settles %v, want one ack", got)
+	}
+	if p.Stats.Retried.Load() != 2 || p.Stats.Acked.Load() != 1 {
+		t.Errorf("stats retried=%d acked=%d, want 2 and 1", p.Stats.Retried.Load(), p.Stats.Acked.Load())
+	}
+}
+
+// TestInPlaceRetryReachesDLQ: past the attempt limit the held message goes
+// to the DLQ with every failed attempt counted.
+func TestInPlaceRetryReachesDLQ(t *testing.T) {
+	app := &scriptedApp{outs: []retry.Outcome{{Status: 503}}}
+	p, pub, j := newInPlaceProxy(t, app, []time.Duration{time.Millisecond}, time.Minute)
+	run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	if !slices.Equal(app.attempts, []int{1, 2, 3, 4}) {
+		t.Errorf("attempts %v, want 1..4", app.attempts)
+	}
+	if !slices.Equal(pub.to, []string{"orders.dlq"}) {
+		t.Fatalf("published to %v, want the DLQ once", pub.to)
+	}
+	if n, _ := pub.got[0].Int(msg.HeaderFinalRetryCount); n != 4 {
+		t.Errorf("x-final-retry-count %d, want 4", n)
+	}
+	if got := j.all(); !slices.Equal(got, []string{"publish orders.dlq", "ack"}) {
+		t.Errorf("settles %v", got)
+	}
+}
+
+// TestInPlaceHoldBounded: a retry whose hold would keep the delivery past
+// MoveHoldMax goes through the tier queue instead.
+func TestInPlaceHoldBounded(t *testing.T) {
+	app := &scriptedApp{outs: []retry.Outcome{{Status: 500}}}
+	p, pub, j := newInPlaceProxy(t, app, []time.Duration{time.Millisecond, time.Hour}, 30*time.Minute)
+	run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	// Attempt 1 fails: held 1ms. Attempt 2 fails: the 1h tier exceeds the
+	// hold budget, so it is published to that tier.
+	if !slices.Equal(app.attempts, []int{1, 2}) {
+		t.Errorf("attempts %v, want [1 2]", app.attempts)
+	}
+	if !slices.Equal(pub.to, []string{"orders.retry.1h"}) {
+		t.Fatalf("published to %v, want the 1h tier", pub.to)
+	}
+	if n, _ := pub.got[0].Int(msg.HeaderRetryCount); n != 2 {
+		t.Errorf("tier copy x-retry-count %d, want 2", n)
+	}
+}
+
+// TestInPlaceHoldCutByShutdown: shutdown during a hold gives the delivery
+// back (requeued at the head on a classic queue) instead of waiting.
+func TestInPlaceHoldCutByShutdown(t *testing.T) {
+	var p *Loop
+	app := &scriptedApp{outs: []retry.Outcome{{Status: 500}}}
+	app.onCall = func(int) { p.Shutdown(context.Background()) }
+	p, pub, j := newInPlaceProxy(t, app, []time.Duration{time.Hour}, 2*time.Hour)
+	run(p, &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	if len(app.attempts) != 1 || len(pub.to) != 0 {
+		t.Errorf("attempts %v, published %v: want one attempt, nothing moved", app.attempts, pub.to)
+	}
+	if got := j.all(); !slices.Equal(got, []string{"nack-requeue"}) {
+		t.Errorf("settles %v, want the delivery given back", got)
+	}
+	if p.Stats.Returned.Load() != 1 {
+		t.Errorf("returned %d, want 1", p.Stats.Returned.Load())
+	}
+}

@@ -282,6 +282,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		MoveRetryMin:       cfg.Broker.MoveRetryMin.D(),
 		MoveRetryMax:       cfg.Broker.MoveRetryMax.D(),
 		MoveHoldMax:        cfg.Broker.MoveHoldMax.D(),
+		InPlace:            cfg.Consumer.Ordered,
 		// Taking more messages while moves fail would only pile up held
 		// deliveries: pause until every held move has gone through.
 		OnMovesFailing: func(failing bool) {
