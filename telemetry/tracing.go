@@ -25,8 +25,9 @@ type Tracing struct {
 	Provider trace.TracerProvider
 	// Enabled is false when no OTLP endpoint is configured.
 	Enabled bool
-	// Dropped counts spans that could not be exported (collector
-	// unreachable, queue full): tracing never blocks delivery.
+	// Dropped counts spans that were not exported: the export failed
+	// (collector unreachable) or the queue in front of the exporter was
+	// full. Tracing never blocks delivery.
 	Dropped atomic.Int64
 	// Exporter names the exporter in use, for the startup log.
 	Exporter string
@@ -82,17 +83,24 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string) (*Tracing, 
 	if err != nil {
 		return nil, fmt.Errorf("tracing resource: %w", err)
 	}
+	// Ending a span never blocks a delivery: spans go through a bounded
+	// queue that counts what it cannot take, in front of a batcher that
+	// waits for the exporter instead of dropping silently.
+	batcher := sdktrace.NewBatchSpanProcessor(&countingExporter{SpanExporter: exp, dropped: &t.Dropped},
+		sdktrace.WithBatchTimeout(time.Second),
+		sdktrace.WithExportTimeout(5*time.Second),
+		sdktrace.WithBlocking())
 	tp := sdktrace.NewTracerProvider(
-		// The batcher drops spans when its queue is full instead of
-		// blocking the delivery that ended them.
-		sdktrace.WithBatcher(&countingExporter{SpanExporter: exp, dropped: &t.Dropped},
-			sdktrace.WithBatchTimeout(time.Second),
-			sdktrace.WithExportTimeout(5*time.Second)),
+		sdktrace.WithSpanProcessor(newSpanQueue(batcher, spanQueueSize, &t.Dropped)),
 		sdktrace.WithResource(res),
 	)
 	t.Provider, t.Enabled, t.shutdown = tp, true, tp.Shutdown
 	return t, nil
 }
+
+// spanQueueSize is how many ended spans may wait for the batcher, the
+// SDK's default batch queue size.
+const spanQueueSize = 2048
 
 // Shutdown flushes pending spans (bounded by ctx).
 func (t *Tracing) Shutdown(ctx context.Context) error {
