@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -50,7 +52,10 @@ type Client struct {
 	client   *fasthttp.Client
 	template bool
 	urlAttr  string
-	conns    connSet
+	// spanAttrs are the CLIENT span's fixed attributes: method, URL and
+	// the app's address.
+	spanAttrs []attribute.KeyValue
+	conns     connSet
 	// HeadersSkipped counts application headers not forwarded.
 	HeadersSkipped atomic.Int64
 }
@@ -78,6 +83,17 @@ func NewClient(o ClientOptions) *Client {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
 	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
+	a.spanAttrs = []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.URLFull(a.urlAttr)}
+	if u, err := url.Parse(strings.NewReplacer("{", "", "}", "").Replace(o.URL)); err == nil && u.Hostname() != "" {
+		a.spanAttrs = append(a.spanAttrs, semconv.ServerAddress(u.Hostname()))
+		port, _ := strconv.Atoi(u.Port())
+		if port == 0 {
+			port = map[string]int{"http": 80, "https": 443}[u.Scheme]
+		}
+		if port > 0 {
+			a.spanAttrs = append(a.spanAttrs, semconv.ServerPort(port))
+		}
+	}
 	c.DialTimeout = func(addr string, timeout time.Duration) (net.Conn, error) {
 		conn, err := fasthttp.DialTimeout(addr, timeout)
 		if err != nil {
@@ -163,7 +179,7 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("http.request.method", "POST"), attribute.String("url.full", a.urlAttr))
+		span.SetAttributes(a.spanAttrs...)
 	}
 	propagator.Inject(ctx, requestCarrier{req})
 
@@ -191,18 +207,23 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 		// Shutdown cut the call off. The app may still have done the work;
 		// the message goes back to the queue unacked either way.
 		span.SetStatus(codes.Error, "cancelled")
+		span.SetAttributes(semconv.ErrorTypeKey.String("cancelled"))
 		return retry.Outcome{Kind: retry.Unavailable, Error: "request cancelled by shutdown", CutOff: true}
 	}
 	if err != nil && !(errors.Is(err, fasthttp.ErrBodyTooLarge) && resp.StatusCode() > 0) {
 		o := classify(err)
 		span.SetStatus(codes.Error, o.Error)
+		span.SetAttributes(semconv.ErrorTypeKey.String(map[bool]string{true: "timeout", false: "unavailable"}[o.Kind == retry.Timeout]))
 		return o
 	}
 	// A body over the limit does not undo the status: the app answered.
 	o := retry.Outcome{Kind: retry.Response, Status: resp.StatusCode()}
-	span.SetAttributes(keyStatus.Int(o.Status))
+	span.SetAttributes(semconv.HTTPResponseStatusCode(o.Status))
 	if o.Status >= 500 {
+		// The HTTP client conventions: a 5xx is an error of the call, and
+		// error.type is its status code.
 		span.SetStatus(codes.Error, "HTTP "+itoa(o.Status))
+		span.SetAttributes(semconv.ErrorTypeKey.String(itoa(o.Status)))
 	}
 	if v := resp.Header.Peek(HdrAction); len(v) > 0 {
 		o.Override = string(v)

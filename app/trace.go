@@ -3,7 +3,6 @@ package app
 import (
 	"strconv"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -11,7 +10,5 @@ import (
 // (not the global one) so that, with tracing off, an incoming traceparent
 // still reaches the app unchanged.
 var propagator = propagation.TraceContext{}
-
-var keyStatus = attribute.Key("http.response.status_code")
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +39,27 @@ func (d *Delivery) Alive() bool { return !d.s.dead.Load() && !d.s.ch.IsClosed() 
 
 // Message returns the broker-neutral message.
 func (d *Delivery) Message() *msg.Message { return d.m }
+
+// Tag is the delivery tag on the channel it came from.
+func (d *Delivery) Tag() uint64 { return d.tag }
+
+// Server is the address and port of the broker connection the delivery
+// came on ("" and 0 when unknown).
+func (d *Delivery) Server() (string, int) {
+	if d.s == nil || d.s.conn == nil {
+		return "", 0
+	}
+	addr := d.s.conn.RemoteAddr()
+	if addr == nil {
+		return "", 0
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String(), 0
+	}
+	n, _ := strconv.Atoi(port)
+	return host, n
+}
 
 // Ack acknowledges the delivery on its own channel.
 func (d *Delivery) Ack() error {

@@ -7,8 +7,10 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
@@ -58,35 +60,92 @@ func (c headerCarrier) Keys() []string {
 	return keys
 }
 
-// Span attribute keys (OpenTelemetry messaging semantic conventions plus
-// Hopper's own).
+// Hopper's own span attributes; the rest are the OpenTelemetry messaging
+// semantic conventions' (semconv).
 var (
-	attrSystem      = attribute.String("messaging.system", "rabbitmq")
-	keyDestination  = attribute.Key("messaging.destination.name")
-	keyRoutingKey   = attribute.Key("messaging.rabbitmq.destination.routing_key")
-	keyMessageID    = attribute.Key("messaging.message.id")
-	keyConversation = attribute.Key("messaging.message.conversation_id")
-	keyOperation    = attribute.Key("messaging.operation.type")
-	keyAttempt      = attribute.Key("hopper.attempt")
-	keyDecision     = attribute.Key("hopper.decision")
-	keyReason       = attribute.Key("hopper.reason")
-	keyStatus       = attribute.Key("http.response.status_code")
+	keyAttempt  = attribute.Key("hopper.attempt")
+	keyDecision = attribute.Key("hopper.decision")
+	keyReason   = attribute.Key("hopper.reason")
+	keyMove     = attribute.Key("hopper.move")
 )
 
-// startProducer opens the PRODUCER span of a move and writes its context
-// into the copy's headers, so the next attempt's span joins the same trace.
+// defaultExchange is how the conventions name RabbitMQ's default exchange
+// ("") as a destination.
+const defaultExchange = "amq.default"
+
+// exchangeName is the destination name of a RabbitMQ exchange.
+func exchangeName(ex string) string {
+	if ex == "" {
+		return defaultExchange
+	}
+	return ex
+}
+
+// deliveryAttrs are the consumer span's attributes: where the message came
+// from, which queue this consumer reads, and the delivery itself.
+func deliveryAttrs(d Delivery, m *msg.Message, in msg.Info) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingDestinationName(exchangeName(in.Exchange)),
+		semconv.MessagingRabbitMQDestinationRoutingKey(in.RoutingKey),
+		semconv.MessagingConsumerGroupName(in.Queue),
+		semconv.MessagingMessageBodySize(len(m.Body)),
+		keyAttempt.Int(in.Attempt),
+	}
+	if m.MessageID != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(m.MessageID))
+	}
+	if m.CorrelationID != "" {
+		attrs = append(attrs, semconv.MessagingMessageConversationID(m.CorrelationID))
+	}
+	if t, ok := d.(interface{ Tag() uint64 }); ok {
+		attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(t.Tag())))
+	}
+	if sv, ok := d.(interface{ Server() (string, int) }); ok {
+		if host, port := sv.Server(); host != "" {
+			attrs = append(attrs, semconv.ServerAddress(host))
+			if port > 0 {
+				attrs = append(attrs, semconv.ServerPort(port))
+			}
+		}
+	}
+	return attrs
+}
+
+// startProducer opens the PRODUCER span of a move (a publish to queue
+// through the default exchange) and writes its context into the copy's
+// headers, so the next attempt's span joins the same trace.
 func startProducer(ctx context.Context, tr trace.Tracer, queue, why string, headers map[string]any) (context.Context, trace.Span) {
 	ctx, span := tr.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
-		span.SetAttributes(attrSystem, keyDestination.String(queue), keyOperation.String("send"),
-			attribute.String("hopper.move", why))
+		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName("send"),
+			semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(defaultExchange),
+			semconv.MessagingRabbitMQDestinationRoutingKey(queue), keyMove.String(why))
 	}
 	propagator.Inject(ctx, headerCarrier(headers))
 	return ctx, span
 }
 
+// errorType is the low-cardinality error.type of a failed attempt: the
+// HTTP status code, or what went wrong before one came back.
+func errorType(o retry.Outcome) string {
+	switch {
+	case o.Status > 0:
+		return strconv.Itoa(o.Status)
+	case o.Refused:
+		return "refused"
+	case o.Kind == retry.Timeout:
+		return "timeout"
+	case o.Kind == retry.Unavailable:
+		return "unavailable"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}
+
 func statusAttr(o retry.Outcome) attribute.KeyValue {
-	return keyStatus.Int(o.Status)
+	return semconv.HTTPResponseStatusCode(o.Status)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

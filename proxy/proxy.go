@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -269,9 +270,7 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since *time.Time) bool {
 	ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
 	ctx, span := p.tr.Start(ctx, "process "+in.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		span.SetAttributes(attrSystem, keyDestination.String(in.Queue), keyOperation.String("process"),
-			keyRoutingKey.String(in.RoutingKey), keyMessageID.String(m.MessageID),
-			keyConversation.String(m.CorrelationID), keyAttempt.Int(in.Attempt))
+		span.SetAttributes(deliveryAttrs(d, m, in)...)
 	}
 	defer span.End()
 	pol := p.o.Selector.Select(retry.Subject{
@@ -317,6 +316,7 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since *time.Time) bool {
 	}
 	if out.Error != "" && dec.Action != retry.Ack {
 		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
+		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
 	}
 	if p.o.InPlace && dec.Action == retry.Retry {
 		switch p.holdInPlace(ctx, d, m, in, dec, since) {

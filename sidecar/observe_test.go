@@ -188,6 +188,45 @@ func TestTraceEveryAttemptInOneTrace(t *testing.T) {
 			attrs["messaging.system"] != "rabbitmq" || attrs["messaging.message.id"] != "traced" {
 			t.Errorf("consumer span %d attributes %v", i, attrs)
 		}
+		// The messaging conventions: the destination is the exchange it was
+		// published to (the default one here), the queue is the consumer's.
+		for k, want := range map[string]string{
+			"messaging.operation.type":                   "process",
+			"messaging.operation.name":                   "process",
+			"messaging.destination.name":                 "amq.default",
+			"messaging.rabbitmq.destination.routing_key": r.cfg.Queue.Name,
+			"messaging.consumer.group.name":              r.cfg.Queue.Name,
+			"messaging.message.body.size":                strconv.Itoa(len("body-traced")),
+			"server.address":                             "127.0.0.1",
+		} {
+			if attrs[k] != want {
+				t.Errorf("consumer span %d: %s = %q, want %q", i, k, attrs[k], want)
+			}
+		}
+		if attrs["messaging.rabbitmq.message.delivery_tag"] == "" || attrs["server.port"] == "" {
+			t.Errorf("consumer span %d lacks the delivery tag or the broker's port: %v", i, attrs)
+		}
+		if wantErr := map[bool]string{true: "503", false: ""}[i < 2]; attrs["error.type"] != wantErr {
+			t.Errorf("consumer span %d: error.type %q, want %q", i, attrs["error.type"], wantErr)
+		}
+	}
+	for i, s := range producers {
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["messaging.operation.type"] != "send" || !strings.HasPrefix(attrs["messaging.rabbitmq.destination.routing_key"], r.cfg.Queue.Name+".retry.") {
+			t.Errorf("producer span %d attributes %v", i, attrs)
+		}
+	}
+	for i, s := range clients {
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["http.request.method"] != "POST" || attrs["server.address"] != "127.0.0.1" || attrs["server.port"] == "" || attrs["url.full"] != app.URL {
+			t.Errorf("client span %d attributes %v", i, attrs)
+		}
 	}
 	// Attempt 2 and 3 are children of the retry moves' producer spans.
 	for i := 1; i < 3; i++ {

@@ -128,7 +128,7 @@ func TestSources(t *testing.T) {
 
 // Without an endpoint tracing is off and a no-op.
 func TestTracingOffWithoutEndpoint(t *testing.T) {
-	tr, err := TracingFromEnv(context.Background(), func(string) string { return "" })
+	tr, err := TracingFromEnv(context.Background(), func(string) string { return "" }, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestTracingOffWithoutEndpoint(t *testing.T) {
 	}
 	off, err := TracingFromEnv(context.Background(), func(k string) string {
 		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"}[k]
-	})
+	}, "test")
 	if err != nil || off.Enabled {
 		t.Fatalf("OTEL_SDK_DISABLED=true: enabled %v, err %v", off.Enabled, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -39,8 +39,9 @@ type Tracing struct {
 // it on; OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf (default);
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the resource;
 // OTEL_TRACES_SAMPLER (and _ARG) pick the sampler; OTEL_SDK_DISABLED=true or
-// OTEL_TRACES_EXPORTER=none turn it off. getenv is os.Getenv in production.
-func TracingFromEnv(ctx context.Context, getenv func(string) string) (*Tracing, error) {
+// OTEL_TRACES_EXPORTER=none turn it off. getenv is os.Getenv in production;
+// version, the running binary's, is the resource's service.version.
+func TracingFromEnv(ctx context.Context, getenv func(string) string, version string) (*Tracing, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -77,7 +78,7 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string) (*Tracing, 
 		return nil, fmt.Errorf("create OTLP trace exporter: %w", err)
 	}
 	res, err := resource.Merge(
-		resource.NewSchemaless(semconv.ServiceName("hopper")),
+		resource.NewSchemaless(semconv.ServiceName("hopper"), semconv.ServiceVersion(version)),
 		resource.Environment(), // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME win
 	)
 	if err != nil {

@@ -33,7 +33,7 @@ second signal exits at once; nothing undelivered is acked.`,
 				log.Warn("second signal: exiting now; unsettled messages return to the queue", "event", "SHUTDOWN_FORCED")
 			})
 			defer stop()
-			tracing, err := telemetry.TracingFromEnv(ctx, os.Getenv)
+			tracing, err := telemetry.TracingFromEnv(ctx, os.Getenv, version)
 			if err != nil {
 				return err
 			}

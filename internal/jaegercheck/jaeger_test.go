@@ -125,6 +125,10 @@ type jaegerTrace struct {
 		} `json:"spans"`
 		Processes map[string]struct {
 			ServiceName string `json:"serviceName"`
+			Tags        []struct {
+				Key   string `json:"key"`
+				Value any    `json:"value"`
+			} `json:"tags"`
 		} `json:"processes"`
 	} `json:"data"`
 }
@@ -155,7 +159,8 @@ func TestJaegerShowsEveryAttemptInOneTrace(t *testing.T) {
 
 	dir := t.TempDir()
 	hopper := filepath.Join(dir, "hopper")
-	build := exec.Command("go", "build", "-o", hopper, "./cmd/hopper")
+	const version = "check-1.2.3"
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version, "-o", hopper, "./cmd/hopper")
 	build.Dir = repoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build hopper: %v\n%s", err, out)
@@ -264,6 +269,27 @@ log:
 			publisher = true
 		case s.OperationName == "process "+queue:
 			process = append(process, e)
+			// A few of the messaging conventions, as Jaeger stored them.
+			for k, want := range map[string]string{
+				"messaging.system":                           "rabbitmq",
+				"messaging.operation.type":                   "process",
+				"messaging.destination.name":                 "amq.default",
+				"messaging.rabbitmq.destination.routing_key": queue,
+				"server.address":                             "127.0.0.1",
+			} {
+				if tags[k] != want {
+					t.Errorf("attempt span: %s = %q, want %q", k, tags[k], want)
+				}
+			}
+			pv := ""
+			for _, tg := range d.Processes[s.ProcessID].Tags {
+				if tg.Key == "service.version" {
+					pv = fmt.Sprint(tg.Value)
+				}
+			}
+			if pv != version {
+				t.Errorf("hopper's resource: service.version %q, want %q", pv, version)
+			}
 		case len(s.OperationName) > 5 && s.OperationName[:5] == "send ":
 			sends = append(sends, e)
 		}

@@ -800,7 +800,7 @@ func checkOtelEnv(t *testing.T, env []string) {
 	wantOn := vars["OTEL_SDK_DISABLED"] != "true"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	tr, err := telemetry.TracingFromEnv(ctx, func(k string) string { return vars[k] })
+	tr, err := telemetry.TracingFromEnv(ctx, func(k string) string { return vars[k] }, "test")
 	if err != nil {
 		t.Errorf("Hopper rejects the OTEL_* variables: %v", err)
 		return
