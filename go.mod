@@ -10,7 +10,16 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6
 )
 
-require golang.org/x/time v0.16.0
+require (
+	github.com/schollz/progressbar/v3 v3.19.1
+	golang.org/x/term v0.47.0
+	golang.org/x/time v0.16.0
+)
+
+require (
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -48,7 +57,7 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect

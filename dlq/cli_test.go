@@ -1074,6 +1074,17 @@ func TestCLIExportToStdout(t *testing.T) {
 	if !strings.Contains(r.stderr, "exported 3 of 3") || strings.Contains(r.stdout, "exported") {
 		t.Errorf("the summary must go to stderr only:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
 	}
+	// Standard error is no terminal here: progress comes as plain lines,
+	// there and never in the export.
+	if want := "export " + e.DLQ + ": 3/3 (100%)"; !strings.Contains(r.stderr, want) || strings.Contains(r.stdout, "(100%)") {
+		t.Errorf("want the progress line %q on stderr only:\nstdout: %s\nstderr: %s", want, r.stdout, r.stderr)
+	}
+	if quiet := e.ok("export", "--dlq", e.DLQ, "--file", "-", "--progress", "none"); strings.Contains(quiet.stderr, "(100%)") {
+		t.Errorf("--progress none printed progress:\n%s", quiet.stderr)
+	}
+	if bad := e.run("export", "--dlq", e.DLQ, "--file", "-", "--progress", "fancy"); bad.code == 0 || !strings.Contains(bad.stderr, "auto, bar, plain, none") {
+		t.Errorf("--progress fancy: exit %d\n%s", bad.code, bad.stderr)
+	}
 	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
 		if _, err := dlq.UnmarshalLine([]byte(line)); err != nil {
 			t.Fatalf("not an export line: %v\n%s", err, line)

@@ -37,6 +37,9 @@ type ExportOptions struct {
 	// for that long. Default 2s.
 	IdleTimeout time.Duration
 	Now         func() time.Time
+	// Progress, when set, is told the number of messages taken so far
+	// after each one.
+	Progress func(taken int)
 }
 
 // ExportResult is an export's account.
@@ -116,6 +119,9 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 			break // idle: nothing more to hand out
 		}
 		res.Taken++
+		if o.Progress != nil {
+			o.Progress(res.Taken)
+		}
 		m := d.Message()
 		if match, _ := o.Filter.Match(m, o.Now()); !match {
 			res.Skipped++
@@ -162,6 +168,9 @@ type ImportOptions struct {
 	// Parallel is the number of publishes awaiting their confirm at once;
 	// 1 keeps the file's order exactly. Default 1.
 	Parallel int
+	// Progress, when set, is told the number of lines published (or
+	// skipped) so far after each one. It is called with a lock held.
+	Progress func(done int)
 }
 
 // Validate reports every problem with the options at once.
@@ -275,6 +284,9 @@ func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (I
 			res.Published++
 			done[n] = true
 			advance()
+			if o.Progress != nil {
+				o.Progress(res.Published + res.Skipped)
+			}
 			mu.Unlock()
 		}(n)
 		if rerr != nil {

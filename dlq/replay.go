@@ -521,9 +521,13 @@ func WriteProgress(w io.Writer, r ReplayResult) {
 	if r.DryRun {
 		verb, n = "would recover", r.WouldRecover
 	}
-	fmt.Fprintf(w, "replay %s: %d/%d taken, %d %s, %d failed, %d kept, %d skipped, %d in flight, %.0f msg/s, %s\n",
+	eta := ""
+	if left := r.Present - r.Taken; left > 0 && r.Rate > 0 {
+		eta = ", ETA " + time.Duration(float64(left)/r.Rate*float64(time.Second)).Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "replay %s: %d/%d taken, %d %s, %d failed, %d kept, %d skipped, %d in flight, %.0f msg/s, %s%s\n",
 		r.DLQ, r.Taken, r.Present, n, verb, r.Failed, r.Kept, r.Skipped, r.InFlight, r.Rate,
-		time.Duration(r.Elapsed).Round(time.Millisecond))
+		time.Duration(r.Elapsed).Round(time.Millisecond), eta)
 }
 
 // WriteSummary writes the account for people.

@@ -22,6 +22,7 @@ func newDLQExportCmd() *cobra.Command {
 		syncEvery         int
 		idleTimeout       time.Duration
 		output            string
+		progressMode      string
 	)
 	cmd := &cobra.Command{
 		Use:   "export --file FILE",
@@ -46,6 +47,9 @@ the output (and export without --remove first when in doubt).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if err := checkProgress(progressMode); err != nil {
 				return err
 			}
 			if file == "" {
@@ -105,9 +109,15 @@ the output (and export without --remove first when in doubt).`,
 				}
 				w, closeFh = fh, fh.Close
 			}
+			rep, err := newProgress(cmd, "export "+t.dlq, progressMode)
+			if err != nil {
+				return err
+			}
 			res, runErr := dlq.Export(ctx, src, w, dlq.ExportOptions{
 				DLQ: t.dlq, Bound: depth, Filter: filter, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
+				Progress: func(taken int) { rep.Set(int64(taken), int64(depth)) },
 			})
+			rep.Finish()
 			if err := closeFh(); err != nil && runErr == nil {
 				runErr = fmt.Errorf("close export file: %w", err)
 			}
@@ -131,6 +141,7 @@ the output (and export without --remove first when in doubt).`,
 	fs.IntVar(&syncEvery, "sync-every", 100, "with --remove: lines written between fsyncs (their acks wait for it)")
 	fs.DurationVar(&idleTimeout, "idle-timeout", 2*time.Second, "stop when the DLQ hands out nothing for this long")
 	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	registerProgress(fs, &progressMode)
 	return cmd
 }
 

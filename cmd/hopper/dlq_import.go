@@ -14,9 +14,10 @@ import (
 func newDLQImportCmd() *cobra.Command {
 	var f dlqFlags
 	var (
-		file, to string
-		opts     dlq.ImportOptions
-		output   string
+		file, to     string
+		opts         dlq.ImportOptions
+		output       string
+		progressMode string
 	)
 	cmd := &cobra.Command{
 		Use:   "import --file FILE",
@@ -30,6 +31,9 @@ and tells how to resume with --skip.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if err := checkProgress(progressMode); err != nil {
 				return err
 			}
 			if file == "" {
@@ -62,7 +66,14 @@ and tells how to resume with --skip.`,
 				Channels:       opts.Parallel,
 				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
 			})
+			rep, err := newProgress(cmd, "import to "+opts.To, progressMode)
+			if err != nil {
+				return err
+			}
+			total := countLines(file)
+			opts.Progress = func(done int) { rep.Set(int64(done), total) }
 			res, runErr := dlq.Import(ctx, r, pub, opts)
+			rep.Finish()
 			if err := pub.Close(); err != nil {
 				t.log.Warn("close publisher", "error", err.Error())
 			}
@@ -86,5 +97,6 @@ and tells how to resume with --skip.`,
 	fs.IntVar(&opts.Skip, "skip", 0, "skip this many lines first (resume)")
 	fs.IntVar(&opts.Parallel, "parallel", 8, "publishes awaiting their confirm at once; 1 keeps the file's order exactly")
 	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	registerProgress(fs, &progressMode)
 	return cmd
 }

@@ -9,15 +9,17 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/internal/progress"
 )
 
 func newDLQReplayCmd() *cobra.Command {
 	var f dlqFlags
 	var ff filterFlags
 	var (
-		o       dlq.ReplayOptions
-		output  string
-		timeout time.Duration
+		o            dlq.ReplayOptions
+		output       string
+		timeout      time.Duration
+		progressMode string
 	)
 	cmd := &cobra.Command{
 		Use:   "replay",
@@ -52,6 +54,9 @@ skipped ones included), 1 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if err := checkProgress(progressMode); err != nil {
 				return err
 			}
 			filter, err := ff.filter()
@@ -103,9 +108,22 @@ skipped ones included), 1 otherwise.`,
 				mode = " (dry run)"
 			}
 			fmt.Fprintf(stderr, "replay%s: %d message(s) present in %s; this run handles at most those\n", mode, o.Bound, t.dlq)
-			o.Progress = func(r dlq.ReplayResult) { dlq.WriteProgress(stderr, r) }
+			finish := func() {}
+			switch {
+			case usesBar(stderr, progressMode):
+				bar, err := newProgress(cmd, "replay "+t.dlq, progress.Bar)
+				if err != nil {
+					return err
+				}
+				o.ProgressEvery = 250 * time.Millisecond
+				o.Progress = func(r dlq.ReplayResult) { bar.Set(int64(r.Taken), int64(r.Present)) }
+				finish = bar.Finish
+			case progressMode != progress.None:
+				o.Progress = func(r dlq.ReplayResult) { dlq.WriteProgress(stderr, r) }
+			}
 
 			res, runErr := dlq.Replay(ctx, exclusiveSource{ex}, pub, o)
+			finish()
 			// Closing hands every held message back to the DLQ, in place.
 			if err := ex.Close(); err != nil {
 				t.log.Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
@@ -144,6 +162,7 @@ skipped ones included), 1 otherwise.`,
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 5*time.Second, "stop when the DLQ hands out nothing for this long")
 	fs.DurationVar(&o.StallTimeout, "stall-timeout", time.Minute, "stop when nothing moves for this long (e.g. broker blocking publishes)")
 	fs.DurationVar(&timeout, "timeout", 0, "stop after this long in total (0: no limit); messages in flight finish")
+	registerProgress(fs, &progressMode)
 	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
 	return cmd
 }
