@@ -515,7 +515,7 @@ func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info
 	queue string, cp *msg.Message, why string) bool {
 	var (
 		started = time.Now()
-		bo      = backoff.Backoff{Min: p.o.MoveRetryMin, Max: p.o.MoveRetryMax, Rand: p.o.Rand}
+		bo      = backoff.Backoff{Min: p.o.MoveRetryMin, Max: p.o.MoveRetryMax}
 		held    bool
 	)
 	defer func() {
