@@ -238,15 +238,16 @@ func (p *Loop) stopped() bool {
 // handle runs one delivery through deliver → decide → settle; with
 // InPlace, a retry repeats the delivery while it is held.
 func (p *Loop) handle(ctx context.Context, d Delivery) {
-	var since time.Time
-	for p.attempt(ctx, d, &since) {
+	// The delivery is unacked from receipt on: holds are bounded from there.
+	since := p.o.Now()
+	for p.attempt(ctx, d, since) {
 	}
 }
 
 // attempt is one delivery attempt. It reports true when an in-place retry
 // has waited out its delay and the app is to be called again; since is
-// when the first in-place hold of this delivery began.
-func (p *Loop) attempt(ctx context.Context, d Delivery, since *time.Time) bool {
+// when the delivery was received.
+func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
 	if !alive(d) {
 		// Its channel died while it waited: the broker has requeued it.
 		p.Stats.SettleFailed.Add(1)
@@ -354,14 +355,11 @@ const (
 // under the broker's consumer_timeout. A shutdown during the hold gives the
 // delivery back.
 func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
-	dec retry.Decision, since *time.Time) holdResult {
+	dec retry.Decision, since time.Time) holdResult {
 	now := p.o.Now()
-	if since.IsZero() {
-		*since = now
-	}
-	if now.Add(dec.Tier).Sub(*since) >= p.o.MoveHoldMax {
+	if now.Add(dec.Tier).Sub(since) >= p.o.MoveHoldMax {
 		p.log.Warn("ordered retry would hold the message too long; retrying it through its tier queue", "event", "ORDERED_HOLD_EXHAUSTED",
-			"message_id", m.MessageID, "held_ms", now.Sub(*since).Milliseconds(), "tier", dec.Tier.String())
+			"message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(), "tier", dec.Tier.String())
 		return notHeld
 	}
 	if m.Headers == nil {
