@@ -58,8 +58,8 @@ type BreakerOptions struct {
 	// least time between two checks asked for by failing messages.
 	// Default 1s.
 	ProbeInterval time.Duration
-	// Prefetch is the consumer's full prefetch, restored on recovery.
-	// Required.
+	// Prefetch is the full prefetch the gate resumes with on recovery.
+	// Default 0: the gate's own (each consumer its configured prefetch).
 	Prefetch int
 	// Health is the app's health check. Required.
 	Health Checker

@@ -30,6 +30,10 @@ import (
 type ClientOptions struct {
 	// URL may hold {routingKey} and {queue} in its path. Required.
 	URL string
+	// QueueURLs, when set, give the messages of some queues a URL of their
+	// own (same templates as URL); a queue not listed uses URL. One app is
+	// behind all of them: the connection pool is shared. Default none.
+	QueueURLs map[string]string
 	// Timeout bounds one request (dial, send, wait, read). Default 0: no
 	// bound, so callers always set it (config default 30s).
 	Timeout time.Duration
@@ -83,6 +87,9 @@ func NewClient(o ClientOptions) *Client {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
 	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
+	for _, u := range o.QueueURLs {
+		a.template = a.template || strings.Contains(u, "{")
+	}
 	a.spanAttrs = []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.URLFull(a.urlAttr)}
 	if u, err := url.Parse(strings.NewReplacer("{", "", "}", "").Replace(o.URL)); err == nil && u.Hostname() != "" {
 		a.spanAttrs = append(a.spanAttrs, semconv.ServerAddress(u.Hostname()))
@@ -269,13 +276,17 @@ func redactURL(s string) string {
 }
 
 func (a *Client) url(in msg.Info) string {
+	u := a.opts.URL
+	if q, ok := a.opts.QueueURLs[in.Queue]; ok {
+		u = q
+	}
 	if !a.template {
-		return a.opts.URL
+		return u
 	}
 	return strings.NewReplacer(
 		"{routingKey}", url.PathEscape(in.RoutingKey),
 		"{queue}", url.PathEscape(in.Queue),
-	).Replace(a.opts.URL)
+	).Replace(u)
 }
 
 // summary is a short printable prefix of a response body for logs and the

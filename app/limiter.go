@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,11 @@ type LimiterOptions struct {
 // Max. It never goes below 1, so a healthy app is never starved — stopping
 // is the breaker's job, and only for an app that is down.
 //
+// The limit is shared by every queue the sidecar consumes, and shared
+// fairly: when requests wait for a slot, freed slots go to the waiting
+// queues in turn, so a busy queue with many waiting workers cannot starve a
+// quiet one whose single message waits behind them.
+//
 // A decrease happens at most once per window of limit completions: a burst
 // of failures from the requests already in flight is one overload event,
 // not fifty. After the breaker closes, Reset restarts from a small limit
@@ -50,9 +56,13 @@ type Limiter struct {
 	ssthresh  float64 // below it the limit doubles per window (slow start)
 	inFlight  int
 	sinceDrop int // completions since the last decrease
-	waiters   []chan struct{}
-	fast      float64 // latency, quickly smoothed (seconds)
-	base      float64 // the app's usual latency: follows drops at once, rises slowly
+	// waiters wait for a slot, by queue; turn is the queues that have
+	// waiters, in the order their next waiter is served.
+	waiters map[string][]chan struct{}
+	turn    []string
+	nwait   int
+	fast    float64 // latency, quickly smoothed (seconds)
+	base    float64 // the app's usual latency: follows drops at once, rises slowly
 }
 
 // NewLimiter wraps next.
@@ -72,7 +82,7 @@ func NewLimiter(next Deliverer, o LimiterOptions) *Limiter {
 	if o.LatencySlack <= 0 {
 		o.LatencySlack = 5 * time.Millisecond
 	}
-	return &Limiter{next: next, o: o, limit: float64(o.Initial), ssthresh: float64(o.Max)}
+	return &Limiter{next: next, o: o, limit: float64(o.Initial), ssthresh: float64(o.Max), waiters: map[string][]chan struct{}{}}
 }
 
 // Limit is the current concurrency limit.
@@ -91,7 +101,7 @@ func (l *Limiter) InFlight() int {
 
 // Deliver waits for a slot, delivers, and adapts the limit to the outcome.
 func (l *Limiter) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
-	if err := l.acquire(ctx); err != nil {
+	if err := l.acquire(ctx, in.Queue); err != nil {
 		return retry.Outcome{Kind: retry.Unavailable, CutOff: true, Error: fmt.Sprintf("waiting for a concurrency slot: %v", err)}
 	}
 	start := time.Now()
@@ -100,15 +110,22 @@ func (l *Limiter) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	return o
 }
 
-func (l *Limiter) acquire(ctx context.Context) error {
+// acquire takes a slot for a request of queue, waiting its turn when none
+// is free.
+func (l *Limiter) acquire(ctx context.Context, queue string) error {
 	l.mu.Lock()
-	if l.inFlight < int(l.limit) {
+	if l.inFlight < int(l.limit) && l.nwait == 0 {
 		l.inFlight++
 		l.mu.Unlock()
 		return nil
 	}
 	w := make(chan struct{})
-	l.waiters = append(l.waiters, w)
+	if len(l.waiters[queue]) == 0 {
+		l.turn = append(l.turn, queue)
+	}
+	l.waiters[queue] = append(l.waiters[queue], w)
+	l.nwait++
+	l.wakeLocked()
 	l.mu.Unlock()
 	select {
 	case <-w:
@@ -116,9 +133,14 @@ func (l *Limiter) acquire(ctx context.Context) error {
 	case <-ctx.Done():
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		for i, x := range l.waiters {
+		ws := l.waiters[queue]
+		for i, x := range ws {
 			if x == w {
-				l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+				l.waiters[queue] = append(ws[:i], ws[i+1:]...)
+				l.nwait--
+				if len(l.waiters[queue]) == 0 {
+					l.turn = slices.DeleteFunc(l.turn, func(q string) bool { return q == queue })
+				}
 				return ctx.Err()
 			}
 		}
@@ -129,11 +151,21 @@ func (l *Limiter) acquire(ctx context.Context) error {
 	}
 }
 
-// wakeLocked hands free slots to waiters in arrival order.
+// wakeLocked hands free slots to the waiting queues in turn, each queue's
+// waiters in arrival order.
 func (l *Limiter) wakeLocked() {
-	for len(l.waiters) > 0 && l.inFlight < int(l.limit) {
-		w := l.waiters[0]
-		l.waiters = l.waiters[1:]
+	for l.nwait > 0 && l.inFlight < int(l.limit) {
+		q := l.turn[0]
+		ws := l.waiters[q]
+		w := ws[0]
+		l.waiters[q] = ws[1:]
+		l.turn = l.turn[1:]
+		if len(l.waiters[q]) > 0 {
+			l.turn = append(l.turn, q) // its next waiter goes to the back
+		} else {
+			delete(l.waiters, q)
+		}
+		l.nwait--
 		l.inFlight++
 		close(w)
 	}
@@ -213,7 +245,7 @@ func (l *Limiter) adaptLocked(s Signal, latency time.Duration) {
 	}
 	// Grow only while the limit is what holds requests back: a limit the
 	// load never reaches tells nothing about the app.
-	if len(l.waiters) == 0 && l.inFlight+1 < int(l.limit)/2 {
+	if l.nwait == 0 && l.inFlight+1 < int(l.limit)/2 {
 		return
 	}
 	if l.limit < l.ssthresh {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ type simReq struct {
 
 func (s *sim) fill(t *testing.T) {
 	for s.l.InFlight() < s.l.Limit() {
-		if err := s.l.acquire(context.Background()); err != nil {
+		if err := s.l.acquire(context.Background(), "q"); err != nil {
 			t.Fatal(err)
 		}
 		r := simReq{start: s.now}
@@ -179,11 +180,11 @@ func TestLimiterSlowStart(t *testing.T) {
 // a waiter whose context ends gives up without taking a slot.
 func TestLimiterWaits(t *testing.T) {
 	l := NewLimiter(nil, LimiterOptions{Max: 1})
-	if err := l.acquire(context.Background()); err != nil {
+	if err := l.acquire(context.Background(), "q"); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- l.acquire(context.Background()) }()
+	go func() { got <- l.acquire(context.Background(), "q") }()
 	waitWaiters(t, l, 1)
 	l.release(ok200, time.Millisecond)
 	if err := <-got; err != nil {
@@ -193,7 +194,7 @@ func TestLimiterWaits(t *testing.T) {
 		t.Fatalf("in flight %d, want the slot handed over", l.InFlight())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { got <- l.acquire(ctx) }()
+	go func() { got <- l.acquire(ctx, "q") }()
 	waitWaiters(t, l, 1)
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
@@ -209,11 +210,46 @@ func waitWaiters(t *testing.T, l *Limiter, n int) {
 	t.Helper()
 	for {
 		l.mu.Lock()
-		w := len(l.waiters)
+		w := l.nwait
 		l.mu.Unlock()
 		if w == n {
 			return
 		}
 		runtime.Gosched()
+	}
+}
+
+// Slots freed while several queues wait go to the queues in turn: a quiet
+// queue's one waiting message is served next, not after every waiter of a
+// busy queue that queued before it.
+func TestLimiterSharesSlotsFairlyAcrossQueues(t *testing.T) {
+	l := NewLimiter(nil, LimiterOptions{Max: 1})
+	if err := l.acquire(context.Background(), "busy"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	wait := func(queue string) {
+		go func() {
+			if err := l.acquire(context.Background(), queue); err != nil {
+				t.Error(err)
+			}
+			got <- queue
+		}()
+	}
+	for i := range 3 {
+		wait("busy")
+		waitWaiters(t, l, i+1)
+	}
+	wait("quiet")
+	waitWaiters(t, l, 4)
+
+	var order []string
+	for range 4 {
+		l.release(ok200, time.Millisecond)
+		order = append(order, <-got)
+	}
+	want := []string{"busy", "quiet", "busy", "busy"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("slots went to %v, want %v (the quiet queue served on its turn)", order, want)
 	}
 }

@@ -132,7 +132,9 @@ func (s *session) end() {
 // ConsumerOptions configure a Consumer. Zero values take the defaults
 // named.
 type ConsumerOptions struct {
-	// Options are the connection's; Name defaults to "hopper-consumer".
+	// Options are the connection's when the consumer runs alone (Run); in a
+	// Group the group's connection options apply. Name defaults to
+	// "hopper-consumer".
 	Options
 	// Queue is the queue consumed. Required.
 	Queue string
@@ -144,29 +146,32 @@ type ConsumerOptions struct {
 	// is retried with backoff.
 	Topology *topology.Plan
 	// OnReconnect, when set, is told each time a lost consumer is back,
-	// with the reason it was lost (metrics, trace events).
+	// with the reason it was lost (metrics, trace events). In a Group the
+	// group's OnReconnect is told of a lost connection instead.
 	OnReconnect func(reason string)
 }
 
 // Consumer keeps one consumer on a queue alive across connection loss,
 // broker restarts and broker-side cancels, re-preparing and re-consuming each
-// time with jittered backoff.
+// time with jittered backoff. It runs alone (Run) or as one member of a
+// Group, which shares one connection between the consumers of several
+// queues, each on a channel of its own.
 //
 // Pause and Resume let the circuit breaker stop deliveries while the app is
 // down without dropping the connection: a paused consumer is cancelled on
 // the broker, so prefetched messages are not pushed to Hopper and returned
 // messages stay in the queue for other consumers or for later.
 type Consumer struct {
-	opts ConsumerOptions
+	opts  ConsumerOptions
+	group atomic.Pointer[Group]
 
-	mu        sync.Mutex
-	cur       *session
-	paused    map[string]bool // why consuming is paused; empty when it is not
-	prefetch  int
-	wake      chan struct{}
-	connected atomic.Bool
-	active    atomic.Bool
-	started   atomic.Bool // a consumer was registered at least once
+	mu       sync.Mutex
+	cur      *session
+	paused   map[string]bool // why consuming is paused; empty when it is not
+	prefetch int
+	wake     chan struct{}
+	active   atomic.Bool
+	started  atomic.Bool // a consumer was registered at least once
 	// Reconnects counts sessions after the first.
 	Reconnects atomic.Int64
 	// Reconsumes counts consumers started again on a live connection after
@@ -174,7 +179,7 @@ type Consumer struct {
 	Reconsumes atomic.Int64
 }
 
-// NewConsumer returns a consumer; Run starts it.
+// NewConsumer returns a consumer; Run starts it, or a Group it is added to.
 func NewConsumer(o ConsumerOptions) *Consumer {
 	if o.Name == "" {
 		o.Name = "hopper-consumer"
@@ -182,9 +187,15 @@ func NewConsumer(o ConsumerOptions) *Consumer {
 	return &Consumer{opts: o, prefetch: o.Prefetch, paused: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
+// Queue is the queue consumed.
+func (c *Consumer) Queue() string { return c.opts.Queue }
+
 // Connected reports whether the consumer's connection is up (consuming or
 // deliberately paused).
-func (c *Consumer) Connected() bool { return c.connected.Load() }
+func (c *Consumer) Connected() bool {
+	g := c.group.Load()
+	return g != nil && g.connected.Load()
+}
 
 // Started reports whether a consumer was ever registered on the broker by
 // this Consumer.
@@ -271,75 +282,9 @@ func (c *Consumer) want() (paused bool, prefetch int) {
 // is done it cancels the consumer so no new deliveries arrive, but keeps the
 // channel open so in-flight deliveries can still be settled; Close ends it.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
-	log := c.opts.logger()
-	bo := backoff.Backoff{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax}
-	urlIdx := 0
-	first := true
-	lastReason := ""
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		s, idx, err := c.open(ctx, urlIdx)
-		urlIdx = idx
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			wait := bo.Next()
-			log.Warn("broker connect failed", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
-			if backoff.Sleep(ctx, wait) != nil {
-				return nil
-			}
-			continue
-		}
-		if !first {
-			c.Reconnects.Add(1)
-			if c.opts.OnReconnect != nil {
-				c.opts.OnReconnect(lastReason)
-			}
-		}
-		first = false
-		bo.Reset()
-		reason := c.consume(ctx, s, handle)
-		lastReason = reason
-		c.connected.Store(false)
-		if ctx.Err() != nil {
-			return nil
-		}
-		// The session is lost: its deliveries cannot be acked any more.
-		s.dead.Store(true)
-		s.end()
-		if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
-			log.Debug("close lost connection", "error", err.Error())
-		}
-		wait := bo.Next()
-		log.Warn("consumer lost, reconnecting", "event", "BROKER_RECONNECT", "reason", reason, "retry_in", wait.String())
-		if backoff.Sleep(ctx, wait) != nil {
-			return nil
-		}
-	}
-}
-
-func (c *Consumer) open(ctx context.Context, start int) (*session, int, error) {
-	conn, idx, err := c.opts.dialOnce(ctx, start)
-	if err != nil {
-		return nil, idx, err
-	}
-	fail := func(err error) (*session, int, error) {
-		conn.Close()
-		return nil, (idx + 1) % len(c.opts.URLs), err
-	}
-	if err := prepare(ctx, conn, c.opts.Topology); err != nil {
-		return fail(err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fail(fmt.Errorf("open channel: %w", err))
-	}
-	s := &session{conn: conn, ch: ch}
-	s.startAcker()
-	return s, idx, nil
+	g := NewGroup(c.opts.Options, c.opts.OnReconnect)
+	g.Add(c, handle)
+	return g.Run(ctx)
 }
 
 // consume runs one session until it fails or ctx is done, and says why it
@@ -354,7 +299,6 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 	c.mu.Lock()
 	c.cur = s
 	c.mu.Unlock()
-	c.connected.Store(true)
 	defer c.active.Store(false)
 
 	var (
@@ -503,19 +447,12 @@ func (c *Consumer) reconsume(ctx context.Context, s *session, tag string, delive
 	return ""
 }
 
-// Close closes the consumer's connection. Unsettled deliveries go back to
-// the queue: the broker requeues everything a closed channel held.
+// Close closes the consumer's connection (in a Group, the connection all
+// its members share). Unsettled deliveries go back to the queue: the broker
+// requeues everything a closed channel held.
 func (c *Consumer) Close() error {
-	c.mu.Lock()
-	s := c.cur
-	c.mu.Unlock()
-	if s == nil {
-		return nil
-	}
-	s.end() // settled deliveries' acks go out before the channel closes
-	s.dead.Store(true)
-	if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
-		return fmt.Errorf("close consumer connection: %w", err)
+	if g := c.group.Load(); g != nil {
+		return g.Close()
 	}
 	return nil
 }

@@ -28,6 +28,54 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	Admin    Admin    `yaml:"admin"`
 	Log      Log      `yaml:"log"`
+	// Subscriptions, when set, make one sidecar consume several queues, each
+	// with its own bindings, app path, concurrency and retry policy; every
+	// key a subscription leaves unset is taken from the top-level section of
+	// the same name. queue.name must then be empty. Default none: the
+	// top-level queue is the one subscription.
+	Subscriptions []Subscription `yaml:"subscriptions,omitempty"`
+}
+
+// Subscription is one queue consumed by the sidecar. Unset keys inherit the
+// top-level ones: queue.type and queue.deliveryLimit from queue, bindings
+// from topology.bindings, consumer.* from consumer, retry.* from retry.
+type Subscription struct {
+	// Queue names the work queue. queue.name is required and unique across
+	// subscriptions; type "" and deliveryLimit 0 inherit.
+	Queue Queue `yaml:"queue,omitempty"`
+	// Bindings route messages from exchanges to this queue. Default
+	// topology.bindings.
+	Bindings []Binding `yaml:"bindings,omitempty"`
+	// Path replaces the path (and query) of app.url for this queue's
+	// messages; it may hold {routingKey} and {queue}. The scheme, host and
+	// port stay app.url's: one sidecar serves one app. Default app.url's own
+	// path.
+	Path string `yaml:"path,omitempty"`
+	// Consumer sets this queue's concurrency. Default consumer.*.
+	Consumer SubscriptionConsumer `yaml:"consumer,omitempty"`
+	// Retry sets this queue's retry policy. Default retry.*.
+	Retry SubscriptionRetry `yaml:"retry,omitempty"`
+}
+
+// SubscriptionConsumer overrides consumer.* for one subscription; a key left
+// out inherits.
+type SubscriptionConsumer struct {
+	Prefetch *int  `yaml:"prefetch,omitempty"`
+	Workers  *int  `yaml:"workers,omitempty"`
+	Ordered  *bool `yaml:"ordered,omitempty"`
+}
+
+// SubscriptionRetry overrides retry.* for one subscription; a key left out
+// inherits. Outcomes are laid over the top-level retry.outcomes, as a
+// policy's are.
+type SubscriptionRetry struct {
+	MaxAttempts    *Attempts         `yaml:"maxAttempts,omitempty"`
+	Tiers          []Duration        `yaml:"tiers,omitempty"`
+	Outcomes       map[string]string `yaml:"outcomes,omitempty"`
+	OnExpired      string            `yaml:"onExpired,omitempty"`
+	DeadlineHeader *string           `yaml:"deadlineHeader,omitempty"`
+	Policies       []Policy          `yaml:"policies,omitempty"`
+	MaxCrashes     *int              `yaml:"maxCrashes,omitempty"`
 }
 
 // Broker is the RabbitMQ connection.

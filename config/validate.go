@@ -20,6 +20,20 @@ const brokerConsumerTimeout = 30 * time.Minute
 
 // Validate reports every problem at once, each prefixed with its key path.
 func (c *Config) Validate() error {
+	errs := c.validateOne()
+	top := make(map[string]bool, len(errs))
+	for _, err := range errs {
+		top[err.Error()] = true
+	}
+	c.validateSubscriptions(top, func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+	})
+	return errors.Join(errs...)
+}
+
+// validateOne checks one config's own keys; with subscriptions the queue
+// name is theirs, not the top level's.
+func (c *Config) validateOne() []error {
 	var errs []error
 	add := func(path, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
@@ -79,8 +93,10 @@ func (c *Config) Validate() error {
 		add("broker.publishChannels", "must be between 1 and 256, got %d", c.Broker.PublishChannels)
 	}
 
-	if strings.TrimSpace(c.Queue.Name) == "" {
-		add("queue.name", "required (the work queue to consume)")
+	if c.Multi() {
+		// Each subscription names its queue.
+	} else if strings.TrimSpace(c.Queue.Name) == "" {
+		add("queue.name", "required (the work queue to consume, or a list of subscriptions)")
 	} else if len(c.Queue.Name) > 200 {
 		add("queue.name", "longer than 200 bytes leaves no room for tier queue names")
 	}
@@ -189,7 +205,7 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "json" && c.Log.Format != "text" {
 		add("log.format", "must be json or text, got %q", c.Log.Format)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func validateTiers(path string, tiers []Duration, add func(string, string, ...any)) {

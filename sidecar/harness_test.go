@@ -58,6 +58,7 @@ func testConfig(t *testing.T, appURL string) config.Config {
 // call is one request the app received.
 type call struct {
 	ID         string
+	Path       string
 	Attempt    int
 	Requeues   int
 	RoutingKey string
@@ -78,7 +79,9 @@ type scriptApp struct {
 	mu      sync.Mutex
 	scripts map[string][]int
 	hdrs    map[string]http.Header
-	calls   []call
+	// holds keeps the answer to a message id until the channel is closed.
+	holds map[string]chan struct{}
+	calls []call
 }
 
 func newScriptApp(t *testing.T) *scriptApp {
@@ -87,7 +90,7 @@ func newScriptApp(t *testing.T) *scriptApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &scriptApp{t: t, ln: ln, URL: "http://" + ln.Addr().String() + "/msg", scripts: map[string][]int{}, hdrs: map[string]http.Header{}}
+	a := &scriptApp{t: t, ln: ln, URL: "http://" + ln.Addr().String() + "/msg", scripts: map[string][]int{}, hdrs: map[string]http.Header{}, holds: map[string]chan struct{}{}}
 	a.serve(ln)
 	t.Cleanup(a.Close)
 	return a
@@ -119,6 +122,19 @@ func (a *scriptApp) Restart() {
 	a.serve(ln)
 }
 
+// hold keeps the app's answer to each of ids until the returned function
+// is called.
+func (a *scriptApp) hold(ids ...string) (release func()) {
+	ch := make(chan struct{})
+	a.mu.Lock()
+	for _, id := range ids {
+		a.holds[id] = ch
+	}
+	a.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
 func (a *scriptApp) script(id string, statuses ...int) {
 	a.mu.Lock()
 	a.scripts[id] = statuses
@@ -136,11 +152,19 @@ func (a *scriptApp) handle(w http.ResponseWriter, r *http.Request) {
 	if len(sc) > 0 {
 		status = sc[min(max(attempt-1+requeues, 0), len(sc)-1)]
 	}
-	a.calls = append(a.calls, call{ID: id, Attempt: attempt, Requeues: requeues, Status: status,
+	a.calls = append(a.calls, call{ID: id, Path: r.URL.Path, Attempt: attempt, Requeues: requeues, Status: status,
 		RoutingKey: r.Header.Get("Hopper-Routing-Key"), Exchange: r.Header.Get("Hopper-Exchange"),
 		Header: r.Header.Clone(), Body: string(body)})
 	extra := a.hdrs[id]
+	hold := a.holds[id]
 	a.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if status == 0 {
 		select {
 		case <-r.Context().Done():

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,11 +30,16 @@ import (
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
-// Sidecar is one running Hopper.
+// Sidecar is one running Hopper. It consumes one queue or several (the
+// config's subscriptions): each queue has its own topology, retry policy,
+// consumer channel and delivery loop, while the app side (client, health
+// gate, breaker, concurrency limit), the publishing connection and the
+// consuming connection are one for the whole sidecar, since one app is
+// behind them all.
 type Sidecar struct {
 	cfg  *config.Config
 	log  *slog.Logger
-	plan topology.Plan
+	subs []*subscription
 
 	// TracerProvider makes the spans (noop when nil); SpansDropped reports
 	// spans the exporter lost. cmd/hopper sets both from OTEL_* variables.
@@ -46,12 +52,40 @@ type Sidecar struct {
 	stopping         atomic.Bool
 	// phase says what the sidecar waits for before it can consume.
 	phase     atomic.Value // string
-	px        atomic.Pointer[proxy.Loop]
-	cons      atomic.Pointer[broker.Consumer]
+	group     atomic.Pointer[broker.Group]
 	breaker   atomic.Pointer[app.Breaker]
 	app       atomic.Pointer[app.Client]
 	limiter   atomic.Pointer[app.Limiter]
 	adminAddr atomic.Value // string
+}
+
+// subscription is one consumed queue: its effective config (the top-level
+// one with the subscription's keys laid over it) and what runs it.
+type subscription struct {
+	cfg  config.Config
+	plan topology.Plan
+	px   atomic.Pointer[proxy.Loop]
+	cons atomic.Pointer[broker.Consumer]
+}
+
+func (sub *subscription) name() string { return sub.cfg.Queue.Name }
+
+// prefetch is the consumer's QoS: one for an ordered queue.
+func (sub *subscription) prefetch() int {
+	if sub.cfg.Consumer.Ordered {
+		return 1
+	}
+	return sub.cfg.Consumer.Prefetch
+}
+
+func (sub *subscription) consuming() bool {
+	c := sub.cons.Load()
+	return c != nil && c.Connected() && c.Active()
+}
+
+func (sub *subscription) paused() bool {
+	c := sub.cons.Load()
+	return c != nil && c.Connected() && c.Paused()
 }
 
 // Version is the binary's version, for the hopper_build_info metric;
@@ -63,11 +97,23 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Sidecar{cfg: cfg, log: log, plan: topology.FromConfig(cfg)}
+	s := &Sidecar{cfg: cfg, log: log}
+	var (
+		queues []string
+		tiers  []time.Duration
+	)
+	for _, c := range cfg.SubscriptionConfigs() {
+		sub := &subscription{cfg: c, plan: topology.FromConfig(&c)}
+		s.subs = append(s.subs, sub)
+		queues = append(queues, sub.name())
+		tiers = append(tiers, c.AllTiers()...)
+	}
+	slices.Sort(tiers)
 	s.metrics = telemetry.NewMetrics(telemetry.Sources{
 		Version:   Version,
-		Tiers:     cfg.AllTiers(),
-		Connected: func() bool { c := s.cons.Load(); return c != nil && c.Connected() },
+		Queues:    queues,
+		Tiers:     slices.Compact(tiers),
+		Connected: func() bool { g := s.group.Load(); return g != nil && g.Connected() },
 		Paused:    s.Paused,
 		HeadersSkipped: func() int64 {
 			if a := s.app.Load(); a != nil {
@@ -83,10 +129,13 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		},
 		ConcurrencyLimit: func() int64 { return int64(s.ConcurrencyLimit()) },
 		MovesFailing: func() int64 {
-			if px := s.px.Load(); px != nil {
-				return px.Stats.MovesFailing.Load()
+			var n int64
+			for _, sub := range s.subs {
+				if px := sub.px.Load(); px != nil {
+					n += px.Stats.MovesFailing.Load()
+				}
 			}
-			return 0
+			return n
 		},
 	})
 	return s
@@ -103,35 +152,81 @@ func (s *Sidecar) event(tr trace.Tracer, name string, attrs ...attribute.KeyValu
 	span.End()
 }
 
-// Plan is the topology in use.
-func (s *Sidecar) Plan() *topology.Plan { return &s.plan }
+// Plan is the topology of the first (or only) queue.
+func (s *Sidecar) Plan() *topology.Plan { return &s.subs[0].plan }
 
-// Stats returns the delivery counters (nil before consuming starts).
-func (s *Sidecar) Stats() *proxy.Stats {
-	if px := s.px.Load(); px != nil {
-		return &px.Stats
+// Plans are the topologies of every consumed queue, in config order.
+func (s *Sidecar) Plans() []*topology.Plan {
+	out := make([]*topology.Plan, len(s.subs))
+	for i, sub := range s.subs {
+		out[i] = &sub.plan
+	}
+	return out
+}
+
+// Stats returns the delivery counters of the first (or only) queue (nil
+// before consuming starts).
+func (s *Sidecar) Stats() *proxy.Stats { return s.QueueStats(s.subs[0].name()) }
+
+// QueueStats returns the delivery counters of the queue named (nil before
+// consuming starts, or for a queue the sidecar does not consume).
+func (s *Sidecar) QueueStats(queue string) *proxy.Stats {
+	for _, sub := range s.subs {
+		if sub.name() != queue {
+			continue
+		}
+		if px := sub.px.Load(); px != nil {
+			return &px.Stats
+		}
 	}
 	return nil
 }
 
-// Consuming reports whether a consumer is live on the broker.
+// Consuming reports whether a consumer is live on the broker for every
+// queue.
 func (s *Sidecar) Consuming() bool {
-	c := s.cons.Load()
-	return s.consuming.Load() && c != nil && c.Connected() && c.Active()
-}
-
-// Paused reports whether the breaker has paused consuming on purpose.
-func (s *Sidecar) Paused() bool {
-	c := s.cons.Load()
-	return s.consuming.Load() && c != nil && c.Connected() && c.Paused()
-}
-
-// PauseReasons lists why consuming is paused (empty when it is not).
-func (s *Sidecar) PauseReasons() []string {
-	if c := s.cons.Load(); c != nil {
-		return c.PauseReasons()
+	if !s.consuming.Load() {
+		return false
 	}
-	return nil
+	for _, sub := range s.subs {
+		if !sub.consuming() {
+			return false
+		}
+	}
+	return true
+}
+
+// Paused reports whether consuming of any queue is paused on purpose (the
+// breaker pauses them all; failing moves pause the queue whose moves fail).
+func (s *Sidecar) Paused() bool {
+	if !s.consuming.Load() {
+		return false
+	}
+	for _, sub := range s.subs {
+		if sub.paused() {
+			return true
+		}
+	}
+	return false
+}
+
+// PauseReasons lists why consuming is paused (empty when it is not); with
+// several queues each reason names its queue.
+func (s *Sidecar) PauseReasons() []string {
+	var out []string
+	for _, sub := range s.subs {
+		c := sub.cons.Load()
+		if c == nil {
+			continue
+		}
+		for _, r := range c.PauseReasons() {
+			if len(s.subs) > 1 {
+				r = sub.name() + ": " + r
+			}
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // ConcurrencyLimit is the adaptive limit on concurrent requests to the app
@@ -158,14 +253,25 @@ func (s *Sidecar) AdminAddr() string {
 	return a
 }
 
+// label names the sidecar's connections: its queue, or its queues.
+func (s *Sidecar) label() string {
+	names := make([]string, len(s.subs))
+	for i, sub := range s.subs {
+		names[i] = sub.name()
+	}
+	return strings.Join(names, ",")
+}
+
 // Run is the sidecar's lifetime: prepare the topology, wait for the app,
 // consume until ctx is done, then drain within the grace period. It returns
 // nil after a clean shutdown, and an error when it cannot start (a topology
 // mismatch, an admin port in use).
 func (s *Sidecar) Run(ctx context.Context) error {
 	cfg, log := s.cfg, s.log
-	for _, w := range s.plan.Warnings() {
-		log.Warn(w, "event", "TOPOLOGY_WARNING")
+	for _, sub := range s.subs {
+		for _, w := range sub.plan.Warnings() {
+			log.Warn(w, "event", "TOPOLOGY_WARNING", "queue", sub.name())
+		}
 	}
 	if cfg.Admin.Listen != "" {
 		srv, err := s.serveAdmin(cfg.Admin.Listen)
@@ -185,10 +291,21 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		tp = noop.NewTracerProvider()
 	}
 	tracer := tp.Tracer("github.com/hopper-sidecar/hopper")
+	// Every queue's workers may be in a request at once, so the pool and the
+	// concurrency limit are sized for all of them.
+	workers := 0
+	queueURLs := map[string]string{}
+	for _, sub := range s.subs {
+		workers += Workers(&sub.cfg)
+		if sub.cfg.App.URL != cfg.App.URL {
+			queueURLs[sub.name()] = sub.cfg.App.URL
+		}
+	}
 	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
+		QueueURLs:    queueURLs,
 		Timeout:      cfg.App.Timeout.D(),
-		MaxConns:     Workers(cfg) + 4,
+		MaxConns:     workers + 4,
 		MaxBodyBytes: cfg.App.MaxBodyBytes,
 		Tracer:       tracer,
 		CloudEvents:  cfg.App.CloudEvents,
@@ -212,7 +329,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.ready.Store(true)
 
 	pub := broker.NewPublisher(broker.PublisherOptions{
-		Options:        broker.ConfigOptions(cfg.Broker, log, "hopper-publisher "+cfg.Queue.Name),
+		Options:        broker.ConfigOptions(cfg.Broker, log, "hopper-publisher "+s.label()),
 		Channels:       cfg.Broker.PublishChannels,
 		ConfirmTimeout: cfg.Broker.ConfirmTimeout.D(),
 	})
@@ -222,27 +339,36 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 	}()
 
-	prefetch := cfg.Consumer.Prefetch
-	if cfg.Consumer.Ordered {
-		prefetch = 1
-	}
-	cons := broker.NewConsumer(broker.ConsumerOptions{
-		Options:  broker.ConfigOptions(cfg.Broker, log, "hopper-consumer "+cfg.Queue.Name),
-		Queue:    cfg.Queue.Name,
-		Prefetch: prefetch,
-		Topology: &s.plan,
-		OnReconnect: func(reason string) {
-			s.metrics.Reconnected()
-			s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason))
-		},
+	group := broker.NewGroup(broker.ConfigOptions(cfg.Broker, log, "hopper-consumer "+s.label()), func(reason string) {
+		s.metrics.Reconnected()
+		s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason))
 	})
+	gates := make(consumers, len(s.subs))
+	for i, sub := range s.subs {
+		cons := broker.NewConsumer(broker.ConsumerOptions{
+			Options:  broker.ConfigOptions(cfg.Broker, log, "hopper-consumer "+sub.name()),
+			Queue:    sub.name(),
+			Prefetch: sub.prefetch(),
+			Topology: &sub.plan,
+			OnReconnect: func(reason string) {
+				s.metrics.Reconnected()
+				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
+					attribute.String("hopper.queue", sub.name()))
+			},
+		})
+		sub.cons.Store(cons)
+		gates[i] = cons
+	}
 	// The app side, outermost first: breaker (is the app up?), limiter (how
-	// much can it take?), client.
+	// much can it take?), client. One of each for every queue: the app is
+	// one. The limit's fair sharing lets an ordered queue's single request
+	// take its turn beside busy queues; a sidecar of ordered queues only has
+	// no use for a limit.
 	var deliverer proxy.Deliverer = client
 	var lim *app.Limiter
-	if cfg.Limiter.Enabled && !cfg.Consumer.Ordered {
+	if cfg.Limiter.Enabled && !allOrdered(s.subs) {
 		lim = app.NewLimiter(client, app.LimiterOptions{
-			Max:              Workers(cfg),
+			Max:              workers,
 			LatencyTolerance: cfg.Limiter.LatencyTolerance,
 		})
 		s.limiter.Store(lim)
@@ -253,9 +379,8 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			Failures:      cfg.Breaker.Failures,
 			OpenTimeout:   cfg.Breaker.OpenTimeout.D(),
 			ProbeInterval: cfg.Breaker.ProbeInterval.D(),
-			Prefetch:      prefetch,
 			Health:        gate,
-			Gate:          cons,
+			Gate:          gates,
 			Limiter:       lim,
 			Logger:        log,
 			OnState: func(state string) {
@@ -270,13 +395,66 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		go br.Run(ctx)
 		deliverer = br
 	}
-	px := proxy.New(proxy.Options{
-		Plan:               &s.plan,
+	// workCtx ends when the grace period does: in-flight HTTP calls are cut
+	// off then and their messages go back to the queue unacked.
+	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer endWork()
+	for _, sub := range s.subs {
+		px := s.newLoop(sub, deliverer, pub, log.With("queue", sub.name()), tracer)
+		sub.px.Store(px)
+		px.Start(workCtx)
+		cons := sub.cons.Load()
+		group.Add(cons, func(d *broker.Delivery) { px.Handle(d) })
+	}
+
+	s.group.Store(group)
+	s.consuming.Store(true)
+	s.phase.Store("waiting for the broker (starting the consumer)")
+	runErr := group.Run(ctx)
+	s.consuming.Store(false)
+	s.stopping.Store(true)
+
+	grace := cfg.Shutdown.Grace.D()
+	log.Info("shutting down: consumer cancelled, finishing in-flight messages", "event", "SHUTDOWN_STARTED",
+		"grace", grace.String(), "in_flight", s.inFlight())
+	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
+	finished := s.shutdownLoops(graceCtx)
+	cancel()
+	endWork()
+	if !finished {
+		// The grace period is over: the calls still running were cut off and
+		// their workers give the messages back now (on a quorum queue by a
+		// confirmed republish). Wait for that, bounded by one confirm, so
+		// the channels are not closed under them.
+		backCtx, cancel := context.WithTimeout(context.Background(), cfg.Broker.ConfirmTimeout.D()+5*time.Second)
+		s.shutdownLoops(backCtx)
+		cancel()
+	}
+	// Closing the consumer connection hands every unsettled delivery back to
+	// the broker, which requeues it.
+	if err := group.Close(); err != nil {
+		log.Warn("close consumer", "error", err.Error())
+	}
+	for _, sub := range s.subs {
+		st := &sub.px.Load().Stats
+		log.Info("shutdown complete", "event", "SHUTDOWN_COMPLETE", "queue", sub.name(), "finished_in_grace", finished,
+			"received", st.Received.Load(), "acked", st.Acked.Load(), "retried", st.Retried.Load(),
+			"requeued", st.Requeued.Load(), "dead_lettered", st.DeadLettered.Load(), "returned", st.Returned.Load(),
+			"returned_on_shutdown", st.ReturnedOnShutdown.Load(), "move_failed", st.MoveFailed.Load())
+	}
+	return runErr
+}
+
+// newLoop builds the delivery loop of one queue.
+func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub proxy.Publisher, log *slog.Logger, tracer trace.Tracer) *proxy.Loop {
+	cfg := &sub.cfg
+	return proxy.New(proxy.Options{
+		Plan:               &sub.plan,
 		Selector:           cfg.Selector(),
 		App:                deliverer,
 		Pub:                pub,
 		Workers:            Workers(cfg),
-		Queue:              prefetch,
+		Queue:              sub.prefetch(),
 		Quorum:             cfg.Queue.Type == "quorum",
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
 		MoveRetryMin:       cfg.Broker.MoveRetryMin.D(),
@@ -284,8 +462,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		MoveHoldMax:        cfg.Broker.MoveHoldMax.D(),
 		InPlace:            cfg.Consumer.Ordered,
 		// Taking more messages while moves fail would only pile up held
-		// deliveries: pause until every held move has gone through.
+		// deliveries: pause this queue until every held move has gone
+		// through. Other queues, whose moves go elsewhere, carry on.
 		OnMovesFailing: func(failing bool) {
+			cons := sub.cons.Load()
 			if failing {
 				log.Warn("moves failing: consuming paused until they go through", "event", "CONSUMER_PAUSED_MOVES")
 				cons.PauseFor(broker.PauseMoves)
@@ -297,49 +477,59 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		DeadlineHeader: cfg.Retry.DeadlineHeader,
 		Logger:         log,
 		Tracer:         tracer,
-		Observer:       s.metrics,
+		Observer:       s.metrics.ForQueue(sub.name()),
 	})
-	s.px.Store(px)
-	// workCtx ends when the grace period does: in-flight HTTP calls are cut
-	// off then and their messages go back to the queue unacked.
-	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer endWork()
-	px.Start(workCtx)
+}
 
-	s.cons.Store(cons)
-	s.consuming.Store(true)
-	s.phase.Store("waiting for the broker (starting the consumer)")
-	runErr := cons.Run(ctx, func(d *broker.Delivery) { px.Handle(d) })
-	s.consuming.Store(false)
-	s.stopping.Store(true)
+// shutdownLoops stops every delivery loop at once and waits for all within
+// ctx; it reports whether all finished.
+func (s *Sidecar) shutdownLoops(ctx context.Context) bool {
+	done := make(chan bool, len(s.subs))
+	for _, sub := range s.subs {
+		go func() { done <- sub.px.Load().Shutdown(ctx) }()
+	}
+	all := true
+	for range s.subs {
+		all = <-done && all
+	}
+	return all
+}
 
-	grace := cfg.Shutdown.Grace.D()
-	log.Info("shutting down: consumer cancelled, finishing in-flight messages", "event", "SHUTDOWN_STARTED",
-		"grace", grace.String(), "in_flight", px.Stats.InFlight.Load())
-	graceCtx, cancel := context.WithTimeout(context.Background(), grace)
-	finished := px.Shutdown(graceCtx)
-	cancel()
-	endWork()
-	if !finished {
-		// The grace period is over: the calls still running were cut off and
-		// their workers give the messages back now (on a quorum queue by a
-		// confirmed republish). Wait for that, bounded by one confirm, so
-		// the channel is not closed under them.
-		backCtx, cancel := context.WithTimeout(context.Background(), cfg.Broker.ConfirmTimeout.D()+5*time.Second)
-		px.Shutdown(backCtx)
-		cancel()
+func (s *Sidecar) inFlight() int64 {
+	var n int64
+	for _, sub := range s.subs {
+		if px := sub.px.Load(); px != nil {
+			n += px.Stats.InFlight.Load()
+		}
 	}
-	// Closing the consumer connection hands every unsettled delivery back to
-	// the broker, which requeues it.
-	if err := cons.Close(); err != nil {
-		log.Warn("close consumer", "error", err.Error())
+	return n
+}
+
+func allOrdered(subs []*subscription) bool {
+	for _, sub := range subs {
+		if !sub.cfg.Consumer.Ordered {
+			return false
+		}
 	}
-	st := &px.Stats
-	log.Info("shutdown complete", "event", "SHUTDOWN_COMPLETE", "finished_in_grace", finished,
-		"received", st.Received.Load(), "acked", st.Acked.Load(), "retried", st.Retried.Load(),
-		"requeued", st.Requeued.Load(), "dead_lettered", st.DeadLettered.Load(), "returned", st.Returned.Load(),
-		"returned_on_shutdown", st.ReturnedOnShutdown.Load(), "move_failed", st.MoveFailed.Load())
-	return runErr
+	return true
+}
+
+// consumers is the breaker's gate over every queue's consumer: the app is
+// one, so when it is down no queue takes deliveries.
+type consumers []*broker.Consumer
+
+func (cs consumers) Pause() {
+	for _, c := range cs {
+		c.Pause()
+	}
+}
+
+// Resume resumes each consumer with prefetch, or with its own configured
+// one when prefetch is 0.
+func (cs consumers) Resume(prefetch int) {
+	for _, c := range cs {
+		c.Resume(prefetch)
+	}
 }
 
 // Workers is the number of concurrent deliveries the config asks for.
@@ -353,30 +543,33 @@ func Workers(cfg *config.Config) int {
 	return cfg.Consumer.Prefetch
 }
 
-// prepareTopology declares or verifies the topology once before consuming.
-// An unreachable broker is retried with backoff; a topology mismatch ends
-// the run with the broker's reason.
+// prepareTopology declares or verifies every queue's topology once before
+// consuming. An unreachable broker is retried with backoff; a topology
+// mismatch ends the run with the broker's reason.
 func (s *Sidecar) prepareTopology(ctx context.Context) error {
 	cfg := s.cfg
 	bo := backoff.Backoff{Min: cfg.Broker.ReconnectMin.D(), Max: cfg.Broker.ReconnectMax.D()}
-	opts := broker.ConfigOptions(cfg.Broker, s.log, "hopper-topology "+cfg.Queue.Name)
-	for {
-		err := broker.Apply(ctx, opts, &s.plan, s.plan.Declare)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, broker.ErrTopology) {
-			return fmt.Errorf("topology check failed (run `hopper topology plan` to see what is expected):\n%w", err)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := bo.Next()
-		s.log.Warn("broker not reachable; retrying", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
-		if backoff.Sleep(ctx, wait) != nil {
-			return nil
+	opts := broker.ConfigOptions(cfg.Broker, s.log, "hopper-topology "+s.label())
+	for _, sub := range s.subs {
+		for {
+			err := broker.Apply(ctx, opts, &sub.plan, sub.plan.Declare)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, broker.ErrTopology) {
+				return fmt.Errorf("topology check failed for queue %s (run `hopper topology plan` to see what is expected):\n%w", sub.name(), err)
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			wait := bo.Next()
+			s.log.Warn("broker not reachable; retrying", "event", "BROKER_CONNECT_FAILED", "error", err.Error(), "retry_in", wait.String())
+			if backoff.Sleep(ctx, wait) != nil {
+				return nil
+			}
 		}
 	}
+	return nil
 }
 
 // readiness is the /readyz answer. A consumer sidecar takes no traffic, so
@@ -386,25 +579,70 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 // connection is down or consuming is paused on purpose — taking every pod
 // out of service during a broker outage would only block node drains.
 func (s *Sidecar) readiness() (int, string) {
-	cons := s.cons.Load()
 	switch {
 	case s.stopping.Load():
 		return http.StatusServiceUnavailable, "not ready: shutting down"
-	case cons == nil || !cons.Started():
+	case !s.started():
 		phase, _ := s.phase.Load().(string)
 		if phase == "" {
 			phase = "starting"
 		}
 		return http.StatusServiceUnavailable, "not ready: " + phase
+	}
+	if len(s.subs) > 1 {
+		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
+	}
+	return http.StatusOK, "ready: " + s.stateLine()
+}
+
+// started reports whether every queue's consumer was registered at least
+// once.
+func (s *Sidecar) started() bool {
+	for _, sub := range s.subs {
+		if c := sub.cons.Load(); c == nil || !c.Started() {
+			return false
+		}
+	}
+	return true
+}
+
+// stateLine is the sidecar's state after it has started.
+func (s *Sidecar) stateLine() string {
+	switch {
 	case s.Paused():
-		return http.StatusOK, fmt.Sprintf("ready: paused on purpose: %s (breaker %s)", strings.Join(s.PauseReasons(), ", "), s.BreakerState())
+		return fmt.Sprintf("paused on purpose: %s (breaker %s)", strings.Join(s.PauseReasons(), ", "), s.BreakerState())
 	case !s.Consuming():
-		return http.StatusOK, "ready: broker connection lost, reconnecting"
+		if g := s.group.Load(); g != nil && !g.Connected() {
+			return "broker connection lost, reconnecting"
+		}
+		return "consumer lost, consuming again"
 	}
 	if l := s.ConcurrencyLimit(); l > 0 {
-		return http.StatusOK, fmt.Sprintf("ready: consuming (concurrency limit %d)", l)
+		return fmt.Sprintf("consuming (concurrency limit %d)", l)
 	}
-	return http.StatusOK, "ready: consuming"
+	return "consuming"
+}
+
+// queueStates is one line per queue: consuming, paused (and why) or
+// reconnecting, with its deliveries in flight.
+func (s *Sidecar) queueStates() string {
+	var b strings.Builder
+	for _, sub := range s.subs {
+		state := "consuming"
+		c := sub.cons.Load()
+		switch {
+		case sub.paused():
+			state = "paused: " + strings.Join(c.PauseReasons(), ", ")
+		case !sub.consuming():
+			state = "reconnecting"
+		}
+		var inFlight int64
+		if px := sub.px.Load(); px != nil {
+			inFlight = px.Stats.InFlight.Load()
+		}
+		fmt.Fprintf(&b, "queue %s: %s (in flight %d)\n", sub.name(), state, inFlight)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // serveAdmin serves /livez and /healthz (alive), /readyz and /metrics.

@@ -13,19 +13,22 @@ import (
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
-// Metrics are Hopper's Prometheus metrics. Labels are bounded: outcome,
-// status class, tier, reason and state take a handful of values each; no
-// message ids or routing keys.
+// Metrics are Hopper's Prometheus metrics. Labels are bounded: queue takes
+// one value per consumed queue, and outcome, status class, tier, reason and
+// state a handful each; no message ids or routing keys.
 type Metrics struct {
 	reg *prometheus.Registry
+	// queue is the label of the first consumed queue: what the Observer
+	// methods on Metrics itself record under.
+	queue string
 
 	deliveries   *prometheus.CounterVec
-	latency      prometheus.Histogram
-	inFlight     prometheus.Gauge
+	latency      *prometheus.HistogramVec
+	inFlight     *prometheus.GaugeVec
 	retries      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
-	requeues     prometheus.Counter
-	returns      prometheus.Counter
+	requeues     *prometheus.CounterVec
+	returns      *prometheus.CounterVec
 	movesFailed  *prometheus.CounterVec
 	breaker      *prometheus.GaugeVec
 	breakerOpens prometheus.Counter
@@ -37,6 +40,9 @@ type Metrics struct {
 type Sources struct {
 	// Version is the binary's version, for hopper_build_info. Default "dev".
 	Version string
+	// Queues are the consumed queues: every per-queue series exists for
+	// each from the first scrape. Default one queue labelled "".
+	Queues []string
 	// Tiers are the configured delay tiers: every tier's retry series
 	// exists (at 0) from the first scrape, so rate() alerts see it.
 	Tiers          []time.Duration
@@ -59,30 +65,30 @@ func NewMetrics(src Sources) *Metrics {
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hopper_deliveries_total",
 			Help: "Deliveries by decision (ack, drop, requeue, retry, dlq, return) and app status class (2xx..5xx, timeout, unavailable, refused, expired).",
-		}, []string{"outcome", "status_class"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"queue", "outcome", "status_class"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hopper_delivery_duration_seconds",
 			Help:    "Time from sending a message to the app to its answer (or failure).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+		}, []string{"queue"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hopper_in_flight", Help: "Deliveries being processed now.",
-		}),
+		}, []string{"queue"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hopper_retries_total", Help: "Messages sent to a delay tier, by tier.",
-		}, []string{"tier"}),
+		}, []string{"queue", "tier"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hopper_dead_lettered_total", Help: "Messages dead-lettered, by reason.",
-		}, []string{"reason"}),
-		requeues: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"queue", "reason"}),
+		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hopper_requeues_total", Help: "425 Too Early requeues.",
-		}),
-		returns: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"queue"}),
+		returns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hopper_returns_total", Help: "Messages returned to the work queue because the app could not take them.",
-		}),
+		}, []string{"queue"}),
 		movesFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hopper_moves_failed_total", Help: "Move publishes that failed (each retry counts); the original is held and the move retried.",
-		}, []string{"move"}),
+		}, []string{"queue", "move"}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hopper_breaker_state", Help: "1 for the circuit breaker's current state.",
 		}, []string{"state"}),
@@ -105,20 +111,30 @@ func NewMetrics(src Sources) *Metrics {
 	// Every label set a counter will take starts at 0, so that rate() and
 	// increase() see a series from the first scrape, not from the first
 	// event.
-	for _, a := range []retry.Action{retry.Ack, retry.Drop, retry.Requeue, retry.Retry, retry.DLQ, retry.Return} {
-		for _, c := range []string{"2xx", "4xx", "5xx", "timeout", "unavailable", "refused"} {
-			m.deliveries.WithLabelValues(a.String(), c)
+	queues := src.Queues
+	if len(queues) == 0 {
+		queues = []string{""}
+	}
+	m.queue = queues[0]
+	for _, q := range queues {
+		for _, a := range []retry.Action{retry.Ack, retry.Drop, retry.Requeue, retry.Retry, retry.DLQ, retry.Return} {
+			for _, c := range []string{"2xx", "4xx", "5xx", "timeout", "unavailable", "refused"} {
+				m.deliveries.WithLabelValues(q, a.String(), c)
+			}
 		}
-	}
-	for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
-		retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash} {
-		m.deadLettered.WithLabelValues(r)
-	}
-	for _, d := range src.Tiers {
-		m.retries.WithLabelValues(tierLabel(d))
-	}
-	for _, mv := range []string{"retry", "requeue", "dlq", "return"} {
-		m.movesFailed.WithLabelValues(mv)
+		for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
+			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash} {
+			m.deadLettered.WithLabelValues(q, r)
+		}
+		for _, d := range src.Tiers {
+			m.retries.WithLabelValues(q, tierLabel(d))
+		}
+		for _, mv := range []string{"retry", "requeue", "dlq", "return"} {
+			m.movesFailed.WithLabelValues(q, mv)
+		}
+		m.requeues.WithLabelValues(q)
+		m.returns.WithLabelValues(q)
+		m.inFlight.WithLabelValues(q)
 	}
 	reg.MustRegister(m.deliveries, m.latency, m.inFlight, m.retries, m.deadLettered, m.requeues,
 		m.returns, m.movesFailed, m.breaker, m.breakerOpens, m.reconnects)
@@ -169,29 +185,51 @@ func (m *Metrics) Handler() http.Handler {
 // Registry is the registry, for tests.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// Queue records one consumed queue's deliveries; it implements
+// proxy.Observer, one per delivery loop.
+type Queue struct {
+	m    *Metrics
+	name string
+}
+
+// ForQueue is the observer of the queue named.
+func (m *Metrics) ForQueue(name string) *Queue { return &Queue{m: m, name: name} }
+
 // Decided implements proxy.Observer.
-func (m *Metrics) Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
-	m.deliveries.WithLabelValues(dec.Action.String(), statusClass(out, called, dec)).Inc()
+func (q *Queue) Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
+	m := q.m
+	m.deliveries.WithLabelValues(q.name, dec.Action.String(), statusClass(out, called, dec)).Inc()
 	if called {
-		m.latency.Observe(latency.Seconds())
+		m.latency.WithLabelValues(q.name).Observe(latency.Seconds())
 	}
 	switch dec.Action {
 	case retry.Retry:
-		m.retries.WithLabelValues(tierLabel(dec.Tier)).Inc()
+		m.retries.WithLabelValues(q.name, tierLabel(dec.Tier)).Inc()
 	case retry.DLQ:
-		m.deadLettered.WithLabelValues(dec.Reason).Inc()
+		m.deadLettered.WithLabelValues(q.name, dec.Reason).Inc()
 	case retry.Requeue:
-		m.requeues.Inc()
+		m.requeues.WithLabelValues(q.name).Inc()
 	case retry.Return:
-		m.returns.Inc()
+		m.returns.WithLabelValues(q.name).Inc()
 	}
 }
 
 // MoveFailed implements proxy.Observer.
-func (m *Metrics) MoveFailed(move string) { m.movesFailed.WithLabelValues(move).Inc() }
+func (q *Queue) MoveFailed(move string) { q.m.movesFailed.WithLabelValues(q.name, move).Inc() }
 
 // InFlight implements proxy.Observer.
-func (m *Metrics) InFlight(delta int) { m.inFlight.Add(float64(delta)) }
+func (q *Queue) InFlight(delta int) { q.m.inFlight.WithLabelValues(q.name).Add(float64(delta)) }
+
+// Decided records a delivery of the first queue (see ForQueue).
+func (m *Metrics) Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
+	m.ForQueue(m.queue).Decided(out, called, dec, latency)
+}
+
+// MoveFailed records a failed move of the first queue.
+func (m *Metrics) MoveFailed(move string) { m.ForQueue(m.queue).MoveFailed(move) }
+
+// InFlight tracks the first queue's deliveries in flight.
+func (m *Metrics) InFlight(delta int) { m.ForQueue(m.queue).InFlight(delta) }
 
 // BreakerOpened counts the breaker opening.
 func (m *Metrics) BreakerOpened() { m.breakerOpens.Inc() }

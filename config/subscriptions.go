@@ -1,0 +1,176 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Multi reports whether the config lists subscriptions (several queues)
+// rather than the single top-level queue.
+func (c *Config) Multi() bool { return len(c.Subscriptions) > 0 }
+
+// SubscriptionConfigs returns one complete config per consumed queue: the
+// top-level config with the subscription's keys laid over it. Without
+// subscriptions it is the config itself, so the single-queue form and a
+// list of one behave the same everywhere downstream (topology, retry
+// policies, the delivery loop). The results share nothing mutable with c.
+func (c *Config) SubscriptionConfigs() []Config {
+	if !c.Multi() {
+		return []Config{c.clone()}
+	}
+	out := make([]Config, len(c.Subscriptions))
+	for i, s := range c.Subscriptions {
+		out[i] = c.subscription(s)
+	}
+	return out
+}
+
+// subscription is the effective config of one subscription.
+func (c *Config) subscription(s Subscription) Config {
+	e := c.clone()
+	e.Subscriptions = nil
+	e.Queue.Name = s.Queue.Name
+	if s.Queue.Type != "" {
+		e.Queue.Type = s.Queue.Type
+	}
+	if s.Queue.DeliveryLimit != 0 {
+		e.Queue.DeliveryLimit = s.Queue.DeliveryLimit
+	}
+	if s.Bindings != nil {
+		e.Topology.Bindings = slices.Clone(s.Bindings)
+	}
+	if strings.HasPrefix(s.Path, "/") { // anything else is reported by Validate
+		e.App.URL = withPath(c.App.URL, s.Path)
+	}
+	if s.Consumer.Prefetch != nil {
+		e.Consumer.Prefetch = *s.Consumer.Prefetch
+	}
+	if s.Consumer.Workers != nil {
+		e.Consumer.Workers = *s.Consumer.Workers
+	}
+	if s.Consumer.Ordered != nil {
+		e.Consumer.Ordered = *s.Consumer.Ordered
+	}
+	r := s.Retry
+	if r.MaxAttempts != nil {
+		e.Retry.MaxAttempts = *r.MaxAttempts
+	}
+	if r.Tiers != nil {
+		e.Retry.Tiers = slices.Clone(r.Tiers)
+	}
+	if r.Outcomes != nil {
+		merged := maps.Clone(e.Retry.Outcomes)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, r.Outcomes)
+		e.Retry.Outcomes = merged
+	}
+	if r.OnExpired != "" {
+		e.Retry.OnExpired = r.OnExpired
+	}
+	if r.DeadlineHeader != nil {
+		e.Retry.DeadlineHeader = *r.DeadlineHeader
+	}
+	if r.Policies != nil {
+		e.Retry.Policies = slices.Clone(r.Policies)
+	}
+	if r.MaxCrashes != nil {
+		e.Retry.MaxCrashes = *r.MaxCrashes
+	}
+	return e
+}
+
+// clone copies the config deeply enough that changing the copy's lists and
+// maps leaves c alone.
+func (c *Config) clone() Config {
+	e := *c
+	e.Broker.URLs = slices.Clone(c.Broker.URLs)
+	e.Topology.Bindings = slices.Clone(c.Topology.Bindings)
+	e.Retry.Tiers = slices.Clone(c.Retry.Tiers)
+	e.Retry.Outcomes = maps.Clone(c.Retry.Outcomes)
+	e.Retry.Policies = slices.Clone(c.Retry.Policies)
+	e.Subscriptions = slices.Clone(c.Subscriptions)
+	return e
+}
+
+// withPath replaces the path and query of base with path, keeping scheme,
+// user info, host and port. The path's {routingKey} and {queue} stay as
+// they are for the client to fill in.
+func withPath(base, path string) string {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return base // reported by Validate as a bad app.url
+	}
+	u.Path, u.RawPath, u.RawQuery, u.Fragment = "", "", "", ""
+	return strings.TrimSuffix(u.String(), "/") + path
+}
+
+// validateSubscriptions checks what is particular to the subscriptions: the
+// list itself, each subscription's own keys (by validating its effective
+// config and keeping what the top level did not already report), and that
+// no two subscriptions share a queue, since a tier queue dead-letters back
+// to one work queue only.
+func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, format string, a ...any)) {
+	if !c.Multi() {
+		return
+	}
+	if strings.TrimSpace(c.Queue.Name) != "" {
+		add("queue.name", "set either queue.name (one queue) or subscriptions (several), not both")
+	}
+	owner := map[string]string{} // queue name → the subscription key that uses it
+	claim := func(name, path, what string) bool {
+		if prev, ok := owner[name]; ok {
+			add(path, "%s %q is already used by %s: each subscription needs queues of its own (check topology.retryQueue and topology.dlq hold {queue})", what, name, prev)
+			return false
+		}
+		owner[name] = path
+		return true
+	}
+	for i, s := range c.Subscriptions {
+		path := fmt.Sprintf("subscriptions[%d]", i)
+		if s.Path != "" && !strings.HasPrefix(s.Path, "/") {
+			add(path+".path", "must start with /, got %q", s.Path)
+		}
+		e := c.subscription(s)
+		for _, err := range e.validateOne() {
+			if topErrs[err.Error()] {
+				continue // inherited: already reported under its top-level key
+			}
+			key, rest, _ := strings.Cut(err.Error(), ": ")
+			add(path+"."+subscriptionKey(key), "%s", rest)
+		}
+		if strings.TrimSpace(s.Queue.Name) == "" {
+			continue
+		}
+		if !claim(e.Queue.Name, path+".queue.name", "queue") ||
+			!claim(nameFor(e.Topology.DLQ, e.Queue.Name, ""), path+".queue.name", "its DLQ") {
+			continue
+		}
+		for _, d := range e.AllTiers() {
+			if !claim(nameFor(e.Topology.RetryQueue, e.Queue.Name, FormatDuration(d)), path+".queue.name", "its tier queue") {
+				break
+			}
+		}
+	}
+}
+
+// subscriptionKey maps a key of the effective config to where a
+// subscription sets it.
+func subscriptionKey(key string) string {
+	switch {
+	case strings.HasPrefix(key, "topology.bindings"):
+		return strings.TrimPrefix(key, "topology.")
+	case key == "app.url":
+		return "path"
+	}
+	return key
+}
+
+// nameFor expands a queue name template as the topology does.
+func nameFor(tmpl, queue, delay string) string {
+	return strings.NewReplacer("{queue}", queue, "{delay}", delay).Replace(tmpl)
+}
