@@ -169,7 +169,6 @@ subscriptions: [{queue: {name: a}, prefetch: 3}]`, []string{"subscriptions[0].pr
 	}
 }
 
-
 // A config with subscriptions survives a YAML round trip.
 func TestSubscriptionsRoundTrip(t *testing.T) {
 	c, err := parse(t, twoQueues)
