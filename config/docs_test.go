@@ -22,7 +22,7 @@ func TestReferenceDocsInStep(t *testing.T) {
 			t.Errorf("README config reference lacks variable %s", env)
 		}
 	}
-	for _, k := range []string{"retry.policies", "topology.bindings"} {
+	for _, k := range []string{"retry.policies", "topology.bindings", "subscriptions"} {
 		if !strings.Contains(string(readme), "`"+k+"`") {
 			t.Errorf("README lacks %s", k)
 		}

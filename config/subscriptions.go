@@ -130,6 +130,28 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 		owner[name] = path
 		return true
 	}
+	// The broker holds one exchange of one type under a name: subscriptions
+	// sharing an exchange must declare it alike, or the second declare fails
+	// after the first subscription's topology is already in place.
+	type binder struct {
+		b    Binding
+		path string
+	}
+	exchanges := map[string]binder{}
+	for i, s := range c.Subscriptions {
+		path := fmt.Sprintf("subscriptions[%d]", i)
+		for _, b := range c.subscription(s).Topology.Bindings {
+			prev, ok := exchanges[b.Exchange]
+			if !ok {
+				exchanges[b.Exchange] = binder{b, path}
+				continue
+			}
+			if prev.path != path && (prev.b.Type != b.Type || prev.b.IsDurable() != b.IsDurable()) {
+				add(path+".bindings", "exchange %q is bound as type=%s durable=%t, but %s binds it as type=%s durable=%t: subscriptions sharing an exchange must give it the same type and durability",
+					b.Exchange, b.Type, b.IsDurable(), prev.path, prev.b.Type, prev.b.IsDurable())
+			}
+		}
+	}
 	for i, s := range c.Subscriptions {
 		path := fmt.Sprintf("subscriptions[%d]", i)
 		if s.Path != "" && !strings.HasPrefix(s.Path, "/") {

@@ -151,6 +151,17 @@ subscriptions:
 consumer: {prefetch: 0}
 subscriptions: [{queue: {name: a}}, {queue: {name: b}}]`, []string{"consumer.prefetch: must be between 1 and 65535"},
 			[]string{"subscriptions[0].consumer.prefetch", "subscriptions[1].consumer.prefetch"}},
+		{"exchange shared unlike", `
+subscriptions:
+  - queue: {name: a}
+    bindings: [{exchange: events, type: fanout}]
+  - queue: {name: b}
+    bindings: [{exchange: events, type: fanout, durable: false}]
+  - queue: {name: c}
+    bindings: [{exchange: events, type: topic, routingKeys: ["#"]}]`, []string{
+			`subscriptions[1].bindings: exchange "events" is bound as type=fanout durable=false, but subscriptions[0] binds it as type=fanout durable=true`,
+			`subscriptions[2].bindings: exchange "events" is bound as type=topic durable=true, but subscriptions[0]`,
+		}, nil},
 		{"unknown key", `
 subscriptions: [{queue: {name: a}, prefetch: 3}]`, []string{"subscriptions[0].prefetch: unknown key"}, nil},
 	} {

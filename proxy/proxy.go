@@ -177,6 +177,8 @@ func New(o Options) *Loop {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Every line names the queue: a sidecar may run a loop per queue.
+	log = log.With("queue", o.Plan.Work.Name)
 	p := &Loop{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
 	if p.tr == nil {
 		p.tr = noop.NewTracerProvider().Tracer("hopper")
@@ -481,7 +483,7 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 			return false
 		}
 		p.log.Warn("message dead-lettered", "event", retry.Event(dec.Reason), "message_id", m.MessageID,
-			"queue", in.Queue, "routing_key", in.RoutingKey, "reason", dec.Reason,
+			"routing_key", in.RoutingKey, "reason", dec.Reason,
 			"status", out.Status, "retries", dec.Retries, "error", msg.Truncate(out.Error, msg.MaxErrorLen),
 			"trace_id", tid)
 		return true

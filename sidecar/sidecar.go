@@ -400,7 +400,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer endWork()
 	for _, sub := range s.subs {
-		px := s.newLoop(sub, deliverer, pub, log.With("queue", sub.name()), tracer)
+		px := s.newLoop(sub, deliverer, pub, log, tracer)
 		sub.px.Store(px)
 		px.Start(workCtx)
 		cons := sub.cons.Load()
@@ -467,10 +467,10 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		OnMovesFailing: func(failing bool) {
 			cons := sub.cons.Load()
 			if failing {
-				log.Warn("moves failing: consuming paused until they go through", "event", "CONSUMER_PAUSED_MOVES")
+				log.Warn("moves failing: consuming paused until they go through", "event", "CONSUMER_PAUSED_MOVES", "queue", sub.name())
 				cons.PauseFor(broker.PauseMoves)
 			} else {
-				log.Info("moves going through again: consuming resumed", "event", "CONSUMER_RESUMED_MOVES")
+				log.Info("moves going through again: consuming resumed", "event", "CONSUMER_RESUMED_MOVES", "queue", sub.name())
 				cons.ResumeFor(broker.PauseMoves)
 			}
 		},

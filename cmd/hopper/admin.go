@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -19,16 +21,29 @@ func newConfigCmd() *cobra.Command {
 		Short: "Load file, HOPPER_* environment and flags, and report every problem at once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := cf.load(cmd)
+			cfg, plans, err := loadPlans(cmd, &cf)
 			if err != nil {
 				return err
 			}
-			plan := topology.FromConfig(&cfg)
-			for _, w := range plan.Warnings() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+			if !cfg.Multi() {
+				plan := plans[0]
+				for _, w := range plan.Warnings() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q, %d delay tier(s), DLQ %q\n",
+					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
+				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q, %d delay tier(s), DLQ %q\n",
-				cfg.Queue.Name, len(plan.Tiers), plan.DLQ.Name)
+			for _, plan := range plans {
+				for _, w := range plan.Warnings() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: queue %q: %s\n", plan.Work.Name, w)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "config OK: %s\n", plural(len(plans), "subscription"))
+			for _, plan := range plans {
+				fmt.Fprintf(cmd.OutOrStdout(), "  queue %q, %d delay tier(s), DLQ %q\n",
+					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
+			}
 			return nil
 		},
 	}
@@ -42,7 +57,8 @@ func newTopologyCmd() *cobra.Command {
 		Use:   "topology",
 		Short: "Print, declare or verify the queues Hopper uses",
 		Long: `Hopper uses the work queue, one delay queue per retry tier (each dead-letters
-back to the work queue only) and a dead-letter queue.
+back to the work queue only) and a dead-letter queue. With subscriptions,
+each subscription's queue has its own; every command acts on all of them.
 
   plan    print the queues and their arguments (no broker needed)
   apply   declare them (idempotent; fails if one exists with other arguments)
@@ -63,36 +79,17 @@ back to the work queue only) and a dead-letter queue.
 			Short: sub.short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				cfg, err := cf.load(cmd)
+				if sub.declare == nil && output != "text" && output != "json" {
+					return fmt.Errorf("--output %q: want text or json", output)
+				}
+				cfg, plans, err := loadPlans(cmd, &cf)
 				if err != nil {
 					return err
 				}
-				plan := topology.FromConfig(&cfg)
 				if sub.declare == nil {
-					switch output {
-					case "text":
-						fmt.Fprint(cmd.OutOrStdout(), plan.String())
-						return nil
-					case "json":
-						return writeJSON(cmd.OutOrStdout(), plan.Document())
-					}
-					return fmt.Errorf("--output %q: want text or json", output)
+					return printPlans(cmd.OutOrStdout(), plans, cfg.Multi(), output)
 				}
-				log := newLogger(cfg.Log, cmd.ErrOrStderr())
-				ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-				defer cancel()
-				if *sub.declare {
-					plan.Declare = true
-				}
-				if err := broker.Apply(ctx, broker.ConfigOptions(cfg.Broker, log, "hopper-topology"), &plan, *sub.declare); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "topology %s: OK (%d queues", map[bool]string{true: "applied", false: "verified"}[*sub.declare], len(plan.Queues()))
-				if len(plan.Exchanges) > 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), ", %d exchanges, %d bindings", len(plan.Exchanges), len(plan.Bindings))
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), ")")
-				return nil
+				return applyPlans(cmd, cfg, plans, *sub.declare)
 			},
 		}
 		cf.register(c.Flags())
@@ -102,6 +99,121 @@ back to the work queue only) and a dead-letter queue.
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// loadPlans loads the config and computes one topology plan per consumed
+// queue, in the order of the subscriptions (one plan without them).
+func loadPlans(cmd *cobra.Command, cf *configFlags) (config.Config, []topology.Plan, error) {
+	cfg, err := cf.load(cmd)
+	if err != nil {
+		return cfg, nil, err
+	}
+	effs := cfg.SubscriptionConfigs()
+	plans := make([]topology.Plan, len(effs))
+	for i := range effs {
+		plans[i] = topology.FromConfig(&effs[i])
+	}
+	return cfg, plans, nil
+}
+
+// printPlans writes the plans for `hopper topology plan`. A single queue's
+// plan is printed as it always was; with subscriptions each plan follows a
+// heading naming its queue, and the JSON form wraps the documents.
+func printPlans(w io.Writer, plans []topology.Plan, multi bool, output string) error {
+	if !multi {
+		if output == "json" {
+			return writeJSON(w, plans[0].Document())
+		}
+		_, err := fmt.Fprint(w, plans[0].String())
+		return err
+	}
+	if output == "json" {
+		docs := make([]topology.Document, len(plans))
+		for i := range plans {
+			docs[i] = plans[i].Document()
+		}
+		return writeJSON(w, struct {
+			Subscriptions []topology.Document `json:"subscriptions"`
+		}{docs})
+	}
+	for i := range plans {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "== queue %q ==\n", plans[i].Work.Name)
+		if _, err := fmt.Fprint(w, plans[i].String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyPlans declares or verifies every plan in turn with the same broker
+// options, and stops at the first that fails, naming its subscription.
+// Subscriptions may bind the same exchange: declaring it again with the
+// same type is a no-op for the broker, and verify only checks it.
+func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, declare bool) error {
+	log := newLogger(cfg.Log, cmd.ErrOrStderr())
+	opts := broker.ConfigOptions(cfg.Broker, log, "hopper-topology")
+	verb := map[bool]string{true: "applied", false: "verified"}[declare]
+	out := cmd.OutOrStdout()
+	queues, bindings := 0, 0
+	exchanges := map[string]bool{}
+	for i := range plans {
+		plan := &plans[i]
+		if declare {
+			plan.Declare = true
+		}
+		if err := applyOne(cmd.Context(), opts, plan, declare); err != nil {
+			if !cfg.Multi() {
+				return err
+			}
+			return fmt.Errorf("subscriptions[%d] (queue %q): %w", i, plan.Work.Name, err)
+		}
+		if !cfg.Multi() {
+			fmt.Fprintf(out, "topology %s: OK %s\n", verb, counts(len(plan.Queues()), len(plan.Exchanges), len(plan.Bindings)))
+			return nil
+		}
+		fmt.Fprintf(out, "topology %s: queue %q OK %s\n", verb, plan.Work.Name, counts(len(plan.Queues()), len(plan.Exchanges), len(plan.Bindings)))
+		queues += len(plan.Queues())
+		bindings += len(plan.Bindings)
+		for _, e := range plan.Exchanges {
+			exchanges[e.Name] = true
+		}
+	}
+	// An exchange shared by several subscriptions is one exchange on the
+	// broker, so the total counts it once.
+	fmt.Fprintf(out, "topology %s: OK (%s, %s)\n", verb, plural(len(plans), "subscription"), countList(queues, len(exchanges), bindings))
+	return nil
+}
+
+// applyOne declares or verifies one plan, each within its own time limit so
+// that many subscriptions do not share one.
+func applyOne(ctx context.Context, opts broker.Options, plan *topology.Plan, declare bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return broker.Apply(ctx, opts, plan, declare)
+}
+
+// counts is the "(4 queues, 2 exchanges, 3 bindings)" of the topology
+// commands; exchanges and bindings show only when there are some.
+func counts(queues, exchanges, bindings int) string {
+	return "(" + countList(queues, exchanges, bindings) + ")"
+}
+
+func countList(queues, exchanges, bindings int) string {
+	if exchanges == 0 {
+		return fmt.Sprintf("%d queues", queues)
+	}
+	return fmt.Sprintf("%d queues, %d exchanges, %d bindings", queues, exchanges, bindings)
+}
+
+// plural is "1 subscription" or "2 subscriptions".
+func plural(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func ptr[T any](v T) *T { return &v }

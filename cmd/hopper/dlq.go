@@ -27,7 +27,9 @@ func newDLQCmd() *cobra.Command {
 		Long: `Operator tools for the dead-letter queue (DLQ).
 
 The DLQ is the one of the configured work queue (the same --config, HOPPER_*
-variables and flags as run; topology.dlq names it), or --dlq NAME.
+variables and flags as run; topology.dlq names it), or --dlq NAME. When the
+config lists subscriptions, --queue NAME picks the subscription whose DLQ is
+used; it may be left out when there is only one.
 
   stats    depth; counts by original queue, reason, final status; ages
   peek     show the first N messages (headers, body preview)
@@ -56,7 +58,7 @@ type dlqFlags struct {
 func (f *dlqFlags) register(fs *pflag.FlagSet) {
 	f.cf.tool = true
 	f.cf.register(fs)
-	fs.StringVar(&f.name, "dlq", "", "DLQ to work on (default: the DLQ of queue.name, from topology.dlq)")
+	fs.StringVar(&f.name, "dlq", "", "DLQ to work on (default: the DLQ of queue.name, or of the subscription --queue picks, from topology.dlq)")
 }
 
 // target is what a dlq subcommand works with.
@@ -69,8 +71,20 @@ type target struct {
 
 // load reads the config like run does. With --dlq the work queue is not
 // needed, so queue.name is filled with the DLQ name for validation only.
+// With subscriptions queue.name stays empty (they name the queues), and
+// --queue instead picks the subscription whose DLQ is used.
 func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
-	if f.name != "" && !cmd.Flags().Changed("queue") {
+	queueFlag := cmd.Flags().Lookup("queue")
+	pick := ""
+	if f.fileHasSubscriptions() {
+		if queueFlag.Changed {
+			// Not applied as queue.name, which must stay empty next to
+			// subscriptions.
+			pick = queueFlag.Value.String()
+			queueFlag.Changed = false
+			defer func() { queueFlag.Changed = true }()
+		}
+	} else if f.name != "" && !queueFlag.Changed {
 		if err := cmd.Flags().Set("queue", f.name); err != nil {
 			return nil, fmt.Errorf("--dlq: %w", err)
 		}
@@ -80,13 +94,59 @@ func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
 		return nil, err
 	}
 	t := &target{cfg: cfg, dlq: f.name}
+	if cfg.Multi() {
+		eff, err := pickSubscription(&cfg, pick, f.name != "")
+		if err != nil {
+			return nil, err
+		}
+		t.cfg = eff
+	}
 	if t.dlq == "" {
-		plan := topology.FromConfig(&cfg)
+		plan := topology.FromConfig(&t.cfg)
 		t.dlq = plan.DLQ.Name
 	}
 	t.log = newLogger(cfg.Log, cmd.ErrOrStderr())
 	t.opts = broker.ConfigOptions(cfg.Broker, t.log, "hopper-dlq-"+role+" "+t.dlq)
 	return t, nil
+}
+
+// fileHasSubscriptions tells, before the config is loaded and validated,
+// whether its file lists subscriptions: only the file can, neither HOPPER_*
+// variables nor flags. A file that cannot be read or parsed is left to load
+// to report.
+func (f *dlqFlags) fileHasSubscriptions() bool {
+	if f.cf.file == "" {
+		return false
+	}
+	cfg, _, _ := config.Load(f.cf.file, nil)
+	return cfg.Multi()
+}
+
+// pickSubscription returns the effective config of the subscription a dlq
+// tool works on: the one whose queue --queue names, else the only one. With
+// several and no --queue, --dlq alone names the DLQ and the top-level
+// config serves for the rest (the broker); without --dlq either the choice
+// is the operator's.
+func pickSubscription(cfg *config.Config, queue string, haveDLQ bool) (config.Config, error) {
+	effs := cfg.SubscriptionConfigs()
+	names := make([]string, len(effs))
+	for i := range effs {
+		names[i] = effs[i].Queue.Name
+	}
+	switch {
+	case queue != "":
+		for i := range effs {
+			if effs[i].Queue.Name == queue {
+				return effs[i], nil
+			}
+		}
+		return config.Config{}, fmt.Errorf("--queue %q names no subscription; the config's subscriptions consume %s", queue, strings.Join(names, ", "))
+	case len(effs) == 1:
+		return effs[0], nil
+	case haveDLQ:
+		return *cfg, nil
+	}
+	return config.Config{}, fmt.Errorf("the config lists %d subscriptions: choose whose DLQ with --queue (one of %s), or name the DLQ with --dlq", len(effs), strings.Join(names, ", "))
 }
 
 // explain turns broker errors into what the operator should know.
@@ -95,7 +155,7 @@ func (t *target) explain(err error) error {
 	case errors.Is(err, broker.ErrInUse):
 		return fmt.Errorf("another replayer owns DLQ %q: the broker refused an exclusive consumer because the queue already has a consumer; only one replay or export --remove may run on a DLQ at a time (%w)", t.dlq, err)
 	case errors.Is(err, broker.ErrNoQueue), errors.Is(err, broker.ErrTopology):
-		return fmt.Errorf("DLQ %q does not exist (check --dlq, queue.name and topology.dlq): %w", t.dlq, err)
+		return fmt.Errorf("DLQ %q does not exist (check --dlq, --queue, queue.name and topology.dlq): %w", t.dlq, err)
 	}
 	return err
 }
