@@ -424,3 +424,129 @@ func TestFaultOutage(t *testing.T) {
 		t.Error("no BREAKER_OPEN logged: the outage was not exercised")
 	}
 }
+
+// TestFaultSubscriptions: one hopper consumes two queues. Queue a gets
+// the seeded mix of every answer class; queue b's app path fails every
+// message, and b allows 2 attempts where a allows maxAttempts. Hopper is
+// SIGKILLed with deliveries in flight and the broker restarts while both
+// queues flow. Each queue is accounted for on its own: every id of a ends
+// as its script says, in a's DLQ or answered 2xx; every id of b in b's
+// DLQ as max-attempts after exactly 2 attempts; no id in the other
+// queue's DLQ, nothing lost.
+func TestFaultSubscriptions(t *testing.T) {
+	n := messageCount(t)
+	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
+	idsA, idsB := makeIDs("subs-a", n/2), makeIDs("subs-b", n/2)
+	scripts := newScripts(idsA, seed, maxAttempts)
+	for _, id := range idsB {
+		scripts[id] = &script{final: answer503, want: expectMaxAttempts}
+	}
+	app := startApp(t, scripts)
+	hopperBinary(t) // built before the clock starts
+	base := fmt.Sprintf("faults.subs.%d", queueSeq.Add(1))
+	qa, qb := queues{work: base + ".a"}, queues{work: base + ".b"}
+	cfg := hopperConfig{
+		BrokerURLs: target.URLs(), AppURL: app.URL(), MaxAttempts: maxAttempts,
+		Extra: fmt.Sprintf("subscriptions:\n  [{queue: {name: %q}}, {queue: {name: %q}, retry: {maxAttempts: 2}}]\n",
+			qa.work, qb.work),
+	}
+	r := &run{t: t, name: "subscriptions", q: qa, app: app, began: time.Now()}
+	r.hopper = startHopper(t, base, cfg)
+	if err := r.hopper.waitEvent("CONSUMER_STARTED", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r.step("hopper consuming %s and %s (log %s)", qa.work, qb.work, r.hopper.logPath)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	chunksA, chunksB := split(idsA, 2), split(idsB, 2)
+	var pubA, pubB []chan publishStats
+	publish := func(i int) {
+		for _, p := range []struct {
+			q    string
+			ids  []string
+			into *[]chan publishStats
+		}{{qa.work, chunksA[i], &pubA}, {qb.work, chunksB[i], &pubB}} {
+			done := make(chan publishStats, 1)
+			*p.into = append(*p.into, done)
+			go func() { done <- publishPaced(ctx, t, p.q, p.ids, 3*time.Second) }()
+		}
+	}
+
+	publish(0)
+	r.waitSeen(chunksA[0], len(chunksA[0])/2)
+	r.waitSeen(chunksB[0], len(chunksB[0])/2)
+	r.killHopper(300 * time.Millisecond)
+
+	publish(1)
+	r.waitSeen(chunksB[1], len(chunksB[1])/2)
+	r.step("broker restarting")
+	if err := rabbit.Restart(); err != nil {
+		t.Fatalf("broker restart: %v", err)
+	}
+	r.step("broker back")
+
+	collect := func(pubs []chan publishStats) map[string]bool {
+		all := map[string]bool{}
+		for _, p := range pubs {
+			for id := range (<-p).confirmed {
+				all[id] = true
+			}
+		}
+		return all
+	}
+	publishedA, publishedB := collect(pubA), collect(pubB)
+	r.step("published: %d ids to %s, %d to %s", len(publishedA), qa.work, len(publishedB), qb.work)
+	bound := 2*time.Minute + time.Duration(n)*30*time.Millisecond
+	for _, q := range []queues{qa, qb} {
+		if d, ok := settle(q, bound); !ok {
+			t.Errorf("%s not settled after %s: %s", q.work, bound, formatDepths(d, q))
+		}
+	}
+	if err := r.hopper.stop(); err != nil {
+		t.Errorf("hopper shutdown: %v\n%s", err, r.hopper.logTail(20))
+	}
+	for _, s := range r.hopper.unexpectedExits() {
+		t.Errorf("%s\n%s", s, r.hopper.logTail(30))
+	}
+	for _, p := range r.hopper.logProblems() {
+		t.Errorf("hopper log: %s", p)
+	}
+
+	// Each queue's requests, told apart by their ids.
+	recs := app.snapshot()
+	var recsA, recsB []record
+	for _, rec := range recs {
+		if strings.HasPrefix(rec.ID, "subs-a") {
+			recsA = append(recsA, rec)
+		} else {
+			recsB = append(recsB, rec)
+		}
+	}
+	a := account(publishedA, recsA, drain(t, qa), qa)
+	a.scenario = "subscriptions-a"
+	a.report(t)
+	checkScripts(t, a, scripts)
+	b := account(publishedB, recsB, drain(t, qb), qb)
+	b.scenario = "subscriptions-b"
+	b.report(t)
+	if b.acked != 0 || b.dlq != len(publishedB) {
+		t.Errorf("queue b: %d acked, %d in its DLQ, want all %d in its DLQ", b.acked, b.dlq, len(publishedB))
+	}
+	for id, reasons := range b.inDLQ {
+		for _, reason := range reasons {
+			if reason != "max-attempts" {
+				t.Errorf("%s dead-lettered as %q, want max-attempts", id, reason)
+			}
+		}
+		if got := b.maxTried[id]; got != 2 {
+			t.Errorf("%s: the app saw attempt %d at most, want 2 (queue b's own limit): %s", id, got, b.history(id))
+		}
+	}
+	if r.killed == 0 {
+		t.Error("no SIGKILL hit a delivery in flight")
+	}
+	if ev := r.hopper.eventCounts("BROKER_RECONNECT"); ev["BROKER_RECONNECT"] == 0 {
+		t.Error("no BROKER_RECONNECT logged: the broker restart was not exercised")
+	}
+}

@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -570,105 +568,4 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// readiness is the /readyz answer. A consumer sidecar takes no traffic, so
-// readiness says whether this pod has started doing its job: not ready
-// until it has consumed once (so a rollout waits for a pod that works), and
-// not ready while shutting down; ready from then on, also while the broker
-// connection is down or consuming is paused on purpose — taking every pod
-// out of service during a broker outage would only block node drains.
-func (s *Sidecar) readiness() (int, string) {
-	switch {
-	case s.stopping.Load():
-		return http.StatusServiceUnavailable, "not ready: shutting down"
-	case !s.started():
-		phase, _ := s.phase.Load().(string)
-		if phase == "" {
-			phase = "starting"
-		}
-		return http.StatusServiceUnavailable, "not ready: " + phase
-	}
-	if len(s.subs) > 1 {
-		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
-	}
-	return http.StatusOK, "ready: " + s.stateLine()
-}
-
-// started reports whether every queue's consumer was registered at least
-// once.
-func (s *Sidecar) started() bool {
-	for _, sub := range s.subs {
-		if c := sub.cons.Load(); c == nil || !c.Started() {
-			return false
-		}
-	}
-	return true
-}
-
-// stateLine is the sidecar's state after it has started.
-func (s *Sidecar) stateLine() string {
-	switch {
-	case s.Paused():
-		return fmt.Sprintf("paused on purpose: %s (breaker %s)", strings.Join(s.PauseReasons(), ", "), s.BreakerState())
-	case !s.Consuming():
-		if g := s.group.Load(); g != nil && !g.Connected() {
-			return "broker connection lost, reconnecting"
-		}
-		return "consumer lost, consuming again"
-	}
-	if l := s.ConcurrencyLimit(); l > 0 {
-		return fmt.Sprintf("consuming (concurrency limit %d)", l)
-	}
-	return "consuming"
-}
-
-// queueStates is one line per queue: consuming, paused (and why) or
-// reconnecting, with its deliveries in flight.
-func (s *Sidecar) queueStates() string {
-	var b strings.Builder
-	for _, sub := range s.subs {
-		state := "consuming"
-		c := sub.cons.Load()
-		switch {
-		case sub.paused():
-			state = "paused: " + strings.Join(c.PauseReasons(), ", ")
-		case !sub.consuming():
-			state = "reconnecting"
-		}
-		var inFlight int64
-		if px := sub.px.Load(); px != nil {
-			inFlight = px.Stats.InFlight.Load()
-		}
-		fmt.Fprintf(&b, "queue %s: %s (in flight %d)\n", sub.name(), state, inFlight)
-	}
-	return strings.TrimSuffix(b.String(), "\n")
-}
-
-// serveAdmin serves /livez and /healthz (alive), /readyz and /metrics.
-func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", s.metrics.Handler())
-	// Liveness: the process answers. Nothing a restart would fix is
-	// checked here: a broker or app outage is waited out, not restarted.
-	alive := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
-	mux.HandleFunc("/livez", alive)
-	mux.HandleFunc("/healthz", alive)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		code, text := s.readiness()
-		w.WriteHeader(code)
-		fmt.Fprintln(w, text)
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("admin listen %s: %w", addr, err)
-	}
-	s.adminAddr.Store(ln.Addr().String())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin server", "error", err.Error())
-		}
-	}()
-	return srv, nil
 }
