@@ -95,8 +95,10 @@ docker-check:
 
 .PHONY: bench
 
-## bench: Hopper against the raw amqp091-go limit on a private RabbitMQ node
-## (about 7 minutes; quick form: make bench BENCHFLAGS="--n 20000 --runs 1")
+## bench: Hopper against the raw amqp091-go limit on a private RabbitMQ node,
+## and a healthy queue alone against beside a poison-heavy one in one Hopper
+## (the "bench: fair" line); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
+## and BENCHFLAGS="--n 20000 --runs 1 --paths fair"
 BENCHFLAGS ?=
 bench: deps
 	CGO_ENABLED=0 $(GO) build -o bin/hopperbench ./bench/hopperbench

@@ -135,6 +135,7 @@ func NewMetrics(src Sources) *Metrics {
 		m.requeues.WithLabelValues(q)
 		m.returns.WithLabelValues(q)
 		m.inFlight.WithLabelValues(q)
+		m.latency.WithLabelValues(q)
 	}
 	reg.MustRegister(m.deliveries, m.latency, m.inFlight, m.retries, m.deadLettered, m.requeues,
 		m.returns, m.movesFailed, m.breaker, m.breakerOpens, m.reconnects)

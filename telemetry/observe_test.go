@@ -158,6 +158,8 @@ func TestSeriesExistFromTheStart(t *testing.T) {
 		{"hopper_dead_lettered_total", map[string]string{"reason": "app-crash"}},
 		{"hopper_deliveries_total", map[string]string{"outcome": "dlq", "status_class": "5xx"}},
 		{"hopper_moves_failed_total", map[string]string{"move": "dlq"}},
+		{"hopper_delivery_duration_seconds", nil},
+		{"hopper_in_flight", nil},
 	} {
 		if _, ok := value(got[c.name], c.labels); !ok {
 			t.Errorf("no series %s%v at start", c.name, c.labels)

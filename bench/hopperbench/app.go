@@ -29,6 +29,10 @@ const (
 	// appPath receives the messages; healthPath answers GET 200.
 	appPath    = "/messages"
 	healthPath = "/healthz"
+	// The fair path's two subscriptions post to paths of their own, which
+	// is how the app tells a healthy message from a poison one.
+	healthyPath = "/healthy"
+	poisonPath  = "/poison"
 )
 
 // mode is how the app answers.
@@ -39,6 +43,7 @@ const (
 	modeRetry               // 503 on attempt 1, then 200
 	modeDLQ                 // 400
 	modeLatency             // 200, recording receipt − send
+	modeFair                // healthyPath 200, poisonPath 500 every time
 )
 
 func parseMode(s string) (mode, error) {
@@ -51,8 +56,10 @@ func parseMode(s string) (mode, error) {
 		return modeDLQ, nil
 	case "latency":
 		return modeLatency, nil
+	case "fair":
+		return modeFair, nil
 	}
-	return 0, fmt.Errorf("unknown mode %q (want ok, retry, dlq or latency)", s)
+	return 0, fmt.Errorf("unknown mode %q (want ok, retry, dlq, latency or fair)", s)
 }
 
 // appRun is the app's state for one measured run.
@@ -67,6 +74,14 @@ type appRun struct {
 	first atomic.Int64 // Unix ns of the first request
 	last  atomic.Int64 // Unix ns of the target-th final answer
 	done  chan struct{}
+
+	// Fair mode: total, final, first and last count the healthy path only;
+	// the poison requests are counted apart, with their count sampled at
+	// the first, the middle and the last healthy answer so the report can
+	// tell that poison kept flowing for the whole drain.
+	poison                                    atomic.Int64
+	poisonAtFirst, poisonAtHalf, poisonAtLast atomic.Int64
+	stray                                     atomic.Int64 // neither path: a misrouted message
 
 	// lat holds receipt − send per client, told apart by the first byte
 	// of the message id (see latencyClient).
@@ -167,9 +182,25 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := time.Now()
+	if r.mode == modeFair {
+		switch string(ctx.Path()) {
+		case healthyPath:
+		case poisonPath:
+			r.poison.Add(1)
+			ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+			return
+		default:
+			r.stray.Add(1)
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			return
+		}
+	}
 	r.total.Add(1)
-	if r.first.Load() == 0 && r.first.CompareAndSwap(0, now.UnixNano()) && r.onFirst != nil {
-		r.onFirst()
+	if r.first.Load() == 0 && r.first.CompareAndSwap(0, now.UnixNano()) {
+		r.poisonAtFirst.Store(r.poison.Load())
+		if r.onFirst != nil {
+			r.onFirst()
+		}
 	}
 	switch r.mode {
 	case modeRetry:
@@ -192,7 +223,12 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 		r.seq[c] = append(r.seq[c], seq)
 		r.mu.Unlock()
 	}
-	if n := r.final.Add(1); n == r.target {
+	n := r.final.Add(1)
+	if n == r.target/2 {
+		r.poisonAtHalf.Store(r.poison.Load())
+	}
+	if n == r.target {
+		r.poisonAtLast.Store(r.poison.Load())
 		r.last.Store(now.UnixNano())
 		close(r.done)
 	}
@@ -204,7 +240,7 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 func appMain(args []string) int {
 	fs := flag.NewFlagSet("app", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "listen address")
-	modeName := fs.String("mode", "ok", "ok, retry, dlq or latency")
+	modeName := fs.String("mode", "ok", "ok, retry, dlq, latency or fair")
 	_ = fs.Parse(args)
 	m, err := parseMode(*modeName)
 	if err != nil {

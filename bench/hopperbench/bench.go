@@ -66,7 +66,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq", "throughput paths: happy (200), retry (503 once, then 200), dlq (400)")
+	paths := fs.String("paths", "happy,retry,dlq,fair", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper; alone, it skips the latency test)")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
@@ -579,12 +579,34 @@ type report struct {
 	started time.Time
 	load0   string
 	pairs   []time.Duration // paired latency: hopper − raw per tick, sorted
+	// fair path: healthy drains alone and beside poison, run by run
+	fairAlone, fairBeside []fairResult
+}
+
+// rawPaths are the paths that compare Hopper with the raw worker: every
+// one but fair, which compares Hopper with itself. The latency test belongs
+// to them, so --paths fair runs the fair path only.
+func (o *options) rawPaths() []string {
+	var out []string
+	for _, p := range o.paths {
+		if p != "fair" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (e *env) bench() (*report, error) {
 	rep := &report{o: e.o, paths: map[string]map[string][]runResult{}, lat: map[string][]time.Duration{}, started: time.Now(), load0: loadAvg()}
 	kinds := []string{"raw", "hopper"}
 	for _, p := range e.o.paths {
+		if p == "fair" {
+			var err error
+			if rep.fairAlone, rep.fairBeside, err = e.fairness(); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		rep.paths[p] = map[string][]runResult{}
 		for run := 1; run <= e.o.runs; run++ {
 			for _, kind := range kinds {
@@ -600,7 +622,7 @@ func (e *env) bench() (*report, error) {
 			}
 		}
 	}
-	if e.o.latRate > 0 {
+	if e.o.latRate > 0 && len(e.o.rawPaths()) > 0 {
 		raw, hop, err := e.latency()
 		if err != nil {
 			return nil, fmt.Errorf("latency: %w", err)
@@ -649,11 +671,13 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	fmt.Fprintf(w, "rates are messages/s of backlog (retry: each message delivered twice); CPU is seconds per 100,000 backlog messages\n")
 	fmt.Fprintf(w, "(cpu: the consumer process; broker: beam.smp; app: this process; others: cores other processes of the machine kept busy meanwhile)\n")
 	fmt.Fprintf(w, "load average at start %s, at end %s\n\n", rep.load0, loadAvg())
-	fmt.Fprintf(w, "%-6s %-7s %9s %9s %9s %10s %10s %10s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "others")
+	if len(o.rawPaths()) > 0 {
+		fmt.Fprintf(w, "%-6s %-7s %9s %9s %9s %10s %10s %10s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "others")
+	}
 	ok := true
 	var happyH, happyR summary
 	var happyRSS, cpuRatio float64
-	for _, p := range o.paths {
+	for _, p := range o.rawPaths() {
 		byKind := rep.paths[p]
 		for _, k := range []string{"raw", "hopper"} {
 			rs := byKind[k]
@@ -721,7 +745,15 @@ func (rep *report) print(w io.Writer, o *options) bool {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(rep.fairAlone) > 0 {
+		rep.printFair(w, o)
+	}
 
+	// The fair line comes just before the final line, which stays last.
+	if happyR.med == 0 && len(rep.fairAlone) > 0 {
+		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
+		fmt.Fprintln(w, rep.fairLine())
+	}
 	if happyR.med > 0 {
 		ratio := happyH.med / happyR.med
 		check := func(name string, met bool, format string, args ...any) {
@@ -745,6 +777,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 		check("hopper peak RSS <= 30 MB", happyRSS <= targetRSSMB, "%.1f MiB", happyRSS)
 		check("hopper CPU/100k <= 1.2x raw", cpuRatio <= targetCPURatio, "%.2fx", cpuRatio)
 		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
+		if len(rep.fairAlone) > 0 {
+			fmt.Fprintln(w, rep.fairLine())
+		}
 		p99 := "n/a" // latency test skipped (--lat-rate 0)
 		if len(rep.lat["raw"]) > 0 {
 			p99 = fmt.Sprintf("%.3f", p99Added)

@@ -26,6 +26,17 @@
 // percentile. Both clients run at once on their own queues and each tick
 // publishes one message to each, so a stall of the machine hits both.
 //
+// The fair path measures whether a poison-heavy queue slows a healthy one
+// beside it in the same sidecar: one Hopper with two subscriptions, a
+// healthy queue (path /healthy, answered 200) and a poison queue (path
+// /poison, answered 500 every time, so its messages cycle through a 200ms
+// tier with unlimited attempts). Each run drains a healthy backlog of --n
+// messages twice, alternating: alone (the poison queue empty) and beside
+// poison (the poison queue holding a backlog as large as the healthy one).
+// The rate is the healthy path's, measured as above; the ratio is beside /
+// alone, both medians of the same invocation. `--paths fair` runs it alone,
+// without the latency test.
+//
 // On a machine shared with other work, throughput and tail latency vary from
 // run to run: the report shows how many cores other processes used during
 // each run, the CPU per message of consumer, broker and app (stable), and
@@ -34,6 +45,12 @@
 // The last line of standard output is
 //
 //	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z
+//
+// and, when the fair path ran, the line before it is
+//
+//	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
+//
+// (the last line when the happy path did not run).
 //
 // Subcommands (used by the benchmark itself, or for profiling):
 //

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/retry"
 	"github.com/hopper-sidecar/hopper/telemetry"
 )
 
@@ -36,6 +37,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	m := telemetry.NewMetrics(telemetry.Sources{
 		Version:          "test",
+		Queues:           []string{"wms.queue.billing", "wms.queue.shipping"},
 		Tiers:            []time.Duration{time.Second, 2 * time.Minute},
 		Connected:        func() bool { return true },
 		Paused:           func() bool { return false },
@@ -44,8 +46,10 @@ func servedMetrics(t *testing.T) map[string]bool {
 		MovesFailing:     func() int64 { return 0 },
 		ConcurrencyLimit: func() int64 { return 1 },
 	})
-	// One observation so that the histogram has buckets with counts.
+	// One delivery so that the latency histogram, whose series are per
+	// queue, has buckets with counts.
 	m.InFlight(1)
+	m.ForQueue("wms.queue.billing").Decided(retry.Outcome{Kind: retry.Response, Status: 200}, true, retry.Decision{Action: retry.Ack}, 5*time.Millisecond)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -330,32 +334,38 @@ func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, 
 	if ref == nil || ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" || ref.Name != dep.Name {
 		t.Errorf("ScaledObject %s scales %+v, want the Deployment %s that runs Hopper", so.Name, ref, dep.Name)
 	}
-	if len(so.Spec.Triggers) != 1 {
-		t.Fatalf("ScaledObject %s: %d triggers, want the one rabbitmq trigger", so.Name, len(so.Spec.Triggers))
+	// One rabbitmq trigger per queue Hopper consumes, in config order.
+	var queues []string
+	for _, s := range cfg.SubscriptionConfigs() {
+		queues = append(queues, s.Queue.Name)
 	}
-	tr := so.Spec.Triggers[0]
-	if tr.Type != "rabbitmq" {
-		t.Errorf("trigger type %q", tr.Type)
+	if len(so.Spec.Triggers) != len(queues) {
+		t.Fatalf("ScaledObject %s: %d triggers, want one rabbitmq trigger per work queue %v", so.Name, len(so.Spec.Triggers), queues)
 	}
-	known := []string{"queueName", "mode", "value", "activationValue", "protocol", "vhostName"}
-	for k := range tr.Metadata {
-		if !slices.Contains(known, k) {
-			t.Errorf("trigger metadata %q is not a rabbitmq scaler parameter the chart means to set", k)
+	for i, tr := range so.Spec.Triggers {
+		if tr.Type != "rabbitmq" {
+			t.Errorf("trigger type %q", tr.Type)
 		}
-	}
-	if tr.Metadata["queueName"] != cfg.Queue.Name {
-		t.Errorf("trigger queueName %q, want Hopper's work queue %q", tr.Metadata["queueName"], cfg.Queue.Name)
-	}
-	if m := tr.Metadata["mode"]; m != "QueueLength" && m != "MessageRate" {
-		t.Errorf("trigger mode %q", m)
-	}
-	if v, err := strconv.ParseFloat(tr.Metadata["value"], 64); err != nil || v <= 0 {
-		t.Errorf("trigger value %q: want a positive number", tr.Metadata["value"])
-	}
-	if tr.AuthenticationRef == nil || !slices.ContainsFunc(docs, func(o doc) bool {
-		return o.kind == "TriggerAuthentication" && o.name == tr.AuthenticationRef.Name
-	}) {
-		t.Errorf("trigger authenticationRef %+v names no rendered TriggerAuthentication", tr.AuthenticationRef)
+		known := []string{"queueName", "mode", "value", "activationValue", "protocol", "vhostName"}
+		for k := range tr.Metadata {
+			if !slices.Contains(known, k) {
+				t.Errorf("trigger metadata %q is not a rabbitmq scaler parameter the chart means to set", k)
+			}
+		}
+		if tr.Metadata["queueName"] != queues[i] {
+			t.Errorf("trigger %d queueName %q, want Hopper's work queue %q", i, tr.Metadata["queueName"], queues[i])
+		}
+		if m := tr.Metadata["mode"]; m != "QueueLength" && m != "MessageRate" {
+			t.Errorf("trigger mode %q", m)
+		}
+		if v, err := strconv.ParseFloat(tr.Metadata["value"], 64); err != nil || v <= 0 {
+			t.Errorf("trigger value %q: want a positive number", tr.Metadata["value"])
+		}
+		if tr.AuthenticationRef == nil || !slices.ContainsFunc(docs, func(o doc) bool {
+			return o.kind == "TriggerAuthentication" && o.name == tr.AuthenticationRef.Name
+		}) {
+			t.Errorf("trigger authenticationRef %+v names no rendered TriggerAuthentication", tr.AuthenticationRef)
+		}
 	}
 	// Scale-in removes pods with SIGTERM: each needs its shutdown grace.
 	grace := dep.Spec.Template.Spec.TerminationGracePeriodSeconds

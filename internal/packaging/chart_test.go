@@ -320,7 +320,11 @@ func checkRelease(t *testing.T, c renderCase, ms []manifest) {
 	for _, j := range byKind[*batchv1.Job](ms) {
 		checkToolJob(t, j, cm)
 	}
-	validateRenderedConfig(t, pod, hopper, data, cfg.Queue.Name)
+	var queues []string
+	for _, s := range cfg.SubscriptionConfigs() {
+		queues = append(queues, s.Queue.Name)
+	}
+	validateRenderedConfig(t, pod, hopper, data, cfg.Multi(), queues)
 }
 
 func mapKeys[V any](m map[string]V) []string {
@@ -714,11 +718,12 @@ func timeParse(s string) (float64, error) {
 }
 
 // validateRenderedConfig runs `hopper config validate` on the rendered
-// hopper.yaml with the Hopper container's environment, as the pod would:
+// hopper.yaml with the Hopper container's environment, as the pod would
+// (it must report the work queues, several with subscriptions):
 // HOPPER_CONFIG names the file, secrets are mounted as files (stand-ins
 // here, at the same paths under a temporary root) and secretKeyRef
 // variables get stand-in values.
-func validateRenderedConfig(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1.Container, data, queue string) {
+func validateRenderedConfig(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1.Container, data string, multi bool, queues []string) {
 	t.Helper()
 	root := t.TempDir()
 	for _, m := range c.VolumeMounts {
@@ -775,8 +780,17 @@ func validateRenderedConfig(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1
 		t.Errorf("hopper config validate rejects the rendered config: %v\n%s%s\nconfig:\n%s", err, stdout, stderr, data)
 		return
 	}
-	if want := `config OK: queue "` + queue + `"`; !strings.Contains(stdout, want) {
-		t.Errorf("hopper config validate: %q, want %q", stdout, want)
+	if !multi {
+		if want := `config OK: queue "` + queues[0] + `"`; !strings.Contains(stdout, want) {
+			t.Errorf("hopper config validate: %q, want %q", stdout, want)
+		}
+	} else if !strings.HasPrefix(stdout, "config OK") {
+		t.Errorf("hopper config validate: %q, want config OK", stdout)
+	}
+	for _, q := range queues {
+		if !strings.Contains(stdout, strconv.Quote(q)) {
+			t.Errorf("hopper config validate: %q does not name the work queue %q", stdout, q)
+		}
 	}
 	if strings.Contains(stderr, "matches no config key") {
 		t.Errorf("the chart sets HOPPER_* variables Hopper does not know:\n%s", stderr)
@@ -844,7 +858,7 @@ func TestChartRejects(t *testing.T) {
 		{"admin on loopback", []string{"-f", minimal, "--set", "config.admin.listen=127.0.0.1:9090"}, "/config/admin/listen"},
 		{"broker url scheme", []string{"-f", minimal, "--set", "config.broker.urls={http://rabbitmq}"}, "/config/broker/urls/0"},
 		{"pull policy", []string{"-f", minimal, "--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
-		{"no queue", []string{"--set", "app.image.repository=x"}, "config.queue.name is required"},
+		{"no queue", []string{"--set", "app.image.repository=x"}, "config.queue.name or config.subscriptions is required"},
 		{"no app image", []string{"--set", "config.queue.name=orders"}, "app.image.repository is required"},
 		{"no app tag", []string{"-f", minimal, "--set", "app.image.tag="}, "app.image.tag (or app.image.digest) is required"},
 		{"otel without endpoint", []string{"-f", minimal, "--set", "otel.enabled=true"}, "otel.endpoint is required"},
@@ -1122,6 +1136,8 @@ func TestChartNotes(t *testing.T) {
 		{"native", []string{"-f", repoPath(chartDir, "ci", "native-sidecar-values.yaml")}, []string{"native sidecar", "Grace period:    110s"}},
 		{"no broker secret", []string{"-f", minimal, "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, []string{"WARNING: no broker Secret", "Hopper will try amqp://127.0.0.1:5672"}},
 		{"sidecar mode", []string{"-f", minimal, "--set", "deployment.enabled=false"}, []string{"include \"hopper.sidecar\"", "ConfigMap rel-hopper"}},
+		{"subscriptions", []string{"-f", repoPath(chartDir, "ci", "subscriptions-values.yaml")}, []string{"Hopper consumes 2 queue(s)", "at http://127.0.0.1:8080/messages/{queue}",
+			`"wms.queue.billing" -> /billing/{routingKey}`, `"wms.queue.shipping" -> (the path of app.url)`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -208,9 +208,11 @@ func isStatic(path string) (bool, error) {
 // runHopper runs the hopper binary with exactly env (no inherited HOPPER_*).
 func runHopper(t *testing.T, env []string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	// Built (once, minutes on a cold cache) before the run's own timeout starts.
+	bin := hopperBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, hopperBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -53,8 +53,28 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- $v := .values -}}
 {{- $hv := $v -}}
 {{- $cfg := deepCopy (default (dict) $hv.config) -}}
+{{- /* queues: config.queue.name for one queue, or config.subscriptions for
+       several; never both, since Hopper would not know which one a
+       top-level name belongs to. */ -}}
 {{- $queue := default (dict) (get $cfg "queue") -}}
-{{- $_ := required "config.queue.name is required: the RabbitMQ work queue Hopper consumes" (get $queue "name") -}}
+{{- $subs := default (list) (get $cfg "subscriptions") -}}
+{{- if and (get $queue "name") $subs -}}
+{{- fail "set config.queue.name (one queue) or config.subscriptions (several queues), not both: with subscriptions each entry names its queue in queue.name" -}}
+{{- end -}}
+{{- if not (or (get $queue "name") $subs) -}}
+{{- fail "config.queue.name or config.subscriptions is required: the RabbitMQ work queue Hopper consumes, or a list of subscriptions with one queue each" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $i, $s := $subs -}}
+{{- $name := dig "queue" "name" "" $s -}}
+{{- if not $name -}}
+{{- fail (printf "config.subscriptions[%d].queue.name is required: the queue this subscription consumes" $i) -}}
+{{- end -}}
+{{- if hasKey $seen $name -}}
+{{- fail (printf "config.subscriptions[%d].queue.name %q is already used by config.subscriptions[%d]: each subscription consumes a queue of its own" $i $name (get $seen $name)) -}}
+{{- end -}}
+{{- $_ := set $seen $name $i -}}
+{{- end -}}
 
 {{- /* app: Hopper delivers to the app container on localhost. */ -}}
 {{- $app := default (dict) (get $cfg "app") -}}
@@ -119,6 +139,23 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- $_ := set $cfg "broker" $broker -}}
 {{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+hopper.queues: the work queues Hopper consumes, as a JSON list (read it
+with fromJsonArray): config.queue.name, or the queue.name of each
+subscription in order.
+*/}}
+{{- define "hopper.queues" -}}
+{{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
+{{- $names := list -}}
+{{- range default (list) (get $cfg "subscriptions") -}}
+{{- $names = append $names (dig "queue" "name" "" .) -}}
+{{- end -}}
+{{- if not $names -}}
+{{- $names = list (dig "queue" "name" "" $cfg) -}}
+{{- end -}}
+{{- toJson $names -}}
 {{- end -}}
 
 {{/* hopper.config: the hopper.yaml Hopper reads (ends with one newline). */}}
