@@ -103,6 +103,9 @@ type Breaker struct {
 	changes chan gobreaker.State
 	mu      sync.Mutex
 	probing bool
+	// reprobe says the breaker opened again while a probe was finishing:
+	// that probe goes on instead of ending.
+	reprobe bool
 
 	// tripNow makes the next reported failure open the breaker: the health
 	// check failed.
@@ -211,42 +214,61 @@ func (b *Breaker) changed(ctx context.Context, to gobreaker.State) {
 
 // startProbe polls the health check while the breaker is open; once the
 // open timeout has passed and the check passes, deliveries go through
-// again, concurrency ramping up from 1.
+// again, concurrency ramping up from 1. One probe runs at a time: when the
+// breaker opens again while a probe is finishing (the app died right after
+// the probe let deliveries through), that probe goes on, so every opening
+// is probed and consuming never stays paused for an app that is back.
 func (b *Breaker) startProbe(ctx context.Context) {
 	b.mu.Lock()
 	if b.probing {
+		b.reprobe = true
 		b.mu.Unlock()
 		return
 	}
 	b.probing = true
 	b.mu.Unlock()
 	go func() {
-		defer func() { b.mu.Lock(); b.probing = false; b.mu.Unlock() }()
 		for {
-			select {
-			case <-ctx.Done():
+			b.probe(ctx)
+			b.mu.Lock()
+			if !b.reprobe || ctx.Err() != nil {
+				b.probing, b.reprobe = false, false
+				b.mu.Unlock()
 				return
-			case <-b.clock.After(b.o.ProbeInterval):
 			}
-			// State() moves an open breaker past its timeout to half-open.
-			switch b.cb.State() {
-			case gobreaker.StateClosed:
-				return
-			case gobreaker.StateOpen:
-				continue
-			}
-			if err := b.check(ctx); err != nil {
-				continue
-			}
-			if b.o.Limiter != nil {
-				b.o.Limiter.Reset(1)
-				b.o.Gate.Resume(b.o.Prefetch)
-			} else {
-				b.o.Gate.Resume(1)
-			}
-			return
+			b.reprobe = false
+			b.mu.Unlock()
 		}
 	}()
+}
+
+// probe waits until the breaker is closed, or until it may let deliveries
+// through again and the health check passes, then resumes consuming.
+func (b *Breaker) probe(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.clock.After(b.o.ProbeInterval):
+		}
+		// State() moves an open breaker past its timeout to half-open.
+		switch b.cb.State() {
+		case gobreaker.StateClosed:
+			return
+		case gobreaker.StateOpen:
+			continue
+		}
+		if err := b.check(ctx); err != nil {
+			continue
+		}
+		if b.o.Limiter != nil {
+			b.o.Limiter.Reset(1)
+			b.o.Gate.Resume(b.o.Prefetch)
+		} else {
+			b.o.Gate.Resume(1)
+		}
+		return
+	}
 }
 
 // check runs the health check, or waits for the one already running.

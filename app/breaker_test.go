@@ -76,15 +76,28 @@ func (h *fakeHealth) Check(context.Context) error {
 type fakeGate struct {
 	mu     sync.Mutex
 	paused bool
+	pauses int
 	resume []int
+	// onResume, when set, runs inside Resume (on the probe's goroutine).
+	onResume func()
 }
 
-func (g *fakeGate) Pause() { g.mu.Lock(); g.paused = true; g.mu.Unlock() }
+func (g *fakeGate) Pause() { g.mu.Lock(); g.paused = true; g.pauses++; g.mu.Unlock() }
 func (g *fakeGate) Resume(p int) {
 	g.mu.Lock()
 	g.paused = false
 	g.resume = append(g.resume, p)
+	hook := g.onResume
 	g.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+}
+
+func (g *fakeGate) counts() (pauses, resumes int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pauses, len(g.resume)
 }
 func (g *fakeGate) isPaused() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.paused }
 
@@ -255,4 +268,49 @@ func TestBreakerRecovery(t *testing.T) {
 	if r.b.State() != "closed" {
 		t.Fatalf("state %s after failing messages from a healthy app", r.b.State())
 	}
+}
+
+// The app dies again right after the probe resumed consuming, before the
+// probe has finished: the breaker reopens while its last probe is still
+// returning. That reopening must get a probe of its own, or consuming stays
+// paused for good with the app healthy again.
+func TestBreakerReopenWhileProbeResumes(t *testing.T) {
+	r := newRig(t)
+	r.health.set(errors.New("down"))
+	r.app.set(refused)
+	r.deliver(5)
+	r.waitState(t, "open")
+	waitfor.Until(t, 10*time.Second, "consuming paused", r.gate.isPaused)
+
+	var once sync.Once
+	r.gate.onResume = func() {
+		once.Do(func() {
+			// The first delivery after resuming is refused: the app is
+			// down again, and the half-open breaker reopens at once.
+			r.deliver(1)
+			waitfor.Until(t, 10*time.Second, "the reopening paused consuming", func() bool {
+				p, _ := r.gate.counts()
+				return p == 2
+			})
+			// Hold this probe until the reopening has asked for a probe.
+			waitfor.Until(t, 10*time.Second, "the reopening asked for a probe", func() bool {
+				r.b.mu.Lock()
+				defer r.b.mu.Unlock()
+				return r.b.reprobe
+			})
+		})
+	}
+	r.health.set(nil)
+	r.clock.tick(time.Second) // the probe: half-open, the check passes, resume (and the reopening)
+
+	waitfor.Until(t, 10*time.Second, "a probe of the reopened breaker waiting on the clock", func() bool {
+		r.clock.mu.Lock()
+		defer r.clock.mu.Unlock()
+		return len(r.clock.waiters) > 0
+	})
+	r.clock.tick(time.Second)
+	waitfor.Until(t, 10*time.Second, "consuming resumed after the reopening", func() bool {
+		_, resumes := r.gate.counts()
+		return resumes == 2 && !r.gate.isPaused()
+	})
 }
