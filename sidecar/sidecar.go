@@ -397,8 +397,19 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	// off then and their messages go back to the queue unacked.
 	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer endWork()
+	// With several queues, a queue whose messages keep failing is paced
+	// while another queue's succeed, so its retries do not take the broker
+	// and Hopper from the healthy queue beside it.
+	var activity *app.Activity
+	if len(s.subs) > 1 {
+		activity = app.NewActivity()
+	}
 	for _, sub := range s.subs {
-		px := s.newLoop(sub, deliverer, pub, log, tracer)
+		d := deliverer
+		if activity != nil {
+			d = app.NewPacer(deliverer, app.PacerOptions{Queue: sub.name(), Activity: activity, Logger: log})
+		}
+		px := s.newLoop(sub, d, pub, log, tracer)
 		sub.px.Store(px)
 		px.Start(workCtx)
 		cons := sub.cons.Load()
