@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -261,4 +262,63 @@ func labelled(t *testing.T, sc *sidecar.Sidecar, name string, labels map[string]
 	}
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
+}
+
+// An ordered subscription beside a busy one: the app sees its messages 1..N
+// in publish order although some fail twice first and one fails until the
+// DLQ, while the other queue's messages flow through the same app client,
+// breaker and concurrency limit.
+func TestSubscriptionOrderedBesideAnother(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg, qa, qb := twoSubscriptions(t, cfg)
+	cfg.Subscriptions[1].Consumer = config.SubscriptionConsumer{Ordered: ptr(true)}
+	cfg.Subscriptions[1].Retry = config.SubscriptionRetry{} // the inherited 3 attempts
+	r := start(t, cfg)
+
+	const n = 12
+	var ids, others []string
+	for i := 1; i <= n; i++ {
+		ids = append(ids, fmt.Sprintf("o%02d", i))
+	}
+	for _, id := range []string{"o03", "o07", "o11"} {
+		app.script(id, 503, 500, 200)
+	}
+	app.script("o09", 503) // every attempt fails: b's DLQ after 3
+	for i := range 40 {
+		id := fmt.Sprintf("busy%02d", i)
+		others = append(others, id)
+		r.publish(id, via("", qa))
+	}
+	for _, id := range ids {
+		r.publish(id, via("", qb))
+	}
+	r.settledAll(map[string]int{r.sc.Plans()[1].DLQ.Name: 1})
+
+	app.mu.Lock()
+	calls := slices.Clone(app.calls)
+	app.mu.Unlock()
+	var order []string
+	for _, c := range calls {
+		if c.Path != "/b/"+qb {
+			continue
+		}
+		if len(order) == 0 || order[len(order)-1] != c.ID {
+			order = append(order, c.ID)
+		}
+	}
+	if !slices.Equal(order, ids) {
+		t.Errorf("the ordered queue's messages reached the app in the order %v, want %v", order, ids)
+	}
+	for _, id := range []string{"o03", "o07", "o11", "o09"} {
+		if got := app.attempts(id); !slices.Equal(got, []int{1, 2, 3}) {
+			t.Errorf("%s: attempts %v, want [1 2 3]", id, got)
+		}
+	}
+	if st := r.sc.QueueStats(qa); st.Acked.Load() != int64(len(others)) {
+		t.Errorf("queue a acked %d, want %d", st.Acked.Load(), len(others))
+	}
+	if _, ok := r.drain(r.sc.Plans()[1].DLQ.Name)["o09"]; !ok {
+		t.Error("o09 is not in the ordered queue's DLQ")
+	}
 }
