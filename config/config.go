@@ -131,7 +131,8 @@ type Queue struct {
 	// Name of the work queue. Required.
 	Name string `yaml:"name"`
 	// Type is classic or quorum; it applies to the queues Hopper declares
-	// and decides how a message the app could not take is returned (§4).
+	// and decides how a message the app could not take is returned: a
+	// nack on a classic queue, a confirmed republish on a quorum queue.
 	// Default classic.
 	Type string `yaml:"type"`
 	// DeliveryLimit is the x-delivery-limit for a declared quorum work queue.
