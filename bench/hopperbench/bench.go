@@ -364,26 +364,12 @@ func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 		return runResult{}, fmt.Errorf("publish backlog: %w", err)
 	}
 
-	var (
-		c                          *child
-		pid                        atomic.Int64 // set once c has started
-		cpu0, broker0, app0, mach0 time.Duration
-	)
-	r := newAppRun(m, int64(n), func() {
-		for pid.Load() == 0 {
-			runtime.Gosched()
-		}
-		cpu0, _ = procCPU(int(pid.Load()))
-		broker0, _ = procCPU(e.beamPID)
-		app0, _ = procCPU(os.Getpid())
-		mach0, _ = machineBusy()
-	})
-	e.app.run.Store(r)
-	defer e.app.run.Store(nil)
-	if c, err = e.startConsumer(kind, cfgPath, plan, tag); err != nil {
+	mr, err := e.startMeasured(m, int64(n), kind, cfgPath, plan, tag)
+	if err != nil {
 		return runResult{}, err
 	}
-	pid.Store(int64(c.pid()))
+	defer e.app.run.Store(nil)
+	c, r := mr.c, mr.r
 	select {
 	case <-r.done:
 	case <-c.exited:
@@ -394,17 +380,13 @@ func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 			kind, e.o.runTimeout, r.final.Load(), n, logTail(c.logPath, 20))
 	}
 	res := runResult{kind: kind, n: n, elapsed: r.elapsed(), publish: pub, reqs: r.total.Load()}
-	cpu1, err := procCPU(c.pid())
+	used, err := mr.used()
 	if err != nil {
 		return res, err
 	}
-	broker1, _ := procCPU(e.beamPID)
-	app1, _ := procCPU(os.Getpid())
-	mach1, _ := machineBusy()
 	res.hwmKB, _ = procStatusKB(c.pid(), "VmHWM")
-	res.cpu, res.broker, res.appCPU = cpu1-cpu0, broker1-broker0, app1-app0
-	// What the rest of the machine (other users' work) took meanwhile, in cores.
-	res.others = max(0, (mach1-mach0)-res.cpu-res.broker-res.appCPU).Seconds() / res.elapsed.Seconds()
+	res.cpu, res.broker, res.appCPU = used.cpu, used.broker, used.app
+	res.others = used.others(res.elapsed)
 	res.rate = float64(n) / res.elapsed.Seconds()
 	if err := c.stop(30 * time.Second); err != nil {
 		return res, err
@@ -788,4 +770,63 @@ func (rep *report) print(w io.Writer, o *options) bool {
 			happyH.med, happyR.med, ratio, p99, happyRSS)
 	}
 	return ok
+}
+
+// cpuMark is the CPU time the consumer, the broker, this process (the app)
+// and the whole machine had used at one moment; two marks give what each
+// used in between.
+type cpuMark struct{ cpu, broker, app, mach time.Duration }
+
+func (e *env) markCPU(pid int) (cpuMark, error) {
+	var m cpuMark
+	var err error
+	m.cpu, err = procCPU(pid)
+	m.broker, _ = procCPU(e.beamPID)
+	m.app, _ = procCPU(os.Getpid())
+	m.mach, _ = machineBusy()
+	return m, err
+}
+
+// others is what the rest of the machine (other users' work) took in the
+// span d, in cores.
+func (m cpuMark) others(d time.Duration) float64 {
+	return max(0, m.mach-m.cpu-m.broker-m.app).Seconds() / d.Seconds()
+}
+
+// measuredRun is a consumer draining a backlog for the app run r, with the
+// CPU marked when the app got its first request.
+type measuredRun struct {
+	e     *env
+	c     *child
+	r     *appRun
+	start cpuMark // set by r's first request, read after r is done
+}
+
+// startMeasured starts the consumer for an app run of mode m expecting
+// target final answers. The caller stores nil in e.app.run when done.
+func (e *env) startMeasured(m mode, target int64, kind, cfgPath string, plan *topology.Plan, tag string) (*measuredRun, error) {
+	mr := &measuredRun{e: e}
+	var pid atomic.Int64 // set once the consumer has started
+	mr.r = newAppRun(m, target, func() {
+		for pid.Load() == 0 {
+			runtime.Gosched()
+		}
+		mr.start, _ = e.markCPU(int(pid.Load()))
+	})
+	e.app.run.Store(mr.r)
+	c, err := e.startConsumer(kind, cfgPath, plan, tag)
+	if err != nil {
+		e.app.run.Store(nil)
+		return nil, err
+	}
+	mr.c = c
+	pid.Store(int64(c.pid()))
+	return mr, nil
+}
+
+// used is what each used from the first request until now.
+func (mr *measuredRun) used() (cpuMark, error) {
+	end, err := mr.e.markCPU(mr.c.pid())
+	return cpuMark{cpu: end.cpu - mr.start.cpu, broker: end.broker - mr.start.broker,
+		app: end.app - mr.start.app, mach: end.mach - mr.start.mach}, err
 }

@@ -6,9 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
@@ -147,26 +145,12 @@ func (e *env) fairRun(run int, beside bool) (fairResult, error) {
 	}
 	res.publish = time.Since(start)
 
-	var (
-		c                          *child
-		pid                        atomic.Int64 // set once c has started
-		cpu0, broker0, app0, mach0 time.Duration
-	)
-	r := newAppRun(modeFair, int64(res.n), func() {
-		for pid.Load() == 0 {
-			runtime.Gosched()
-		}
-		cpu0, _ = procCPU(int(pid.Load()))
-		broker0, _ = procCPU(e.beamPID)
-		app0, _ = procCPU(os.Getpid())
-		mach0, _ = machineBusy()
-	})
-	e.app.run.Store(r)
-	defer e.app.run.Store(nil)
-	if c, err = e.startConsumer("hopper", cfgPath, hp, tag); err != nil {
+	mr, err := e.startMeasured(modeFair, int64(res.n), "hopper", cfgPath, hp, tag)
+	if err != nil {
 		return res, err
 	}
-	pid.Store(int64(c.pid()))
+	defer e.app.run.Store(nil)
+	c, r := mr.c, mr.r
 	select {
 	case <-r.done:
 	case <-c.exited:
@@ -180,15 +164,12 @@ func (e *env) fairRun(run int, beside bool) (fairResult, error) {
 	res.rate = float64(res.n) / res.elapsed.Seconds()
 	res.poison = r.poisonAtLast.Load() - r.poisonAtFirst.Load()
 	res.poisonLate = r.poisonAtLast.Load() - r.poisonAtHalf.Load()
-	cpu1, err := procCPU(c.pid())
+	used, err := mr.used()
 	if err != nil {
 		return res, err
 	}
-	broker1, _ := procCPU(e.beamPID)
-	app1, _ := procCPU(os.Getpid())
-	mach1, _ := machineBusy()
-	res.cpu, res.broker = cpu1-cpu0, broker1-broker0
-	res.others = max(0, (mach1-mach0)-res.cpu-res.broker-(app1-app0)).Seconds() / res.elapsed.Seconds()
+	res.cpu, res.broker = used.cpu, used.broker
+	res.others = used.others(res.elapsed)
 	if err := c.stop(30 * time.Second); err != nil {
 		return res, err
 	}
