@@ -187,9 +187,6 @@ func NewConsumer(o ConsumerOptions) *Consumer {
 	return &Consumer{opts: o, prefetch: o.Prefetch, paused: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
-// Queue is the queue consumed.
-func (c *Consumer) Queue() string { return c.opts.Queue }
-
 // Connected reports whether the consumer's connection is up (consuming or
 // deliberately paused).
 func (c *Consumer) Connected() bool {

@@ -138,9 +138,10 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 		path string
 	}
 	exchanges := map[string]binder{}
-	for i, s := range c.Subscriptions {
+	effs := c.SubscriptionConfigs()
+	for i := range effs {
 		path := fmt.Sprintf("subscriptions[%d]", i)
-		for _, b := range c.subscription(s).Topology.Bindings {
+		for _, b := range effs[i].Topology.Bindings {
 			prev, ok := exchanges[b.Exchange]
 			if !ok {
 				exchanges[b.Exchange] = binder{b, path}
@@ -157,7 +158,7 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 		if s.Path != "" && !strings.HasPrefix(s.Path, "/") {
 			add(path+".path", "must start with /, got %q", s.Path)
 		}
-		e := c.subscription(s)
+		e := effs[i]
 		for _, err := range e.validateOne() {
 			if topErrs[err.Error()] {
 				continue // inherited: already reported under its top-level key

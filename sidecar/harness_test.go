@@ -191,6 +191,23 @@ func (a *scriptApp) callsFor(id string) []call {
 	return out
 }
 
+// order lists the message ids of the calls keep selects, in the order the
+// app first saw each run of calls for one id.
+func (a *scriptApp) order(keep func(call) bool) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, c := range a.calls {
+		if !keep(c) {
+			continue
+		}
+		if len(out) == 0 || out[len(out)-1] != c.ID {
+			out = append(out, c.ID)
+		}
+	}
+	return out
+}
+
 func (a *scriptApp) statuses(id string) []int {
 	var out []int
 	for _, c := range a.callsFor(id) {

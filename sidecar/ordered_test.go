@@ -30,15 +30,7 @@ func TestOrderedRetriesInPlace(t *testing.T) {
 	}
 	r.settled(1)
 
-	app.mu.Lock()
-	calls := slices.Clone(app.calls)
-	app.mu.Unlock()
-	var order []string
-	for _, c := range calls {
-		if len(order) == 0 || order[len(order)-1] != c.ID {
-			order = append(order, c.ID)
-		}
-	}
+	order := app.order(func(call) bool { return true })
 	if !slices.Equal(order, ids) {
 		t.Errorf("the app saw the messages in the order %v, want %v", order, ids)
 	}

@@ -295,18 +295,7 @@ func TestSubscriptionOrderedBesideAnother(t *testing.T) {
 	}
 	r.settledAll(map[string]int{r.sc.Plans()[1].DLQ.Name: 1})
 
-	app.mu.Lock()
-	calls := slices.Clone(app.calls)
-	app.mu.Unlock()
-	var order []string
-	for _, c := range calls {
-		if c.Path != "/b/"+qb {
-			continue
-		}
-		if len(order) == 0 || order[len(order)-1] != c.ID {
-			order = append(order, c.ID)
-		}
-	}
+	order := app.order(func(c call) bool { return c.Path == "/b/"+qb })
 	if !slices.Equal(order, ids) {
 		t.Errorf("the ordered queue's messages reached the app in the order %v, want %v", order, ids)
 	}
