@@ -116,11 +116,20 @@ type Breaker struct {
 	checkMu   sync.Mutex
 	checking  *healthCheck
 	lastCheck time.Time
+
+	// seq orders requests and health checks by when they started; downAt
+	// is the seq of the latest one that found the app down. A request cut
+	// by the app dying is a crash when anything that started after it
+	// found the app down, even if the app is back (restarted quickly) by
+	// the time the cut request gets to ask.
+	seq    atomic.Uint64
+	downAt atomic.Uint64
 }
 
 // healthCheck is one run of the health check, shared by everyone who asks
 // while it runs: a crash cuts every request in flight at once.
 type healthCheck struct {
+	seq  uint64 // when it started, on the breaker's seq
 	done chan struct{}
 	err  error
 }
@@ -258,7 +267,7 @@ func (b *Breaker) probe(ctx context.Context) {
 		case gobreaker.StateOpen:
 			continue
 		}
-		if err := b.check(ctx); err != nil {
+		if err := b.check(ctx, b.seq.Load()); err != nil {
 			continue
 		}
 		if b.o.Limiter != nil {
@@ -271,18 +280,25 @@ func (b *Breaker) probe(ctx context.Context) {
 	}
 }
 
-// check runs the health check, or waits for the one already running.
-func (b *Breaker) check(ctx context.Context) error {
+// check runs the health check, or waits for one already running that
+// started after after (a value of b.seq). A check that began before a
+// request was sent cannot say whether the app died with that request.
+func (b *Breaker) check(ctx context.Context, after uint64) error {
 	b.checkMu.Lock()
 	hc := b.checking
-	if hc == nil {
-		hc = &healthCheck{done: make(chan struct{})}
+	if hc == nil || hc.seq <= after {
+		hc = &healthCheck{seq: b.seq.Add(1), done: make(chan struct{})}
 		b.checking = hc
 		b.lastCheck = b.clock.Now()
 		b.checkMu.Unlock()
 		hc.err = b.o.Health.Check(ctx)
+		if hc.err != nil {
+			b.sawDown(hc.seq)
+		}
 		b.checkMu.Lock()
-		b.checking = nil
+		if b.checking == hc {
+			b.checking = nil
+		}
 		b.checkMu.Unlock()
 		close(hc.done)
 		return hc.err
@@ -293,6 +309,17 @@ func (b *Breaker) check(ctx context.Context) error {
 		return hc.err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// sawDown records that something which started at seq found the app down:
+// a failing health check, or a request whose connection was refused.
+func (b *Breaker) sawDown(seq uint64) {
+	for {
+		cur := b.downAt.Load()
+		if cur >= seq || b.downAt.CompareAndSwap(cur, seq) {
+			return
+		}
 	}
 }
 
@@ -312,22 +339,23 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	if err != nil {
 		return retry.Outcome{Kind: retry.Unavailable, Error: "circuit breaker " + b.State() + ": app marked unavailable", Refused: true}
 	}
+	sent := b.seq.Add(1)
 	o := b.next.Deliver(ctx, m, in)
 	switch {
 	case o.Given():
 		done(nil) // Hopper's own doing: says nothing about the app
 	case o.Kind == retry.Unavailable:
-		if o.Cut {
-			// The app went away while it had the request. If its health
-			// check fails now, it died handling it: count a crash for the
-			// message, and open at once.
-			if err := b.check(context.WithoutCancel(ctx)); err != nil {
-				o.Crashed = true
-				o.Error += "; then the health check failed: " + err.Error()
-				done(nil)
-				b.trip()
-				return o
-			}
+		if !o.Cut {
+			b.sawDown(sent) // not even a connection was taken
+		} else if down, why := b.diedSince(ctx, sent); down {
+			// The app went away while it had the request, and was seen
+			// down after it was sent: it died handling it. Count a crash
+			// for the message, and open at once.
+			o.Crashed = true
+			o.Error += "; then " + why
+			done(nil)
+			b.trip()
+			return o
 		}
 		done(errAppFailed)
 	case failedMessage(o):
@@ -338,6 +366,19 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 		b.failing.Store(0)
 	}
 	return o
+}
+
+// diedSince says whether the app was seen down by anything that started
+// after sent: a refused request or failed check already recorded, or else
+// a health check run now.
+func (b *Breaker) diedSince(ctx context.Context, sent uint64) (bool, string) {
+	if b.downAt.Load() > sent {
+		return true, "the app was found down (refused connections or a failing health check)"
+	}
+	if err := b.check(context.WithoutCancel(ctx), sent); err != nil {
+		return true, "the health check failed: " + err.Error()
+	}
+	return false, ""
 }
 
 // messageFailed is told of a failed message from an app that answered.
@@ -359,7 +400,7 @@ func (b *Breaker) messageFailed(ctx context.Context) {
 	}
 	b.failing.Store(0)
 	go func() {
-		if err := b.check(context.WithoutCancel(ctx)); err != nil {
+		if err := b.check(context.WithoutCancel(ctx), b.seq.Load()); err != nil {
 			b.log.Warn("messages failing and the app's health check fails too", "event", "APP_UNHEALTHY", "error", err.Error())
 			b.trip()
 		}

@@ -314,3 +314,91 @@ func TestBreakerReopenWhileProbeResumes(t *testing.T) {
 		return resumes == 2 && !r.gate.isPaused()
 	})
 }
+
+// deliverFunc is a Deliverer made of a function, for tests that hold one
+// request while others run.
+type deliverFunc func(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
+
+func (f deliverFunc) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	return f(ctx, m, in)
+}
+
+// A message kills the app, but its goroutine only gets to the health check
+// after the app is back (a slow machine, a fast restart). Requests sent
+// after it were refused meanwhile and opened the breaker: that is the app
+// seen down after the message was sent, so the cut still counts as a crash.
+func TestBreakerCrashCountedWhenAppBackBeforeCheck(t *testing.T) {
+	r := newRig(t)
+	sent, release := make(chan struct{}), make(chan struct{})
+	r.b.next = deliverFunc(func(_ context.Context, m *msg.Message, _ msg.Info) retry.Outcome {
+		if m.MessageID == "killer" {
+			close(sent)
+			<-release
+			return retry.Outcome{Kind: retry.Unavailable, Cut: true, Error: "EOF"}
+		}
+		return refused
+	})
+	got := make(chan retry.Outcome, 1)
+	go func() { got <- r.b.Deliver(context.Background(), &msg.Message{MessageID: "killer"}, msg.Info{}) }()
+	<-sent
+	// The app died with the killer: the requests after it are refused.
+	r.deliver(5)
+	r.waitState(t, "open")
+	// The app is back before the killer's goroutine asks about it.
+	r.health.set(nil)
+	close(release)
+	if o := <-got; !o.Crashed {
+		t.Fatalf("outcome %+v: the app was seen down after the message was sent, want crashed", o)
+	}
+}
+
+// A health check already running when a message was sent says nothing
+// about whether the app died with it: the cut request asks a check of its
+// own instead of taking that one's passing answer.
+func TestBreakerCrashNotAnsweredByEarlierCheck(t *testing.T) {
+	r := newRig(t)
+	h := &blockingHealth{started: make(chan struct{}, 4), release: make(chan struct{})}
+	r.b.o.Health = h
+	r.app.set(retry.Outcome{Kind: retry.Response, Status: 500})
+	r.deliver(5) // failing messages ask the health check; it hangs
+	<-h.started
+
+	r.app.set(retry.Outcome{Kind: retry.Unavailable, Cut: true, Error: "EOF"})
+	got := make(chan retry.Outcome, 1)
+	go func() { got <- r.b.Deliver(context.Background(), &msg.Message{}, msg.Info{}) }()
+	// The app dies now: every check from here on fails. The one that
+	// started earlier answers "healthy" once released.
+	h.fail.Store(true)
+	select {
+	case <-h.started:
+	case <-time.After(10 * time.Second):
+		close(h.release)
+		t.Fatalf("the cut request waits for the check that started before it was sent (then: %+v)", <-got)
+	}
+	close(h.release)
+	if o := <-got; !o.Crashed {
+		t.Fatalf("outcome %+v, want crashed", o)
+	}
+}
+
+// blockingHealth holds its first check until released; that check passes.
+// Later checks fail once fail is set.
+type blockingHealth struct {
+	started chan struct{}
+	release chan struct{}
+	calls   atomic.Int64
+	fail    atomic.Bool
+}
+
+func (h *blockingHealth) Check(context.Context) error {
+	first := h.calls.Add(1) == 1
+	h.started <- struct{}{}
+	if first {
+		<-h.release
+		return nil
+	}
+	if h.fail.Load() {
+		return errors.New("connection refused")
+	}
+	return nil
+}

@@ -451,6 +451,8 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 			// with the message, which a nack cannot do.
 			in.Crashes = dec.Crashes
 			p.republish(ctx, d, m, in)
+			p.log.Warn("the app died handling this message; returned with its crash count", "event", "APP_CRASHED",
+				"message_id", m.MessageID, "crashes", dec.Crashes, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
 			return true
 		}
 		p.giveBack(ctx, d, m, in)
