@@ -261,6 +261,27 @@ func (c *Consumer) Resume(prefetch int) {
 	c.poke()
 }
 
+// SetPrefetch changes the prefetch without touching a pause. The broker
+// applies a prefetch to consumers started after it is set, so a change
+// means a new consumer on the same channel: deliveries already received
+// stay with Hopper and are settled as usual. Callers change it seldom.
+func (c *Consumer) SetPrefetch(prefetch int) {
+	if prefetch <= 0 {
+		return
+	}
+	c.mu.Lock()
+	c.prefetch = prefetch
+	c.mu.Unlock()
+	c.poke()
+}
+
+// Prefetch is the prefetch the consumer runs (or will run) with.
+func (c *Consumer) Prefetch() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.prefetch
+}
+
 func (c *Consumer) poke() {
 	select {
 	case c.wake <- struct{}{}:

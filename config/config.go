@@ -205,9 +205,12 @@ type App struct {
 
 // Consumer sets concurrency.
 type Consumer struct {
-	// Prefetch is the AMQP QoS. Default 50.
+	// Prefetch is the AMQP QoS. Default 0: it follows the concurrency
+	// limit (see Concurrency). A number fixes it.
 	Prefetch int `yaml:"prefetch"`
-	// Workers is the number of concurrent deliveries. Default = prefetch.
+	// Workers is the most concurrent deliveries. Default 0: = prefetch when
+	// prefetch is set; 256 when prefetch follows the limit (64 without the
+	// limiter).
 	Workers int `yaml:"workers"`
 	// Ordered delivers one message at a time (prefetch 1, one worker), and
 	// retries in place: a failed message is held and delivered again after
@@ -344,7 +347,7 @@ func Default() Config {
 			UnavailableBackoff: Duration(time.Second),
 			MaxBodyBytes:       64 << 10,
 		},
-		Consumer: Consumer{Prefetch: 50},
+		Consumer: Consumer{},
 		Retry: Retry{
 			MaxAttempts: 10,
 			Tiers: []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second),

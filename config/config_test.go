@@ -84,7 +84,7 @@ func TestDefaultsAreValidOnceQueueNameIsSet(t *testing.T) {
 		got, want any
 	}{
 		{"retry.maxAttempts", c.Retry.MaxAttempts, config.Attempts(10)},
-		{"consumer.prefetch", c.Consumer.Prefetch, 50},
+		{"consumer.prefetch", c.Consumer.Prefetch, 0},
 		{"app.timeout", c.App.Timeout.D(), 30 * time.Second},
 		{"shutdown.grace", c.Shutdown.Grace.D(), 25 * time.Second},
 		{"requeue.maxHold", c.Requeue.MaxHold.D(), 5 * time.Second},
@@ -198,7 +198,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c := config.Default()
 	c.Broker.URLs = []string{"http://x/"}
 	c.Queue.Type = "stream"
-	c.Consumer.Prefetch = 0
+	c.Consumer.Prefetch = -1
 	c.Retry.Tiers = nil
 	c.Log.Format = "xml"
 	err := c.Validate()
@@ -239,7 +239,9 @@ func TestValidateRules(t *testing.T) {
 		{"app timeout near consumer_timeout", func(c *config.Config) { c.App.Timeout = d("15m") }, "app.timeout: must stay well under"},
 		{"health path without slash", func(c *config.Config) { c.App.HealthPath = "healthz" }, "app.healthPath: must start with /"},
 		{"prefetch too big", func(c *config.Config) { c.Consumer.Prefetch = 70000 }, "consumer.prefetch"},
-		{"more workers than prefetch", func(c *config.Config) { c.Consumer.Workers = 51 }, "consumer.workers: more workers (51) than prefetch (50)"},
+		{"more workers than prefetch", func(c *config.Config) { c.Consumer.Prefetch, c.Consumer.Workers = 50, 51 }, "consumer.workers: more workers (51) than prefetch (50)"},
+		{"workers with a following prefetch", func(c *config.Config) { c.Consumer.Workers = 500 }, ""},
+		{"negative prefetch", func(c *config.Config) { c.Consumer.Prefetch = -1 }, "consumer.prefetch: must be between 1 and 65535, or 0"},
 		{"ordered ignores workers", func(c *config.Config) { c.Consumer.Workers = 51; c.Consumer.Ordered = true }, ""},
 		{"tiers out of order", func(c *config.Config) { c.Retry.Tiers = []config.Duration{d("5s"), d("1s")} }, "retry.tiers[1]: tiers must be in increasing order"},
 		{"duplicate tier", func(c *config.Config) { c.Retry.Tiers = []config.Duration{d("5s"), d("5s")} }, "retry.tiers[1]"},
@@ -534,8 +536,8 @@ topology:
 		t.Errorf("file values lost: type %q maxAttempts %d", c.Queue.Type, c.Retry.MaxAttempts)
 	}
 	// And the defaults stay where neither says anything.
-	if c.Consumer.Prefetch != 50 {
-		t.Errorf("prefetch %d", c.Consumer.Prefetch)
+	if c.Consumer.Prefetch != 0 {
+		t.Errorf("prefetch %d, want 0 (follows the limit)", c.Consumer.Prefetch)
 	}
 }
 

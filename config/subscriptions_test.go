@@ -136,19 +136,19 @@ subscriptions: [{queue: {name: a}}, {queue: {name: b}}]`, []string{`subscription
 subscriptions:
   - queue: {name: a, type: stream}
     path: billing
-    consumer: {prefetch: 0}
+    consumer: {prefetch: -1}
     retry: {tiers: ["5s", "1s"], onExpired: keep, outcomes: {"999": retry}}
     bindings: [{exchange: ex, type: topic}]`, []string{
 			`subscriptions[0].queue.type: must be classic or quorum, got "stream"`,
 			`subscriptions[0].path: must start with /, got "billing"`,
-			`subscriptions[0].consumer.prefetch: must be between 1 and 65535, got 0`,
+			`subscriptions[0].consumer.prefetch: must be between 1 and 65535, or 0 to follow the concurrency limit; got -1`,
 			`subscriptions[0].retry.tiers[1]: tiers must be in increasing order`,
 			`subscriptions[0].retry.onExpired: must be dlq or drop, got "keep"`,
 			`subscriptions[0].retry.outcomes`,
 			`subscriptions[0].bindings[0].routingKeys`,
 		}, nil},
 		{"inherited problem once", `
-consumer: {prefetch: 0}
+consumer: {prefetch: -1}
 subscriptions: [{queue: {name: a}}, {queue: {name: b}}]`, []string{"consumer.prefetch: must be between 1 and 65535"},
 			[]string{"subscriptions[0].consumer.prefetch", "subscriptions[1].consumer.prefetch"}},
 		{"exchange shared unlike", `

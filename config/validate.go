@@ -137,11 +137,11 @@ func (c *Config) validateOne() []error {
 		add("app.maxBodyBytes", "must not be negative")
 	}
 
-	if c.Consumer.Prefetch < 1 || c.Consumer.Prefetch > 65535 {
-		add("consumer.prefetch", "must be between 1 and 65535, got %d", c.Consumer.Prefetch)
+	if c.Consumer.Prefetch < 0 || c.Consumer.Prefetch > 65535 {
+		add("consumer.prefetch", "must be between 1 and 65535, or 0 to follow the concurrency limit; got %d", c.Consumer.Prefetch)
 	}
-	if c.Consumer.Workers < 0 {
-		add("consumer.workers", "must not be negative (0 means = prefetch)")
+	if c.Consumer.Workers < 0 || c.Consumer.Workers > 32767 {
+		add("consumer.workers", "must be between 1 and 32767, or 0 for the default; got %d", c.Consumer.Workers)
 	}
 	if c.Consumer.Workers > c.Consumer.Prefetch && c.Consumer.Prefetch > 0 && !c.Consumer.Ordered {
 		add("consumer.workers", "more workers (%d) than prefetch (%d) would sit idle", c.Consumer.Workers, c.Consumer.Prefetch)

@@ -68,12 +68,16 @@ type subscription struct {
 
 func (sub *subscription) name() string { return sub.cfg.Queue.Name }
 
-// prefetch is the consumer's QoS: one for an ordered queue.
+// prefetch is the consumer's QoS to start with: one for an ordered queue.
 func (sub *subscription) prefetch() int {
-	if sub.cfg.Consumer.Ordered {
-		return 1
-	}
-	return sub.cfg.Consumer.Prefetch
+	p, _, _ := sub.cfg.Concurrency()
+	return p
+}
+
+// follows says whether the queue's prefetch follows the concurrency limit.
+func (sub *subscription) follows() bool {
+	_, _, f := sub.cfg.Concurrency()
+	return f
 }
 
 func (sub *subscription) consuming() bool {
@@ -367,10 +371,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if cfg.Limiter.Enabled && !allOrdered(s.subs) {
 		lim = app.NewLimiter(client, app.LimiterOptions{
 			Max:              workers,
+			Initial:          initialLimit(s.subs),
 			LatencyTolerance: cfg.Limiter.LatencyTolerance,
 		})
 		s.limiter.Store(lim)
 		deliverer = lim
+		go followLimit(ctx, lim, s.subs)
 	}
 	if cfg.Breaker.Enabled {
 		br := app.NewBreaker(deliverer, app.BreakerOptions{
@@ -463,7 +469,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		App:                deliverer,
 		Pub:                pub,
 		Workers:            Workers(cfg),
-		Queue:              sub.prefetch(),
+		Queue:              sub.maxPrefetch(),
 		Quorum:             cfg.Queue.Type == "quorum",
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
 		MoveRetryMin:       cfg.Broker.MoveRetryMin.D(),
@@ -543,13 +549,8 @@ func (cs consumers) Resume(prefetch int) {
 
 // Workers is the number of concurrent deliveries the config asks for.
 func Workers(cfg *config.Config) int {
-	if cfg.Consumer.Ordered {
-		return 1
-	}
-	if cfg.Consumer.Workers > 0 {
-		return cfg.Consumer.Workers
-	}
-	return cfg.Consumer.Prefetch
+	_, w, _ := cfg.Concurrency()
+	return w
 }
 
 // prepareTopology declares or verifies every queue's topology once before

@@ -1,0 +1,65 @@
+package config
+
+// The concurrency a config asks for when it leaves prefetch and workers
+// unset. With the limiter on, the workers are a ceiling the adaptive limit
+// climbs toward only while the app keeps its latency; the limit starts
+// lower and a fast app reaches the ceiling within a few hundred answers.
+const (
+	// AutoWorkers is the ceiling of concurrent deliveries when prefetch
+	// follows the limit: an app that takes 20 ms per message needs about
+	// 200 in flight to keep up with one broker queue.
+	AutoWorkers = 256
+	// AutoInitial is where the limit starts when prefetch follows it.
+	AutoInitial = 32
+	// FixedWorkers is the concurrency when prefetch is unset and the limiter
+	// is off: nothing adapts, so it is a middle value that suits an app
+	// answering within a few milliseconds.
+	FixedWorkers = 64
+	// MinFollowPrefetch is the least prefetch a following consumer asks for.
+	MinFollowPrefetch = 20
+)
+
+// Concurrency is how a queue consumes: its initial prefetch, its workers
+// (the most deliveries at the app at once), and whether the prefetch
+// follows the concurrency limit while running.
+//
+//	consumer.ordered                   prefetch 1, 1 worker
+//	consumer.prefetch set              that prefetch, workers or = prefetch
+//	prefetch unset, limiter on         follows: about 2 × the limit, from 20
+//	                                   up to 2 × workers (default 256)
+//	prefetch unset, limiter off        2 × workers (default 64)
+func (c *Config) Concurrency() (prefetch, workers int, follow bool) {
+	switch {
+	case c.Consumer.Ordered:
+		return 1, 1, false
+	case c.Consumer.Prefetch > 0:
+		workers = c.Consumer.Workers
+		if workers <= 0 {
+			workers = c.Consumer.Prefetch
+		}
+		return c.Consumer.Prefetch, workers, false
+	case c.Limiter.Enabled:
+		workers = c.Consumer.Workers
+		if workers <= 0 {
+			workers = AutoWorkers
+		}
+		return FollowPrefetch(min(AutoInitial, workers), workers), workers, true
+	}
+	workers = c.Consumer.Workers
+	if workers <= 0 {
+		workers = FixedWorkers
+	}
+	return min(2*workers, 65535), workers, false
+}
+
+// FollowPrefetch is the prefetch for a queue whose share of the
+// concurrency limit is limit: twice it, so that a freed slot finds the next
+// delivery already in Hopper instead of waiting a broker round trip, but
+// not more, so that messages do not pile up in Hopper's memory behind an
+// app that slowed down. It stays between MinFollowPrefetch and twice the
+// queue's workers.
+func FollowPrefetch(limit, workers int) int {
+	p := 2 * limit
+	p = min(p, 2*workers, 65535)
+	return max(p, MinFollowPrefetch)
+}

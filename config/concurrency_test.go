@@ -1,0 +1,49 @@
+package config_test
+
+import (
+	"testing"
+
+	"github.com/hopper-sidecar/hopper/config"
+)
+
+func TestConcurrency(t *testing.T) {
+	cases := []struct {
+		name              string
+		set               func(c *config.Config)
+		prefetch, workers int
+		follow            bool
+	}{
+		{"defaults follow the limit", func(*config.Config) {}, 2 * config.AutoInitial, config.AutoWorkers, true},
+		{"workers set, prefetch follows", func(c *config.Config) { c.Consumer.Workers = 8 }, config.MinFollowPrefetch, 8, true},
+		{"prefetch fixes it", func(c *config.Config) { c.Consumer.Prefetch = 50 }, 50, 50, false},
+		{"prefetch and workers", func(c *config.Config) { c.Consumer.Prefetch, c.Consumer.Workers = 200, 64 }, 200, 64, false},
+		{"no limiter", func(c *config.Config) { c.Limiter.Enabled = false }, 2 * config.FixedWorkers, config.FixedWorkers, false},
+		{"ordered", func(c *config.Config) { c.Consumer.Ordered = true; c.Consumer.Prefetch = 50 }, 1, 1, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			tc.set(&c)
+			p, w, f := c.Concurrency()
+			if p != tc.prefetch || w != tc.workers || f != tc.follow {
+				t.Errorf("Concurrency() = %d, %d, %v; want %d, %d, %v", p, w, f, tc.prefetch, tc.workers, tc.follow)
+			}
+		})
+	}
+}
+
+func TestFollowPrefetch(t *testing.T) {
+	cases := []struct{ limit, workers, want int }{
+		{1, 256, config.MinFollowPrefetch}, // a limit cut to 1 still keeps a few buffered
+		{32, 256, 64},
+		{200, 256, 400},
+		{256, 256, 512}, // at the ceiling
+		{300, 256, 512}, // a shared limit above this queue's workers
+		{5, 4, config.MinFollowPrefetch},
+	}
+	for _, c := range cases {
+		if got := config.FollowPrefetch(c.limit, c.workers); got != c.want {
+			t.Errorf("FollowPrefetch(%d, %d) = %d, want %d", c.limit, c.workers, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package sidecar
+
+import (
+	"context"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+)
+
+// followEvery is how often a following prefetch is compared with the
+// concurrency limit. The limit moves by at most one step per window of
+// answers, so twice a second keeps up without churning consumers.
+const followEvery = 500 * time.Millisecond
+
+// maxPrefetch is the most deliveries the queue can hold at once: the
+// hand-off buffer to its workers is sized for it.
+func (sub *subscription) maxPrefetch() int {
+	p, w, follow := sub.cfg.Concurrency()
+	if follow {
+		return config.FollowPrefetch(w, w)
+	}
+	return p
+}
+
+// initialLimit is where the shared concurrency limit starts: each queue
+// whose prefetch follows the limit brings its starting share, every other
+// queue its workers. A fixed configuration gets its full concurrency from
+// the first message; a following one ramps up from a modest start, so an
+// app that cannot take hundreds of requests at once never sees them.
+func initialLimit(subs []*subscription) int {
+	n := 0
+	for _, sub := range subs {
+		_, w, follow := sub.cfg.Concurrency()
+		if follow {
+			w = min(w, config.AutoInitial)
+		}
+		n += w
+	}
+	return n
+}
+
+// followLimit keeps each following queue's prefetch at about twice its
+// share of the concurrency limit until ctx ends. The limit is shared by all
+// queues, each gets an equal share of it.
+func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subscription) {
+	var follow []*subscription
+	for _, sub := range subs {
+		if sub.follows() {
+			follow = append(follow, sub)
+		}
+	}
+	if len(follow) == 0 {
+		return
+	}
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		share := max(1, lim.Limit()/len(subs))
+		for _, sub := range follow {
+			c := sub.cons.Load()
+			if c == nil {
+				continue
+			}
+			_, w, _ := sub.cfg.Concurrency()
+			if p, change := nextPrefetch(c.Prefetch(), config.FollowPrefetch(share, w)); change {
+				c.SetPrefetch(p)
+			}
+		}
+	}
+}
+
+// nextPrefetch says whether a consumer running with cur should move to
+// want. A new prefetch costs a new broker consumer, so small moves of the
+// limit are ignored: it changes when want is half again as large, or half
+// as large or less.
+func nextPrefetch(cur, want int) (int, bool) {
+	if cur <= 0 {
+		return want, want > 0
+	}
+	if want >= cur+cur/2 || want <= cur/2 {
+		return want, true
+	}
+	return cur, false
+}
