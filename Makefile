@@ -100,7 +100,9 @@ docker-check:
 
 ## bench: Hopper against the raw amqp091-go limit on a private RabbitMQ node,
 ## and a healthy queue alone against beside a poison-heavy one in one Hopper
-## (the "bench: fair" line); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
+## (the "bench: fair" line), Hopper at its own defaults against the raw limit
+## (the "bench: defaults" line) and against fixed settings on a 20ms app (the
+## "bench: slow20ms" line); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
 ## and BENCHFLAGS="--n 20000 --runs 1 --paths fair"
 BENCHFLAGS ?=
 bench: deps

@@ -9,8 +9,10 @@ import (
 
 // followEvery is how often a following prefetch is compared with the
 // concurrency limit. The limit moves by at most one step per window of
-// answers, so twice a second keeps up without churning consumers.
-const followEvery = 500 * time.Millisecond
+// answers; a change needs the prefetch off by half, so checking often
+// follows a climbing limit within a few hundred milliseconds without
+// churning consumers.
+const followEvery = 100 * time.Millisecond
 
 // maxPrefetch is the most deliveries the queue can hold at once: the
 // hand-off buffer to its workers is sized for it.

@@ -33,6 +33,9 @@ const (
 	// is how the app tells a healthy message from a poison one.
 	healthyPath = "/healthy"
 	poisonPath  = "/poison"
+	// slowPath is answered like appPath, but only after slowDelay: the slow
+	// path's app, which takes its time as real apps do.
+	slowPath = "/slow"
 )
 
 // mode is how the app answers.
@@ -182,6 +185,11 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := time.Now()
+	arrived := now // the first request's arrival starts the run
+	if string(ctx.Path()) == slowPath {
+		time.Sleep(slowDelay)
+		now = time.Now() // a slow message is final when answered, after the delay
+	}
 	if r.mode == modeFair {
 		switch string(ctx.Path()) {
 		case healthyPath:
@@ -196,7 +204,7 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	r.total.Add(1)
-	if r.first.Load() == 0 && r.first.CompareAndSwap(0, now.UnixNano()) {
+	if r.first.Load() == 0 && r.first.CompareAndSwap(0, arrived.UnixNano()) {
 		r.poisonAtFirst.Store(r.poison.Load())
 		if r.onFirst != nil {
 			r.onFirst()

@@ -60,13 +60,13 @@ func benchMain(args []string) int {
 	var o options
 	fs := flag.NewFlagSet("hopperbench", flag.ExitOnError)
 	fs.IntVar(&o.n, "n", 100_000, "backlog size per run (messages) of the happy path")
-	fs.IntVar(&o.nMoves, "n-moves", 20_000, "backlog size per run of the retry and dlq paths, which the broker's dead-lettering and confirms make 3-5x slower (0: --n)")
+	fs.IntVar(&o.nMoves, "n-moves", 20_000, "backlog size per run of the retry and dlq paths, which the broker's dead-lettering and confirms make 3-5x slower, and of the slow path (0: --n)")
 	fs.IntVar(&o.size, "size", 256, "message body size (bytes)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per consumer and path (the median is reported)")
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper; alone, it skips the latency test)")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings); fair and slow alone skip the latency test")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
@@ -82,11 +82,13 @@ func benchMain(args []string) int {
 	_ = fs.Parse(args)
 	for _, p := range strings.Split(*paths, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			if _, err := parseMode(p); err != nil || p == "latency" {
-				fmt.Fprintf(os.Stderr, "hopperbench: unknown path %q\n", p)
+			if _, err := pathMode(p); err != nil {
+				fmt.Fprintf(os.Stderr, "hopperbench: %v\n", err)
 				return 2
 			}
-			o.paths = append(o.paths, p)
+			if !slices.Contains(o.paths, p) {
+				o.paths = append(o.paths, p)
+			}
 		}
 	}
 	if o.latMode != "paired" && o.latMode != "alternate" {
@@ -209,11 +211,90 @@ func buildHopper(dir string) (string, error) {
 	return bin, nil
 }
 
+// consumerSetting is the concurrency Hopper is configured with. The zero
+// value writes no consumer or limiter key at all, so that Hopper runs at
+// its own defaults, whatever the binary under test makes them.
+type consumerSetting struct {
+	prefetch, workers int
+	// fixed turns the adaptive concurrency limit off, so that workers is
+	// the concurrency for the whole run rather than its ceiling.
+	fixed bool
+}
+
+func (cs consumerSetting) isDefault() bool { return cs == consumerSetting{} }
+
+// String names the setting in tables and logs: "defaults" or
+// "prefetch/workers".
+func (cs consumerSetting) String() string {
+	if cs.isDefault() {
+		return "defaults"
+	}
+	return fmt.Sprintf("%d/%d", cs.prefetch, cs.workers)
+}
+
+// tag names the setting in queue and file names, which take no slash.
+func (cs consumerSetting) tag() string {
+	if cs.isDefault() {
+		return "defaults"
+	}
+	return fmt.Sprintf("p%dw%d", cs.prefetch, cs.workers)
+}
+
+// yaml is the setting's part of Hopper's config: nothing for the defaults.
+func (cs consumerSetting) yaml() string {
+	if cs.isDefault() {
+		return ""
+	}
+	s := fmt.Sprintf("consumer:\n  prefetch: %d\n  workers: %d\n", cs.prefetch, cs.workers)
+	if cs.fixed {
+		s += "limiter:\n  enabled: false\n"
+	}
+	return s
+}
+
+// check tells whether cfg, loaded by Hopper's own config code, holds the
+// setting, so that a renamed key cannot turn a fixed setting into a
+// default one without the bench noticing.
+func (cs consumerSetting) check(cfg *config.Config) error {
+	if cs.isDefault() {
+		return nil
+	}
+	if cfg.Consumer.Prefetch != cs.prefetch || cfg.Consumer.Workers != cs.workers {
+		return fmt.Errorf("consumer prefetch/workers %d/%d, want %s", cfg.Consumer.Prefetch, cfg.Consumer.Workers, cs)
+	}
+	if cs.fixed && cfg.Limiter.Enabled {
+		return errors.New("limiter enabled, want it off")
+	}
+	return nil
+}
+
+// spec is one consumer run: which consumer, on which queue, how the app
+// answers and the config Hopper gets. The raw worker takes --prefetch and
+// --workers and posts to appPath whatever the spec says; it is given the
+// Hopper config only to declare the same topology.
+type spec struct {
+	tag      string          // queue, config and log name
+	kind     string          // "hopper" or "raw"
+	mode     mode            // how the app answers
+	appPath  string          // the path of the app URL Hopper posts to
+	consumer consumerSetting // Hopper's concurrency
+	n        int             // backlog of a throughput run
+}
+
+// newSpec is a run of kind at the bench's own settings: the app's message
+// path, --prefetch and --workers (the limiter at its default, as shipped),
+// and the backlog of mode m.
+func (e *env) newSpec(tag, kind string, m mode) spec {
+	return spec{tag: tag, kind: kind, mode: m, appPath: appPath,
+		consumer: consumerSetting{prefetch: e.o.prefetch, workers: e.o.workers}, n: e.o.backlog(m)}
+}
+
 // hopperConfig is the config Hopper runs with; the raw worker gets the same
-// prefetch, workers, publish channels and queues.
-func (e *env) hopperConfig(queue string, m mode) string {
+// prefetch, workers (unless s leaves them to Hopper), publish channels and
+// queues.
+func (e *env) hopperConfig(s spec) string {
 	failures := 5
-	if m == modeRetry {
+	if s.mode == modeRetry {
 		failures = retryBreakerFailures
 	}
 	return fmt.Sprintf(`broker:
@@ -226,10 +307,7 @@ topology:
 app:
   url: %q
   healthPath: %s
-consumer:
-  prefetch: %d
-  workers: %d
-retry:
+%sretry:
   tiers: [%q]
 breaker:
   failures: %d
@@ -238,21 +316,24 @@ admin:
 log:
   level: info
   format: json
-`, e.url, e.o.pubChannels, queue, e.app.url+appPath, healthPath, e.o.prefetch, e.o.workers,
+`, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, s.consumer.yaml(),
 		config.FormatDuration(e.o.tier), failures)
 }
 
-// prepare writes the config for queue, loads it with Hopper's own config
-// code and declares the topology Hopper would declare, so both consumers
-// see the same queues with the same arguments.
-func (e *env) prepare(queue string, m mode) (string, *topology.Plan, error) {
-	path := filepath.Join(e.dir, queue+".yaml")
-	if err := os.WriteFile(path, []byte(e.hopperConfig(queue, m)), 0o644); err != nil {
+// prepare writes the config of s, loads it with Hopper's own config code
+// and declares the topology Hopper would declare, so both consumers see the
+// same queues with the same arguments.
+func (e *env) prepare(s spec) (string, *topology.Plan, error) {
+	path := filepath.Join(e.dir, s.tag+".yaml")
+	if err := os.WriteFile(path, []byte(e.hopperConfig(s)), 0o644); err != nil {
 		return "", nil, err
 	}
 	cfg, _, err := config.Load(path, nil)
 	if err == nil {
 		err = cfg.Validate()
+	}
+	if err == nil {
+		err = s.consumer.check(&cfg)
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("bench config: %w", err)
@@ -338,33 +419,67 @@ type runResult struct {
 
 // backlog is the backlog size of a path.
 func (o *options) backlog(m mode) int {
-	if (m == modeRetry || m == modeDLQ) && o.nMoves > 0 {
+	if m == modeRetry || m == modeDLQ {
+		return o.shortBacklog()
+	}
+	return o.n
+}
+
+// shortBacklog is the backlog of the paths whose messages take far longer
+// to settle than a happy one (retry, dlq, slow): --n-moves, or --n if 0.
+func (o *options) shortBacklog() int {
+	if o.nMoves > 0 {
 		return o.nMoves
 	}
 	return o.n
 }
 
+// pathMode is the app mode of a throughput path: defaults is the happy
+// path with another Hopper config, slow the happy path on slowPath.
+func pathMode(p string) (mode, error) {
+	switch p {
+	case "defaults", "slow":
+		return modeOK, nil
+	case "latency": // a mode of the app, not a path: the latency test always runs
+		return 0, fmt.Errorf("unknown path %q", p)
+	}
+	m, err := parseMode(p)
+	if err != nil {
+		return 0, fmt.Errorf("unknown path %q", p)
+	}
+	return m, nil
+}
+
 // per100k scales a CPU time spent on n messages to 100,000 messages.
 func per100k(d time.Duration, n int) float64 { return d.Seconds() * 100_000 / float64(n) }
 
-// throughput drains one backlog with one consumer.
+// throughput drains one backlog with one consumer, on a path that compares
+// Hopper with the raw worker.
 func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
-	m, _ := parseMode(pathName)
-	tag := fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run)
-	cfgPath, plan, err := e.prepare(tag, m)
+	m, _ := pathMode(pathName)
+	s := e.newSpec(fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run), kind, m)
+	if pathName == "defaults" && kind == "hopper" {
+		s.consumer = consumerSetting{}
+	}
+	return e.drain(s)
+}
+
+// drain publishes the backlog of s and measures its consumer draining it.
+func (e *env) drain(s spec) (runResult, error) {
+	kind, n := s.kind, s.n
+	cfgPath, plan, err := e.prepare(s)
 	if err != nil {
 		return runResult{}, err
 	}
 	defer e.deleteQueues(plan)
 	ctx, cancel := context.WithTimeout(context.Background(), e.o.runTimeout)
 	defer cancel()
-	n := e.o.backlog(m)
 	pub, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", n, e.o.size)
 	if err != nil {
 		return runResult{}, fmt.Errorf("publish backlog: %w", err)
 	}
 
-	mr, err := e.startMeasured(m, int64(n), kind, cfgPath, plan, tag)
+	mr, err := e.startMeasured(s.mode, int64(n), kind, cfgPath, plan, s.tag)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -391,15 +506,15 @@ func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 	if err := c.stop(30 * time.Second); err != nil {
 		return res, err
 	}
-	return res, e.verify(plan, m)
+	return res, e.verify(plan, s)
 }
 
 // verify checks, after the consumer has stopped (so nothing is unacked),
 // that every message was settled where it should be: nothing lost.
-func (e *env) verify(plan *topology.Plan, m mode) error {
+func (e *env) verify(plan *topology.Plan, s spec) error {
 	want := map[string]int{plan.Work.Name: 0, plan.Tiers[0].Name: 0, plan.DLQ.Name: 0}
-	if m == modeDLQ {
-		want[plan.DLQ.Name] = e.o.backlog(m)
+	if s.mode == modeDLQ {
+		want[plan.DLQ.Name] = s.n
 	}
 	for _, q := range plan.Queues() {
 		got, err := e.depth(q.Name)
@@ -436,13 +551,13 @@ func (e *env) latency() (raw, hop []time.Duration, err error) {
 	e.app.run.Store(warm)
 	defer e.app.run.Store(nil)
 	for i, kind := range kinds {
-		tag := "bench-latency-" + kind
-		cfgPath, plan, err := e.prepare(tag, modeLatency)
+		s := e.newSpec("bench-latency-"+kind, kind, modeLatency)
+		cfgPath, plan, err := e.prepare(s)
 		if err != nil {
 			return nil, nil, err
 		}
 		defer e.deleteQueues(plan)
-		c, err := e.startConsumer(kind, cfgPath, plan, tag)
+		c, err := e.startConsumer(kind, cfgPath, plan, s.tag)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -563,15 +678,17 @@ type report struct {
 	pairs   []time.Duration // paired latency: hopper − raw per tick, sorted
 	// fair path: healthy drains alone and beside poison, run by run
 	fairAlone, fairBeside []fairResult
+	// slow path: Hopper's defaults first, then each fixed setting
+	slow []slowSeries
 }
 
 // rawPaths are the paths that compare Hopper with the raw worker: every
-// one but fair, which compares Hopper with itself. The latency test belongs
-// to them, so --paths fair runs the fair path only.
+// one but fair and slow, which compare Hopper with itself. The latency test
+// belongs to them, so --paths fair,slow runs those two paths only.
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" {
+		if p != "fair" && p != "slow" {
 			out = append(out, p)
 		}
 	}
@@ -582,9 +699,16 @@ func (e *env) bench() (*report, error) {
 	rep := &report{o: e.o, paths: map[string]map[string][]runResult{}, lat: map[string][]time.Duration{}, started: time.Now(), load0: loadAvg()}
 	kinds := []string{"raw", "hopper"}
 	for _, p := range e.o.paths {
-		if p == "fair" {
+		switch p {
+		case "fair":
 			var err error
 			if rep.fairAlone, rep.fairBeside, err = e.fairness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "slow":
+			var err error
+			if rep.slow, err = e.slowness(); err != nil {
 				return nil, err
 			}
 			continue
@@ -597,10 +721,7 @@ func (e *env) bench() (*report, error) {
 					return nil, fmt.Errorf("%s path, %s run %d: %w", p, kind, run, err)
 				}
 				rep.paths[p][kind] = append(rep.paths[p][kind], res)
-				logf("%-5s %-6s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k",
-					p, kind, run, e.o.runs, res.rate, res.n, res.elapsed.Round(time.Millisecond), res.publish.Round(time.Millisecond),
-					per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n))
-				logf("      other processes on the machine used %.2f cores during the run (load %s)", res.others, loadAvg())
+				logRun(p, kind, run, e.o.runs, res)
 			}
 		}
 	}
@@ -621,6 +742,15 @@ func (e *env) bench() (*report, error) {
 	return rep, nil
 }
 
+// logRun reports one drain on standard error as it ends; who names the
+// consumer (raw, hopper, or a setting of Hopper's).
+func logRun(path, who string, run, runs int, res runResult) {
+	logf("%-8s %-8s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k",
+		path, who, run, runs, res.rate, res.n, res.elapsed.Round(time.Millisecond), res.publish.Round(time.Millisecond),
+		per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n))
+	logf("      other processes on the machine used %.2f cores during the run (load %s)", res.others, loadAvg())
+}
+
 func rates(rs []runResult) []float64 {
 	out := make([]float64, len(rs))
 	for i, r := range rs {
@@ -637,6 +767,12 @@ func cpus(rs []runResult, f func(runResult) time.Duration) []float64 {
 	return out
 }
 
+// consumerCPU is the median consumer CPU of runs, in seconds per 100,000
+// messages.
+func consumerCPU(rs []runResult) float64 {
+	return summarize(cpus(rs, func(r runResult) time.Duration { return r.cpu })).med
+}
+
 func maxHWM(rs []runResult) float64 {
 	var m int64
 	for _, r := range rs {
@@ -648,13 +784,13 @@ func maxHWM(rs []runResult) float64 {
 // print writes the results and the final line; it reports whether every
 // target was met.
 func (rep *report) print(w io.Writer, o *options) bool {
-	fmt.Fprintf(w, "\nhopperbench: backlog %d (retry, dlq: %d) x %d B persistent (classic queue), prefetch %d, workers %d, publish channels %d, %d run(s) per consumer, %d CPUs, %s\n",
+	fmt.Fprintf(w, "\nhopperbench: backlog %d (retry, dlq, slow: %d) x %d B persistent (classic queue), prefetch %d, workers %d, publish channels %d, %d run(s) per consumer, %d CPUs, %s\n",
 		o.n, o.backlog(modeDLQ), o.size, o.prefetch, o.workers, o.pubChannels, o.runs, runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(w, "rates are messages/s of backlog (retry: each message delivered twice); CPU is seconds per 100,000 backlog messages\n")
 	fmt.Fprintf(w, "(cpu: the consumer process; broker: beam.smp; app: this process; others: cores other processes of the machine kept busy meanwhile)\n")
 	fmt.Fprintf(w, "load average at start %s, at end %s\n\n", rep.load0, loadAvg())
 	if len(o.rawPaths()) > 0 {
-		fmt.Fprintf(w, "%-6s %-7s %9s %9s %9s %10s %10s %10s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "others")
+		fmt.Fprintf(w, "%-8s %-7s %9s %9s %9s %10s %10s %10s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "others")
 	}
 	ok := true
 	var happyH, happyR summary
@@ -674,11 +810,10 @@ func (rep *report) print(w io.Writer, o *options) bool {
 				}
 				return xs
 			}())
-			fmt.Fprintf(w, "%-6s %-7s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.2f\n", p, k, s.med, s.min, s.max, c.med, bc.med, ac.med, maxHWM(rs), oc.med)
+			fmt.Fprintf(w, "%-8s %-7s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.2f\n", p, k, s.med, s.min, s.max, c.med, bc.med, ac.med, maxHWM(rs), oc.med)
 		}
 		h, r := summarize(rates(byKind["hopper"])), summarize(rates(byKind["raw"]))
-		hc := summarize(cpus(byKind["hopper"], func(r runResult) time.Duration { return r.cpu })).med
-		rc := summarize(cpus(byKind["raw"], func(r runResult) time.Duration { return r.cpu })).med
+		hc, rc := consumerCPU(byKind["hopper"]), consumerCPU(byKind["raw"])
 		var pairs []string
 		var pairRatios []float64
 		for i := range byKind["hopper"] {
@@ -686,7 +821,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 			pairRatios = append(pairRatios, pr)
 			pairs = append(pairs, fmt.Sprintf("%.3f", pr))
 		}
-		fmt.Fprintf(w, "%-6s ratio   %9.3f (hopper/raw medians; per run pair: %s, their median %.3f)   cpu ratio %.2f\n",
+		fmt.Fprintf(w, "%-8s ratio   %9.3f (hopper/raw medians; per run pair: %s, their median %.3f)   cpu ratio %.2f\n",
 			p, h.med/r.med, strings.Join(pairs, " "), summarize(pairRatios).med, hc/rc)
 		// When the machine is CPU-bound, throughput is cores / CPU per
 		// message of everything on the path (consumer + broker + app); this
@@ -695,7 +830,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 			rs := byKind[k]
 			return summarize(cpus(rs, func(r runResult) time.Duration { return r.cpu + r.broker + r.appCPU })).med
 		}
-		fmt.Fprintf(w, "%-6s cpu-bound model: consumer+broker+app %.2f (raw) vs %.2f (hopper) cpu_s/100k -> ratio %.3f\n\n",
+		fmt.Fprintf(w, "%-8s cpu-bound model: consumer+broker+app %.2f (raw) vs %.2f (hopper) cpu_s/100k -> ratio %.3f\n\n",
 			p, total("raw"), total("hopper"), total("raw")/total("hopper"))
 		if p == "happy" {
 			happyH, happyR, happyRSS, cpuRatio = h, r, maxHWM(byKind["hopper"]), hc/rc
@@ -730,11 +865,18 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.fairAlone) > 0 {
 		rep.printFair(w, o)
 	}
+	if len(rep.slow) > 0 {
+		rep.printSlow(w, o)
+	}
 
-	// The fair line comes just before the final line, which stays last.
-	if happyR.med == 0 && len(rep.fairAlone) > 0 {
+	// The other paths' lines come just before the final line, which stays
+	// last.
+	lines := rep.pathLines()
+	if happyR.med == 0 && len(lines) > 0 {
 		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
-		fmt.Fprintln(w, rep.fairLine())
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
 	}
 	if happyR.med > 0 {
 		ratio := happyH.med / happyR.med
@@ -759,8 +901,8 @@ func (rep *report) print(w io.Writer, o *options) bool {
 		check("hopper peak RSS <= 30 MB", happyRSS <= targetRSSMB, "%.1f MiB", happyRSS)
 		check("hopper CPU/100k <= 1.2x raw", cpuRatio <= targetCPURatio, "%.2fx", cpuRatio)
 		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
-		if len(rep.fairAlone) > 0 {
-			fmt.Fprintln(w, rep.fairLine())
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
 		}
 		p99 := "n/a" // latency test skipped (--lat-rate 0)
 		if len(rep.lat["raw"]) > 0 {
@@ -770,6 +912,33 @@ func (rep *report) print(w io.Writer, o *options) bool {
 			happyH.med, happyR.med, ratio, p99, happyRSS)
 	}
 	return ok
+}
+
+// pathLines are the summary lines of the paths that have one besides the
+// happy path (fair, defaults, slow), in --paths order.
+func (rep *report) pathLines() []string {
+	var out []string
+	for _, p := range rep.o.paths {
+		switch p {
+		case "fair":
+			out = append(out, rep.fairLine())
+		case "defaults":
+			out = append(out, rep.defaultsLine())
+		case "slow":
+			out = append(out, rep.slowLine())
+		}
+	}
+	return out
+}
+
+// defaultsLine is the defaults path's summary line: Hopper at its own
+// defaults against the raw worker at --prefetch/--workers. The CPU ratio is
+// of the medians of CPU per message, which do not depend on the rate.
+func (rep *report) defaultsLine() string {
+	byKind := rep.paths["defaults"]
+	h, r := summarize(rates(byKind["hopper"])).med, summarize(rates(byKind["raw"])).med
+	return fmt.Sprintf("bench: defaults hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f",
+		h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]))
 }
 
 // cpuMark is the CPU time the consumer, the broker, this process (the app)

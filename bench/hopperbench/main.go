@@ -2,9 +2,10 @@
 // machine, in one run, on one private RabbitMQ node (internal/testbroker).
 //
 // For each path (happy: every message answered 200; retry: 503 once, then
-// 200 after a short delay tier; dlq: every message answered 400) and each
-// run, it pre-publishes a backlog (persistent, with confirms, to a classic
-// queue) and drains it twice, alternating:
+// 200 after a short delay tier; dlq: every message answered 400; defaults:
+// happy, with Hopper at its own defaults, see below) and each run, it
+// pre-publishes a backlog (persistent, with confirms, to a classic queue)
+// and drains it twice, alternating:
 //
 //   - raw: `hopperbench raw-worker`, a plain amqp091-go consumer with manual
 //     acks at the same prefetch, with the same number of workers each doing
@@ -37,20 +38,45 @@
 // alone, both medians of the same invocation. `--paths fair` runs it alone,
 // without the latency test.
 //
+// The defaults path is the happy path with no consumer or limiter key in
+// Hopper's config, so Hopper runs at whatever its binary's defaults are,
+// against the raw worker at --prefetch and --workers as on the other
+// paths: it tells what a user who leaves concurrency alone gets against a
+// consumer tuned for the app. Its line is
+//
+//	bench: defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//
+// where cpu_ratio is Hopper's CPU per message over the raw worker's (both
+// medians) and rss_mb Hopper's peak RSS.
+//
+// The slow path tells whether those defaults suit an app that takes its
+// time: the app answers every message 200 after 20ms (path /slow), and each
+// run drains a backlog of --n-moves messages with one Hopper, no raw
+// worker, at its defaults and at fixed prefetch/workers of 200/64, 400/200
+// and 800/400 (each with the limiter off, so the concurrency stays fixed),
+// in turn. Its line is
+//
+//	bench: slow20ms defaults=R1/s best_fixed=R2/s (prefetch P/workers W) ratio=X
+//
+// where best_fixed is the highest median rate of the fixed settings (P/W
+// being that setting) and ratio = defaults / best_fixed. `--paths slow`
+// runs it alone, without the latency test.
+//
 // On a machine shared with other work, throughput and tail latency vary from
 // run to run: the report shows how many cores other processes used during
 // each run, the CPU per message of consumer, broker and app (stable), and
 // a cpu-bound model ratio derived from them.
 //
-// The last line of standard output is
+// When the happy path ran, the last line of standard output is
 //
 //	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z
 //
-// and, when the fair path ran, the line before it is
+// and the lines of the fair path,
 //
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
 //
-// (the last line when the happy path did not run).
+// and of the defaults and slow paths come just before it, those that ran,
+// in --paths order (and last when the happy path did not run).
 //
 // Subcommands (used by the benchmark itself, or for profiling):
 //

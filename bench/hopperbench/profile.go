@@ -116,7 +116,7 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 	e := &env{o: o, b: b, url: b.URL(), app: &app{url: strings.TrimSpace(appURL)}, dir: out,
 		quiet: slog.New(slog.DiscardHandler)}
 	queue := "profile-" + appName
-	cfgPath, plan, err := e.prepare(queue, m)
+	cfgPath, plan, err := e.prepare(e.newSpec(queue, "hopper", m))
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func profilePerf(o *options, pathName string) error {
 	}
 	m, _ := parseMode(pathName)
 	tag := "perf-" + pathName
-	cfgPath, plan, err := e.prepare(tag, m)
+	cfgPath, plan, err := e.prepare(e.newSpec(tag, "hopper", m))
 	if err != nil {
 		return err
 	}
