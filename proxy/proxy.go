@@ -450,9 +450,10 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 			// The app died handling it: the new crash count must travel
 			// with the message, which a nack cannot do.
 			in.Crashes = dec.Crashes
-			p.republish(ctx, d, m, in)
-			p.log.Warn("the app died handling this message; returned with its crash count", "event", "APP_CRASHED",
-				"message_id", m.MessageID, "crashes", dec.Crashes, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
+			if p.republish(ctx, d, m, in) {
+				p.log.Warn("the app died handling this message; returned with its crash count", "event", "APP_CRASHED",
+					"message_id", m.MessageID, "crashes", dec.Crashes, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
+			}
 			return true
 		}
 		p.giveBack(ctx, d, m, in)
@@ -605,18 +606,20 @@ func (p *Loop) giveBack(ctx context.Context, d Delivery, m *msg.Message, in msg.
 
 // republish puts a copy of m, with the history in, back in the work queue,
 // then acks the delivery. When the publish fails the delivery is nacked
-// instead, the one way left to keep it.
-func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) {
+// instead, the one way left to keep it, and it reports false: the new
+// history was not kept.
+func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) bool {
 	if err := p.publish(ctx, p.o.Plan.Work.Name, msg.ReturnCopy(m, in), "return"); err != nil {
 		p.moveFailed("return")
 		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
 			"message_id", m.MessageID, "error", err.Error())
 		p.nack(d)
-		return
+		return false
 	}
 	if err := d.Ack(); err != nil {
 		p.settleFailed(m, "ack after return", err)
 	}
+	return true
 }
 
 func (p *Loop) nack(d Delivery) {

@@ -45,10 +45,14 @@ func initialLimit(subs []*subscription) int {
 // share of the concurrency limit until ctx ends. The limit is shared by all
 // queues, each gets an equal share of it.
 func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subscription) {
-	var follow []*subscription
+	type following struct {
+		sub     *subscription
+		workers int
+	}
+	var follow []following
 	for _, sub := range subs {
-		if sub.follows() {
-			follow = append(follow, sub)
+		if _, w, f := sub.cfg.Concurrency(); f {
+			follow = append(follow, following{sub, w})
 		}
 	}
 	if len(follow) == 0 {
@@ -63,13 +67,12 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 		case <-t.C:
 		}
 		share := max(1, lim.Limit()/len(subs))
-		for _, sub := range follow {
-			c := sub.cons.Load()
+		for _, f := range follow {
+			c := f.sub.cons.Load()
 			if c == nil {
 				continue
 			}
-			_, w, _ := sub.cfg.Concurrency()
-			if p, change := nextPrefetch(c.Prefetch(), config.FollowPrefetch(share, w)); change {
+			if p, change := nextPrefetch(c.Prefetch(), config.FollowPrefetch(share, f.workers)); change {
 				c.SetPrefetch(p)
 			}
 		}

@@ -74,12 +74,6 @@ func (sub *subscription) prefetch() int {
 	return p
 }
 
-// follows says whether the queue's prefetch follows the concurrency limit.
-func (sub *subscription) follows() bool {
-	_, _, f := sub.cfg.Concurrency()
-	return f
-}
-
 func (sub *subscription) consuming() bool {
 	c := sub.cons.Load()
 	return c != nil && c.Connected() && c.Active()
