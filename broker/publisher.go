@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,17 +28,21 @@ var (
 type PublisherOptions struct {
 	// Options are the connection's; Name defaults to "hopper-publisher".
 	Options
-	// Channels is the number of confirm-mode channels used in parallel.
-	// Default 1.
+	// Channels is the number of confirm-mode channels publishes are spread
+	// over. Default 1.
 	Channels int
+	// InFlight bounds the publishes awaiting their confirm on one channel.
+	// Default 256.
+	InFlight int
 	// ConfirmTimeout bounds the wait for the broker's confirm; a blocked
 	// connection restarts it. Default 15s.
 	ConfirmTimeout time.Duration
 }
 
 // Publisher publishes moves on its own connection, in confirm mode,
-// mandatory and persistent. Each channel carries one publish at a time, so a
-// basic.return is known to belong to the publish it precedes.
+// mandatory and persistent. Publishes are pipelined: many await their
+// confirm on one channel at once, each tracked by its sequence number, so
+// the broker confirms them in batches instead of one round trip each.
 type Publisher struct {
 	opts PublisherOptions
 
@@ -47,7 +52,9 @@ type Publisher struct {
 	urlIdx int
 	bo     backoff.Backoff
 	next   time.Time // no dial before this
-	pool   chan *pubChannel
+
+	slots []pubSlot
+	turn  atomic.Uint64 // round robin over slots
 
 	// blocked is closed while publishing is not blocked. Only the watcher
 	// of the current connection (blockedGen) may change it, so a watcher of
@@ -58,11 +65,42 @@ type Publisher struct {
 	blockEpoch atomic.Int64 // bumped on every block
 }
 
+// pubSlot holds one of the publisher's channels, reopened when it is lost.
+type pubSlot struct {
+	mu sync.Mutex
+	ch *pubChannel
+}
+
+// pubChannel is one confirm-mode channel and the publishes in flight on it.
 type pubChannel struct {
-	ch      *amqp.Channel
-	gen     int
+	ch   *amqp.Channel
+	gen  int
+	room chan struct{} // a token per publish awaiting its confirm
+
+	// closed is closed once the channel is; err then says why.
+	closed chan struct{}
+	err    error
+
+	// returns receives the broker's basic.return frames. The client
+	// library hands a return over before it reads the confirm that
+	// follows it, so once a publish's confirm is in, its return (if any)
+	// is in this buffer or already matched to its publish in pending.
+	// Every publish drains the buffer on its way out, under mu; the
+	// buffer is sized so that the client's reader never waits on it.
 	returns chan amqp.Return
-	closed  chan *amqp.Error
+	mu      sync.Mutex
+	pending map[*pendingPublish]struct{}
+
+	// retired channels take no new publishes; the last publish in flight
+	// on one closes it.
+	retired atomic.Bool
+}
+
+// pendingPublish is a publish awaiting its confirm.
+type pendingPublish struct {
+	exchange, key string
+	m             *msg.Message
+	returned      *amqp.Return
 }
 
 // NewPublisher returns a publisher that connects on first use.
@@ -70,17 +108,17 @@ func NewPublisher(o PublisherOptions) *Publisher {
 	if o.Channels < 1 {
 		o.Channels = 1
 	}
+	if o.InFlight < 1 {
+		o.InFlight = 256
+	}
 	if o.ConfirmTimeout <= 0 {
 		o.ConfirmTimeout = 15 * time.Second
 	}
 	if o.Name == "" {
 		o.Name = "hopper-publisher"
 	}
-	p := &Publisher{opts: o, pool: make(chan *pubChannel, o.Channels)}
+	p := &Publisher{opts: o, slots: make([]pubSlot, o.Channels)}
 	p.bo = backoff.Backoff{Min: o.ReconnectMin, Max: o.ReconnectMax}
-	for range o.Channels {
-		p.pool <- nil // a slot; the channel opens lazily
-	}
 	unblocked := make(chan struct{})
 	close(unblocked)
 	p.blocked = unblocked
@@ -104,40 +142,42 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	}
 	tctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
 	defer cancel()
-	var slot *pubChannel
-	select {
-	case slot = <-p.pool:
-	case <-tctx.Done():
-		return fmt.Errorf("wait for a publish channel: %w", tctx.Err())
+	pc, err := p.channel(tctx)
+	if err != nil {
+		return err
 	}
-	ok := false
+	select {
+	case pc.room <- struct{}{}:
+	case <-pc.closed:
+		return fmt.Errorf("publish channel closed: %w", pc.err)
+	case <-tctx.Done():
+		return fmt.Errorf("wait for room on a publish channel: %w", tctx.Err())
+	}
+	pp := &pendingPublish{exchange: exchange, key: key, m: m}
+	pc.mu.Lock()
+	pc.pending[pp] = struct{}{}
+	pc.mu.Unlock()
+	returned := func() *amqp.Return {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		pc.matchReturns()
+		delete(pc.pending, pp)
+		return pp.returned
+	}
 	defer func() {
-		if !ok && slot != nil {
-			// A channel whose confirm never came is in an unknown state.
-			slot.ch.Close()
-			slot = nil
-		}
-		p.pool <- slot
+		<-pc.room
+		pc.closeIfRetired()
 	}()
 
-	if slot == nil || slot.ch.IsClosed() || slot.gen != p.generation() {
-		var err error
-		if slot, err = p.openChannel(tctx); err != nil {
-			return err
-		}
-	}
-	// Drop a stale return left by an earlier publish that timed out.
-	for len(slot.returns) > 0 {
-		<-slot.returns
-	}
 	epoch := p.blockEpoch.Load()
 	// The write itself may stall while the broker blocks the connection
 	// (it stops reading); the confirm wait below starts after it.
-	dc, err := slot.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
 		true,  // mandatory: an unroutable copy must come back, not vanish
 		false, // immediate
 		toPublishing(m))
 	if err != nil {
+		returned()
 		return fmt.Errorf("publish to %q: %w", key, err)
 	}
 	timer := time.NewTimer(p.opts.ConfirmTimeout)
@@ -146,9 +186,11 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 		select {
 		case <-dc.Done():
 			waiting = false
-		case e := <-slot.closed:
-			return fmt.Errorf("publish channel closed before confirm: %w", amqpErr(e))
+		case <-pc.closed:
+			returned()
+			return fmt.Errorf("publish channel closed before confirm: %w", pc.err)
 		case <-ctx.Done():
+			returned()
 			return fmt.Errorf("publish to %q: %w", key, ctx.Err())
 		case <-timer.C:
 			if now := p.blockEpoch.Load(); now != epoch {
@@ -157,26 +199,100 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 				// full timeout again.
 				epoch = now
 				if err := p.waitUnblocked(ctx); err != nil {
+					returned()
 					return err
 				}
 				timer.Reset(p.opts.ConfirmTimeout)
 				continue
 			}
+			// A channel whose confirm never came is in an unknown state:
+			// close it, failing what else is in flight on it (each of
+			// those is put back by its caller, never lost).
+			returned()
+			pc.ch.Close()
 			return fmt.Errorf("publish to %q: %w after %s", key, ErrConfirmWait, p.opts.ConfirmTimeout)
 		}
 	}
-	// The reader goroutine delivers basic.return before the confirm it
-	// precedes, so a return for this publish is already in the buffer.
-	select {
-	case r := <-slot.returns:
+	if r := returned(); r != nil {
 		return fmt.Errorf("publish to %q: %w (%d %s)", key, ErrReturned, r.ReplyCode, r.ReplyText)
-	default:
 	}
 	if !dc.Acked() {
+		select {
+		case <-pc.closed: // the library fails what was in flight on a closed channel
+			return fmt.Errorf("publish channel closed before confirm: %w", pc.err)
+		default:
+		}
+		// A channel a queue has refused may go on being refused by it
+		// after the queue has room again (a quorum queue with
+		// overflow=reject-publish): publish the retry on a fresh one.
+		pc.retired.Store(true)
 		return fmt.Errorf("publish to %q: %w", key, ErrNacked)
 	}
-	ok = true
 	return nil
+}
+
+// closeIfRetired closes a retired channel once nothing is in flight on it.
+func (pc *pubChannel) closeIfRetired() {
+	if !pc.retired.Load() {
+		return
+	}
+	pc.mu.Lock()
+	idle := len(pc.pending) == 0
+	pc.mu.Unlock()
+	if idle {
+		pc.ch.Close()
+	}
+}
+
+// matchReturns hands each return in the buffer to the pending publish it
+// belongs to. A return carries no sequence number, so it is matched by
+// exchange, routing key, message id and body; the first unmatched publish
+// alike takes it. A return whose publish has already gone (given up on) is
+// dropped. Called with pc.mu held.
+func (pc *pubChannel) matchReturns() {
+	for {
+		select {
+		case r, ok := <-pc.returns:
+			if !ok {
+				return // the channel is closed
+			}
+			for pp := range pc.pending {
+				if pp.returned == nil && pp.exchange == r.Exchange && pp.key == r.RoutingKey &&
+					pp.m.MessageID == r.MessageId && bytes.Equal(pp.m.Body, r.Body) {
+					pp.returned = &r
+					break
+				}
+			}
+		default:
+			return
+		}
+	}
+}
+
+// channel picks the next channel in turn, opening it when it is not open on
+// the current connection.
+func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
+	s := &p.slots[(p.turn.Add(1)-1)%uint64(len(p.slots))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pc := s.ch; pc != nil && !pc.isClosed() && !pc.retired.Load() && pc.gen == p.generation() {
+		return pc, nil
+	}
+	pc, err := p.openChannel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.ch = pc
+	return pc, nil
+}
+
+func (pc *pubChannel) isClosed() bool {
+	select {
+	case <-pc.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 func amqpErr(e *amqp.Error) error {
@@ -205,12 +321,22 @@ func (p *Publisher) openChannel(ctx context.Context) (*pubChannel, error) {
 		ch.Close()
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
+	n := p.opts.InFlight
 	pc := &pubChannel{
-		ch:      ch,
-		gen:     gen,
-		returns: ch.NotifyReturn(make(chan amqp.Return, 1)),
-		closed:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+		ch:     ch,
+		gen:    gen,
+		room:   make(chan struct{}, n),
+		closed: make(chan struct{}),
+		// Returns of publishes given up on may wait here beside one per
+		// publish in flight until the next publish drains them.
+		returns: ch.NotifyReturn(make(chan amqp.Return, 4*n)),
+		pending: make(map[*pendingPublish]struct{}, n),
 	}
+	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		pc.err = amqpErr(<-notify)
+		close(pc.closed)
+	}()
 	return pc, nil
 }
 

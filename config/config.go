@@ -109,8 +109,9 @@ type Broker struct {
 	// broker's consumer_timeout (30m by default), past which the broker
 	// closes the channel. Default 10m.
 	MoveHoldMax Duration `yaml:"moveHoldMax"`
-	// PublishChannels is the number of confirm-mode channels used for moves
-	// in parallel. Default 8.
+	// PublishChannels is the number of confirm-mode channels moves are
+	// spread over; each carries up to 256 publishes awaiting their confirm.
+	// Default 8.
 	PublishChannels int `yaml:"publishChannels"`
 	// TLS applies to amqps:// URLs.
 	TLS TLS `yaml:"tls"`

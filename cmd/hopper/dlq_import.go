@@ -63,7 +63,8 @@ and tells how to resume with --skip.`,
 			defer stop()
 			pub := broker.NewPublisher(broker.PublisherOptions{
 				Options:        t.opts,
-				Channels:       opts.Parallel,
+				Channels:       1,
+				InFlight:       opts.Parallel,
 				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
 			})
 			rep, err := newProgress(cmd, "import to "+opts.To, progressMode)
@@ -95,7 +96,7 @@ and tells how to resume with --skip.`,
 	fs.StringVar(&file, "file", "", "file to read (JSON Lines from export; - for standard input)")
 	fs.StringVar(&to, "to", "", "queue to publish to (default: the DLQ)")
 	fs.IntVar(&opts.Skip, "skip", 0, "skip this many lines first (resume)")
-	fs.IntVar(&opts.Parallel, "parallel", 8, "publishes awaiting their confirm at once; 1 keeps the file's order exactly")
+	fs.IntVar(&opts.Parallel, "parallel", 64, "publishes awaiting their confirm at once; 1 keeps the file's order exactly")
 	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
 	registerProgress(fs, &progressMode)
 	return cmd

@@ -98,7 +98,8 @@ skipped ones included), 1 otherwise.`,
 			}
 			pub := broker.NewPublisher(broker.PublisherOptions{
 				Options:        t.opts,
-				Channels:       o.Parallel,
+				Channels:       1,
+				InFlight:       o.Parallel,
 				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
 			})
 			o.Bound = ex.Present()
@@ -158,7 +159,7 @@ skipped ones included), 1 otherwise.`,
 	fs.BoolVar(&o.ResetAttempts, "reset-attempts", false, "clear x-retry-count, x-requeue-count and the failure times: the message gets its full retry budget again")
 	fs.BoolVar(&o.ClearDeadline, "clear-deadline", false, "remove Hopper's deadline header (x-hopper-deadline) so an expired message is delivered again")
 	fs.IntVar(&o.MaxReplays, "max-replays", 5, "keep messages already replayed this many times (x-replay-count) in the DLQ; 0: no cap")
-	fs.IntVar(&o.Parallel, "parallel", 8, "publishes awaiting their confirm at once; 1 keeps the DLQ order exactly")
+	fs.IntVar(&o.Parallel, "parallel", 64, "publishes awaiting their confirm at once; 1 keeps the DLQ order exactly")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 5*time.Second, "stop when the DLQ hands out nothing for this long")
 	fs.DurationVar(&o.StallTimeout, "stall-timeout", time.Minute, "stop when nothing moves for this long (e.g. broker blocking publishes)")
 	fs.DurationVar(&timeout, "timeout", 0, "stop after this long in total (0: no limit); messages in flight finish")
