@@ -6,9 +6,11 @@ package config
 // lower and a fast app reaches the ceiling within a few hundred answers.
 const (
 	// AutoWorkers is the ceiling of concurrent deliveries when prefetch
-	// follows the limit: an app that takes 20 ms per message needs about
-	// 200 in flight to keep up with one broker queue.
-	AutoWorkers = 256
+	// follows the limit. An app that takes 20 ms per message needs 200 in
+	// flight for 10,000 messages/s, and more once its latency grows under
+	// the load; at 256 such an app drained a backlog about 13% slower than
+	// with 400 fixed workers.
+	AutoWorkers = 512
 	// AutoInitial is where the limit starts when prefetch follows it.
 	AutoInitial = 32
 	// FixedWorkers is the concurrency when prefetch is unset and the limiter
@@ -26,7 +28,7 @@ const (
 //	consumer.ordered                   prefetch 1, 1 worker
 //	consumer.prefetch set              that prefetch, workers or = prefetch
 //	prefetch unset, limiter on         follows: about 2 × the limit, from 20
-//	                                   up to 2 × workers (default 256)
+//	                                   up to 2 × workers (workers default 512)
 //	prefetch unset, limiter off        2 × workers (default 64)
 func (c *Config) Concurrency() (prefetch, workers int, follow bool) {
 	switch {

@@ -210,7 +210,7 @@ type Consumer struct {
 	// limit (see Concurrency). A number fixes it.
 	Prefetch int `yaml:"prefetch"`
 	// Workers is the most concurrent deliveries. Default 0: = prefetch when
-	// prefetch is set; 256 when prefetch follows the limit (64 without the
+	// prefetch is set; 512 when prefetch follows the limit (64 without the
 	// limiter).
 	Workers int `yaml:"workers"`
 	// Ordered delivers one message at a time (prefetch 1, one worker), and
@@ -301,7 +301,9 @@ type Limiter struct {
 	// Enabled turns it on. Default true.
 	Enabled bool `yaml:"enabled"`
 	// LatencyTolerance is how many times its usual latency the app may take
-	// before that counts as overload. Default 2.
+	// before that counts as overload. Default 3: at 2 a busy machine's own
+	// queueing (app, broker and Hopper sharing its cores) read as overload
+	// and held the limit below what the app could take.
 	LatencyTolerance float64 `yaml:"latencyTolerance"`
 }
 
@@ -358,7 +360,7 @@ func Default() Config {
 		},
 		Requeue:  Requeue{MinHold: Duration(time.Second), MaxHold: Duration(5 * time.Second), MaxRequeues: 100},
 		Breaker:  Breaker{Enabled: true, Failures: 5, OpenTimeout: Duration(5 * time.Second), ProbeInterval: Duration(time.Second)},
-		Limiter:  Limiter{Enabled: true, LatencyTolerance: 2},
+		Limiter:  Limiter{Enabled: true, LatencyTolerance: 3},
 		Shutdown: Shutdown{Grace: Duration(25 * time.Second)},
 		Admin:    Admin{Listen: ":9090"},
 		Log:      Log{Level: "info", Format: "json"},

@@ -110,7 +110,7 @@ var flagKeys = []struct {
 	{"app-url", "app.url", "URL the app receives messages on (app.url)", false},
 	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)", false},
 	{"prefetch", "consumer.prefetch", "AMQP prefetch, 0 = follows the concurrency limit (consumer.prefetch)", true},
-	{"workers", "consumer.workers", "most concurrent deliveries, 0 = prefetch if set, else 256 (consumer.workers)", true},
+	{"workers", "consumer.workers", "most concurrent deliveries, 0 = prefetch if set, else 512 (consumer.workers)", true},
 	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)", true},
 	{"log-level", "log.level", "debug, info, warn or error (log.level)", false},
 	{"log-format", "log.format", "json or text (log.format)", false},
