@@ -908,22 +908,22 @@ func (rep *report) print(w io.Writer, o *options) bool {
 		if len(rep.lat["raw"]) > 0 {
 			p99 = fmt.Sprintf("%.3f", p99Added)
 		}
-		fmt.Fprintf(w, "bench: hopper=%.0f/s raw=%.0f/s ratio=%.3f p99_added_ms=%s rss_mb=%.1f\n",
-			happyH.med, happyR.med, ratio, p99, happyRSS)
+		fmt.Fprintf(w, "bench: hopper=%.0f/s raw=%.0f/s ratio=%.3f p99_added_ms=%s rss_mb=%.1f cpu_ratio=%.2f\n",
+			happyH.med, happyR.med, ratio, p99, happyRSS, cpuRatio)
 	}
 	return ok
 }
 
 // pathLines are the summary lines of the paths that have one besides the
-// happy path (fair, defaults, slow), in --paths order.
+// happy path (retry, dlq, fair, defaults, slow), in --paths order.
 func (rep *report) pathLines() []string {
 	var out []string
 	for _, p := range rep.o.paths {
 		switch p {
+		case "retry", "dlq", "defaults":
+			out = append(out, rep.rawPathLine(p))
 		case "fair":
 			out = append(out, rep.fairLine())
-		case "defaults":
-			out = append(out, rep.defaultsLine())
 		case "slow":
 			out = append(out, rep.slowLine())
 		}
@@ -931,14 +931,17 @@ func (rep *report) pathLines() []string {
 	return out
 }
 
-// defaultsLine is the defaults path's summary line: Hopper at its own
-// defaults against the raw worker at --prefetch/--workers. The CPU ratio is
-// of the medians of CPU per message, which do not depend on the rate.
-func (rep *report) defaultsLine() string {
-	byKind := rep.paths["defaults"]
+// rawPathLine is the summary line of a path that compares Hopper with the
+// raw worker, other than the happy path: the figures of its rows in the
+// table (medians of the rates, their ratio, the CPU ratio, Hopper's peak
+// RSS). On the defaults path Hopper runs at its own defaults against the
+// raw worker at --prefetch/--workers. The CPU ratio is of the medians of
+// CPU per message, which do not depend on the rate.
+func (rep *report) rawPathLine(p string) string {
+	byKind := rep.paths[p]
 	h, r := summarize(rates(byKind["hopper"])).med, summarize(rates(byKind["raw"])).med
-	return fmt.Sprintf("bench: defaults hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f",
-		h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]))
+	return fmt.Sprintf("bench: %s hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f",
+		p, h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]))
 }
 
 // cpuMark is the CPU time the consumer, the broker, this process (the app)

@@ -69,14 +69,22 @@
 //
 // When the happy path ran, the last line of standard output is
 //
-//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z
+//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z cpu_ratio=C
 //
-// and the lines of the fair path,
+// (p99_added_ms is n/a when the latency test did not run) and the lines of
+// the retry and dlq paths,
+//
+//	bench: retry hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//	bench: dlq hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//
+// (the figures of their rows in the table: medians, CPU ratio as on the
+// defaults line, Hopper's peak RSS), of the fair path,
 //
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
 //
 // and of the defaults and slow paths come just before it, those that ran,
 // in --paths order (and last when the happy path did not run).
+// bench/benchtable turns these lines into the README's table.
 //
 // Subcommands (used by the benchmark itself, or for profiling):
 //

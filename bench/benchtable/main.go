@@ -1,0 +1,369 @@
+// Command benchtable rewrites the performance table of README.md from the
+// summary lines hopperbench and dlqbench print, so that the figures in the
+// README are those of a run, never typed by hand. `make bench-readme` runs
+// both benchmarks and pipes their output into it.
+//
+// It reads bench output on standard input, any mix of
+//
+//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z [cpu_ratio=C]
+//	bench: retry|dlq|defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//	bench: slow20ms defaults=R1/s best_fixed=R2/s (prefetch P/workers W) ratio=X
+//	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
+//	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y
+//
+// and hopperbench's settings line (hopperbench: backlog …); every other
+// line is ignored, and a path seen twice keeps its last line. It replaces
+// what lies between the lines
+//
+//	<!-- bench-table:begin -->
+//	<!-- bench-table:end -->
+//
+// of the README with a markdown table, one row per path found, in a fixed
+// order. Without both markers, or without any figures, it fails and leaves
+// the README alone.
+//
+//	go run ./bench/benchtable [--readme README.md] [--command "make bench-readme …"] < bench.log
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+const (
+	beginMarker = "<!-- bench-table:begin -->"
+	endMarker   = "<!-- bench-table:end -->"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("benchtable", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	readme := fs.String("readme", "README.md", "the file whose bench-table block is rewritten")
+	command := fs.String("command", "", "the command that produced the figures, recorded in the block")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "benchtable: unexpected argument %q (bench output is read from standard input)\n", fs.Arg(0))
+		return 2
+	}
+	fig, err := parse(stdin, stderr)
+	if err == nil {
+		err = rewrite(*readme, fig.block(*command))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "benchtable: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, fig.table())
+	fmt.Fprintf(stderr, "benchtable: %s: %d row(s) written between %s and %s\n", *readme, len(fig.rows), beginMarker, endMarker)
+	return 0
+}
+
+// row is one line of the table.
+type row struct {
+	path, hopper, compared, ratio, cpu, rss string
+}
+
+// rowOrder is the order of the rows, whatever the order of the input.
+var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "replay"}
+
+// figures are what the input held.
+type figures struct {
+	rows     map[string]row // by rowOrder key
+	settings string         // hopperbench's settings line, without its prefix
+	p99Added string         // happy line's p99_added_ms, when measured
+}
+
+var bestFixedRE = regexp.MustCompile(`\(prefetch (\d+)/workers (\d+)\)`)
+
+// parse reads bench output; lines that are not summary lines are ignored,
+// a summary line missing a figure is an error.
+func parse(r io.Reader, warn io.Writer) (*figures, error) {
+	fig := &figures{rows: map[string]row{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		var err error
+		switch {
+		case strings.HasPrefix(line, "hopperbench: backlog "):
+			fig.settings = strings.TrimPrefix(line, "hopperbench: ")
+		case strings.HasPrefix(line, "bench: "):
+			err = fig.benchLine(strings.TrimPrefix(line, "bench: "), warn)
+		case strings.HasPrefix(line, "dlqbench: replay="):
+			err = fig.dlqLine(strings.TrimPrefix(line, "dlqbench: "))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w in line %q", err, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read bench output: %w", err)
+	}
+	if len(fig.rows) == 0 {
+		return nil, errors.New("no figures in the input: expected `bench: …` lines of hopperbench or a `dlqbench: replay=…` line (pipe the output of make bench / make dlq-bench into benchtable)")
+	}
+	return fig, nil
+}
+
+// fields splits a summary line into its path name (the first word when it
+// holds no '=', else "") and its key=value pairs; other words are skipped.
+func fields(s string) (string, map[string]string) {
+	words := strings.Fields(s)
+	kind := ""
+	if len(words) > 0 && !strings.Contains(words[0], "=") {
+		kind, words = words[0], words[1:]
+	}
+	kv := map[string]string{}
+	for _, w := range words {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			kv[k] = v
+		}
+	}
+	return kind, kv
+}
+
+func (fig *figures) benchLine(s string, warn io.Writer) error {
+	kind, kv := fields(s)
+	switch {
+	case kind == "" || kind == "retry" || kind == "dlq" || kind == "defaults":
+		key, label := kind, rawPathLabels[kind]
+		if kind == "" {
+			key = "happy"
+			if v, ok := kv["p99_added_ms"]; ok && v != "n/a" {
+				if _, err := number(kv, "p99_added_ms"); err != nil {
+					return err
+				}
+				fig.p99Added = v
+			} else {
+				fig.p99Added = ""
+			}
+		}
+		h, r, ratio, err := rateRatio(kv, "hopper", "raw")
+		if err != nil {
+			return err
+		}
+		cpu, rss, err := cpuRSS(kv)
+		if err != nil {
+			return err
+		}
+		fig.rows[key] = row{path: label, hopper: h, compared: "raw loop: " + r, ratio: ratio, cpu: cpu, rss: rss}
+	case kind == "fair":
+		alone, beside, ratio, err := rateRatio(kv, "healthy_alone", "healthy_beside_poison")
+		if err != nil {
+			return err
+		}
+		fig.rows["fair"] = row{path: "fair: a healthy queue beside a poison queue, one Hopper",
+			hopper: beside, compared: "the same queue alone: " + alone, ratio: ratio, cpu: "—", rss: "—"}
+	case strings.HasPrefix(kind, "slow"):
+		defaults, best, ratio, err := rateRatio(kv, "defaults", "best_fixed")
+		if err != nil {
+			return err
+		}
+		setting := "best fixed setting"
+		if m := bestFixedRE.FindStringSubmatch(s); m != nil {
+			setting = fmt.Sprintf("best fixed, prefetch %s / workers %s", m[1], m[2])
+		}
+		delay := strings.TrimPrefix(kind, "slow")
+		fig.rows["slow"] = row{path: "slow: app answering after " + delay + ", Hopper at its defaults",
+			hopper: defaults, compared: setting + ": " + best, ratio: ratio, cpu: "—", rss: "—"}
+	default:
+		fmt.Fprintf(warn, "benchtable: ignoring a line of unknown path %q\n", kind)
+	}
+	return nil
+}
+
+var rawPathLabels = map[string]string{
+	"":         "happy: every message answered 200",
+	"retry":    "retry: 503 once, then 200 after the delay tier",
+	"dlq":      "dlq: every message answered 400",
+	"defaults": "defaults: Hopper without consumer keys",
+}
+
+func (fig *figures) dlqLine(s string) error {
+	_, kv := fields(s)
+	rep, raw, ratio, err := rateRatio(kv, "replay", "raw")
+	if err != nil {
+		return err
+	}
+	_, rss, err := cpuRSS(kv)
+	if err != nil {
+		return err
+	}
+	fig.rows["replay"] = row{path: "`hopper dlq replay`", hopper: rep,
+		compared: "raw get → publish → ack loop: " + raw, ratio: ratio, cpu: "—", rss: rss}
+	return nil
+}
+
+// rateRatio reads two rates and the ratio, all required.
+func rateRatio(kv map[string]string, a, b string) (string, string, string, error) {
+	ra, err := rate(kv, a)
+	if err != nil {
+		return "", "", "", err
+	}
+	rb, err := rate(kv, b)
+	if err != nil {
+		return "", "", "", err
+	}
+	if _, err := number(kv, "ratio"); err != nil {
+		return "", "", "", err
+	}
+	return ra, rb, kv["ratio"], nil
+}
+
+// cpuRSS reads cpu_ratio and rss_mb, each "—" when the line has none.
+func cpuRSS(kv map[string]string) (cpu, rss string, err error) {
+	cpu, rss = "—", "—"
+	if _, ok := kv["cpu_ratio"]; ok {
+		if _, err := number(kv, "cpu_ratio"); err != nil {
+			return "", "", err
+		}
+		cpu = kv["cpu_ratio"] + "×"
+	}
+	if _, ok := kv["rss_mb"]; ok {
+		if _, err := number(kv, "rss_mb"); err != nil {
+			return "", "", err
+		}
+		rss = kv["rss_mb"] + " MiB"
+	}
+	return cpu, rss, nil
+}
+
+// rate reads key=R/s as "R msg/s" with thousands separators.
+func rate(kv map[string]string, key string) (string, error) {
+	v, ok := kv[key]
+	if !ok {
+		return "", fmt.Errorf("no %s=", key)
+	}
+	f, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return "", fmt.Errorf("%s=%s is not a rate", key, v)
+	}
+	return thousands(int64(math.Round(f))) + " msg/s", nil
+}
+
+// number checks that key holds a finite number.
+func number(kv map[string]string, key string) (float64, error) {
+	v, ok := kv[key]
+	if !ok {
+		return 0, fmt.Errorf("no %s=", key)
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%s=%s is not a number", key, v)
+	}
+	return f, nil
+}
+
+// thousands formats n with a comma every three digits: 11603 → 11,603.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// table is the markdown table of the rows found.
+func (fig *figures) table() string {
+	var b strings.Builder
+	b.WriteString("| path | Hopper | compared with | ratio | Hopper CPU vs compared | Hopper peak RSS |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, k := range rowOrder {
+		if r, ok := fig.rows[k]; ok {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.path, r.hopper, r.compared, r.ratio, r.cpu, r.rss)
+		}
+	}
+	return b.String()
+}
+
+// block is what goes between the markers.
+func (fig *figures) block(command string) string {
+	var b strings.Builder
+	b.WriteString("<!-- generated by bench/benchtable from bench output; rerun the command, do not edit by hand -->\n")
+	if command != "" {
+		fmt.Fprintf(&b, "Figures of one run of `%s`", command)
+	} else {
+		b.WriteString("Figures of one bench run")
+	}
+	if fig.settings != "" {
+		fmt.Fprintf(&b, "; hopperbench settings: %s", fig.settings)
+	}
+	b.WriteString(".\n\n")
+	b.WriteString(fig.table())
+	b.WriteString("\n")
+	if fig.p99Added != "" {
+		fmt.Fprintf(&b, "Latency Hopper adds at p99 (publish → app receipt, idle queues, hopper − raw): %s ms.\n", fig.p99Added)
+	}
+	return b.String()
+}
+
+// rewrite replaces the lines between the markers of the file at path with
+// block; the file is left alone unless both markers are found, once each,
+// in order.
+func rewrite(path, block string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	out, err := replaceBlock(string(data), block)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(out), st.Mode().Perm())
+}
+
+func replaceBlock(text, block string) (string, error) {
+	lines := strings.SplitAfter(text, "\n")
+	begin, end := -1, -1
+	for i, l := range lines {
+		switch strings.TrimSpace(l) {
+		case beginMarker:
+			if begin >= 0 {
+				return "", fmt.Errorf("more than one %s line", beginMarker)
+			}
+			begin = i
+		case endMarker:
+			if end >= 0 {
+				return "", fmt.Errorf("more than one %s line", endMarker)
+			}
+			end = i
+		}
+	}
+	switch {
+	case begin < 0 || end < 0:
+		return "", fmt.Errorf("no bench-table block: want a line %s and, below it, a line %s where the table goes", beginMarker, endMarker)
+	case end < begin:
+		return "", fmt.Errorf("%s comes before %s", endMarker, beginMarker)
+	}
+	if !strings.HasSuffix(block, "\n") {
+		block += "\n"
+	}
+	return strings.Join(lines[:begin+1], "") + block + strings.Join(lines[end:], ""), nil
+}
