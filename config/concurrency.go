@@ -19,7 +19,22 @@ const (
 	FixedWorkers = 64
 	// MinFollowPrefetch is the least prefetch a following consumer asks for.
 	MinFollowPrefetch = 20
+	// DefaultPrefetchBytes is consumer.prefetchBytes unless set.
+	DefaultPrefetchBytes = 64 << 20
 )
+
+// CapPrefetch bounds a following prefetch by bytes: at most budget over the
+// average body size seen, never below 1. Without a budget or before any
+// message was seen (avgBytes 0) want stands.
+func CapPrefetch(want, budget int, avgBytes float64) int {
+	if budget <= 0 || avgBytes <= 0 {
+		return want
+	}
+	if limit := float64(budget) / avgBytes; limit < float64(want) {
+		return max(1, int(limit))
+	}
+	return want
+}
 
 // Concurrency is how a queue consumes: its initial prefetch, its workers
 // (the most deliveries at the app at once), and whether the prefetch

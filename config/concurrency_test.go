@@ -47,3 +47,24 @@ func TestFollowPrefetch(t *testing.T) {
 		}
 	}
 }
+
+func TestCapPrefetch(t *testing.T) {
+	cases := []struct {
+		want, budget int
+		avg          float64
+		got          int
+	}{
+		{128, 64 << 20, 256, 128},     // small messages: the limit rules
+		{128, 64 << 20, 1 << 20, 64},  // 1 MiB messages: 64 fit
+		{128, 64 << 20, 100 << 20, 1}, // larger than the budget: still one
+		{128, 0, 1 << 20, 128},        // no budget
+		{128, 64 << 20, 0, 128},       // nothing seen yet
+		{40, 1 << 20, 32 << 10, 32},   // 1 MiB / 32 KiB
+		{20, 1 << 20, 32 << 10, 20},   // under the cap
+	}
+	for _, c := range cases {
+		if got := config.CapPrefetch(c.want, c.budget, c.avg); got != c.got {
+			t.Errorf("CapPrefetch(%d, %d, %g) = %d, want %d", c.want, c.budget, c.avg, got, c.got)
+		}
+	}
+}

@@ -63,6 +63,8 @@ type SubscriptionConsumer struct {
 	Prefetch *int  `yaml:"prefetch,omitempty"`
 	Workers  *int  `yaml:"workers,omitempty"`
 	Ordered  *bool `yaml:"ordered,omitempty"`
+	// PrefetchBytes overrides consumer.prefetchBytes.
+	PrefetchBytes *int `yaml:"prefetchBytes,omitempty"`
 }
 
 // SubscriptionRetry overrides retry.* for one subscription; a key left out
@@ -213,6 +215,13 @@ type Consumer struct {
 	// prefetch is set; 512 when prefetch follows the limit (64 without the
 	// limiter).
 	Workers int `yaml:"workers"`
+	// PrefetchBytes bounds the message bytes a following prefetch may
+	// hold: the prefetch is kept at most PrefetchBytes over the average
+	// body size of recent deliveries (at least 1), so an app that keeps up
+	// with large messages does not draw hundreds of them into memory.
+	// Applies only while the prefetch follows the limit. Default 64 MiB;
+	// 0 bounds nothing.
+	PrefetchBytes int `yaml:"prefetchBytes"`
 	// Ordered delivers one message at a time (prefetch 1, one worker), and
 	// retries in place: a failed message is held and delivered again after
 	// its tier's delay, so no later message overtakes it.
@@ -350,7 +359,7 @@ func Default() Config {
 			UnavailableBackoff: Duration(time.Second),
 			MaxBodyBytes:       64 << 10,
 		},
-		Consumer: Consumer{},
+		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes},
 		Retry: Retry{
 			MaxAttempts: 10,
 			Tiers: []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second),

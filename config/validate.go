@@ -140,6 +140,9 @@ func (c *Config) validateOne() []error {
 	if c.Consumer.Prefetch < 0 || c.Consumer.Prefetch > 65535 {
 		add("consumer.prefetch", "must be between 1 and 65535, or 0 to follow the concurrency limit; got %d", c.Consumer.Prefetch)
 	}
+	if c.Consumer.PrefetchBytes < 0 {
+		add("consumer.prefetchBytes", "must not be negative (0 bounds nothing), got %d", c.Consumer.PrefetchBytes)
+	}
 	if c.Consumer.Workers < 0 || c.Consumer.Workers > 32767 {
 		add("consumer.workers", "must be between 1 and 32767, or 0 for the default; got %d", c.Consumer.Workers)
 	}

@@ -127,7 +127,9 @@ type Options struct {
 // the same point the Observer is told, so the two never disagree.
 type Stats struct {
 	Received, Acked, Dropped, Requeued, Retried, DeadLettered, Returned atomic.Int64
-	MoveFailed, SettleFailed, ReturnedOnShutdown, InFlight              atomic.Int64
+	// ReceivedBytes is the body bytes of the Received deliveries.
+	ReceivedBytes                                          atomic.Int64
+	MoveFailed, SettleFailed, ReturnedOnShutdown, InFlight atomic.Int64
 	// MovesFailing is the number of deliveries held now because their move
 	// keeps failing.
 	MovesFailing atomic.Int64
@@ -206,6 +208,7 @@ func (p *Loop) Start(ctx context.Context) {
 // Handle hands a delivery to the workers. It is called by the consumer.
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
+	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
 	p.work <- d
 }
 

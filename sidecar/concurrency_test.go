@@ -75,9 +75,37 @@ func TestDefaultsFollowASlowApp(t *testing.T) {
 	t.Logf("most requests at the app at once: %d", a.maxBusy.Load())
 }
 
+// With the prefetch following the limit, consumer.prefetchBytes bounds what
+// the prefetch may hold: 32 KiB messages under a 512 KiB budget cap it at
+// 16 although the limit alone would have it at 64 or more, and it stays
+// there while the backlog drains.
+func TestDefaultsPrefetchBoundedByBytes(t *testing.T) {
+	a := newSlowApp(t, 5*time.Millisecond)
+	cfg := testConfig(t, a.URL)
+	cfg.Consumer.Prefetch, cfg.Consumer.Workers = 0, 0
+	cfg.Consumer.PrefetchBytes = 512 << 10
+	const n, size = 1500, 32 << 10
+	prefillSized(t, cfg, "big", n, size)
+	r := start(t, cfg)
+	q := cfg.Queue.Name
+	waitfor.Until(t, time.Minute, "the prefetch capped at 16 by bytes", func() bool { return r.sc.QueuePrefetch(q) == 16 })
+	waitfor.Until(t, 2*time.Minute, "every message answered", func() bool {
+		if p := r.sc.QueuePrefetch(q); p > 16 {
+			t.Fatalf("prefetch %d after the cap, want at most 16 (512 KiB / 32 KiB)", p)
+		}
+		return a.answered.Load() >= n
+	})
+	r.settled(0)
+}
+
 // prefill declares cfg's queues and publishes n messages (ids prefix-0000…)
 // to the work queue before Hopper starts, so it starts on a backlog.
 func prefill(t *testing.T, cfg config.Config, prefix string, n int) {
+	prefillSized(t, cfg, prefix, n, 0)
+}
+
+// prefillSized is prefill with bodies of size bytes (the id when 0).
+func prefillSized(t *testing.T, cfg config.Config, prefix string, n, size int) {
 	t.Helper()
 	ctx := context.Background()
 	bo := broker.ConfigOptions(cfg.Broker, testLogger(t), "prefill")
@@ -98,7 +126,11 @@ func prefill(t *testing.T, cfg config.Config, prefix string, n int) {
 		go func() {
 			defer wg.Done()
 			for id := range ids {
-				if err := pub.Publish(ctx, cfg.Queue.Name, &msg.Message{MessageID: id, Headers: map[string]any{}, Body: []byte(id)}); err != nil {
+				body := []byte(id)
+				if size > 0 {
+					body = make([]byte, size)
+				}
+				if err := pub.Publish(ctx, cfg.Queue.Name, &msg.Message{MessageID: id, Headers: map[string]any{}, Body: body}); err != nil {
 					t.Errorf("prefill %s: %v", id, err)
 					fails.Add(1)
 				}

@@ -48,11 +48,12 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 	type following struct {
 		sub     *subscription
 		workers int
+		sizes   bodySizes
 	}
 	var follow []following
 	for _, sub := range subs {
 		if _, w, f := sub.cfg.Concurrency(); f {
-			follow = append(follow, following{sub, w})
+			follow = append(follow, following{sub: sub, workers: w})
 		}
 	}
 	if len(follow) == 0 {
@@ -67,16 +68,45 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 		case <-t.C:
 		}
 		share := max(1, lim.Limit()/len(subs))
-		for _, f := range follow {
+		for i := range follow {
+			f := &follow[i]
 			c := f.sub.cons.Load()
 			if c == nil {
 				continue
 			}
-			if p, change := nextPrefetch(c.Prefetch(), config.FollowPrefetch(share, f.workers)); change {
+			if px := f.sub.px.Load(); px != nil {
+				f.sizes.observe(px.Stats.Received.Load(), px.Stats.ReceivedBytes.Load())
+			}
+			want := config.CapPrefetch(config.FollowPrefetch(share, f.workers), f.sub.cfg.Consumer.PrefetchBytes, f.sizes.avg)
+			if p, change := nextPrefetch(c.Prefetch(), want); change {
 				c.SetPrefetch(p)
 			}
 		}
 	}
+}
+
+// bodySizes follows the average body size of a queue's recent deliveries
+// from its running totals.
+type bodySizes struct {
+	count, bytes int64   // totals at the last observation
+	avg          float64 // bytes per message, 0 until one was seen
+}
+
+// observe takes the totals now. The average moves a quarter of the way to
+// the latest period's, so one odd message does not swing the prefetch,
+// and jumps at once when messages got larger: memory is the risk there.
+func (b *bodySizes) observe(count, bytes int64) {
+	dc, db := count-b.count, bytes-b.bytes
+	b.count, b.bytes = count, bytes
+	if dc <= 0 {
+		return
+	}
+	latest := float64(db) / float64(dc)
+	if b.avg == 0 || latest > b.avg {
+		b.avg = latest
+		return
+	}
+	b.avg += (latest - b.avg) / 4
 }
 
 // nextPrefetch says whether a consumer running with cur should move to

@@ -178,6 +178,17 @@ func (s *Sidecar) QueueStats(queue string) *proxy.Stats {
 	return nil
 }
 
+// QueuePrefetch is the prefetch queue's consumer runs with now (0 before it
+// exists).
+func (s *Sidecar) QueuePrefetch(queue string) int {
+	for _, sub := range s.subs {
+		if c := sub.cons.Load(); c != nil && sub.name() == queue {
+			return c.Prefetch()
+		}
+	}
+	return 0
+}
+
 // Consuming reports whether a consumer is live on the broker for every
 // queue.
 func (s *Sidecar) Consuming() bool {
