@@ -150,6 +150,12 @@ type Loop struct {
 	// deliveries are returned instead of delivered.
 	stopping chan struct{}
 	stopOnce sync.Once
+
+	// Workers start as deliveries need them, up to Workers, and then stay:
+	// a ceiling of hundreds for a slow app costs an app that never needs
+	// them nothing. ctx is Start's, for the workers started later.
+	ctx           context.Context
+	running, idle atomic.Int64
 }
 
 // New returns a loop; Start launches its workers.
@@ -191,18 +197,38 @@ func New(o Options) *Loop {
 	return p
 }
 
-// Start launches the workers. ctx bounds in-flight work: cancelling it is the
-// end of the shutdown grace period.
+// Start launches the first worker; Handle starts more as deliveries wait
+// for one. ctx bounds in-flight work: cancelling it is the end of the
+// shutdown grace period.
 func (p *Loop) Start(ctx context.Context) {
-	for range p.o.Workers {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			for d := range p.work {
-				p.handle(ctx, d)
-			}
-		}()
+	p.ctx = ctx
+	p.spawn()
+}
+
+// spawn starts one more worker unless Workers already run.
+func (p *Loop) spawn() {
+	for {
+		n := p.running.Load()
+		if n >= int64(p.o.Workers) {
+			return
+		}
+		if p.running.CompareAndSwap(n, n+1) {
+			break
+		}
 	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			p.idle.Add(1)
+			d, ok := <-p.work
+			p.idle.Add(-1)
+			if !ok {
+				return
+			}
+			p.handle(p.ctx, d)
+		}
+	}()
 }
 
 // Handle hands a delivery to the workers. It is called by the consumer.
@@ -210,6 +236,10 @@ func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
 	p.work <- d
+	// More deliveries waiting than idle workers to take them: one more.
+	if int64(len(p.work)) > p.idle.Load() {
+		p.spawn()
+	}
 }
 
 // Shutdown stops taking work and waits for the workers: in-flight
