@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -47,24 +46,7 @@ func declareQueue(t *testing.T, n int) string {
 
 func declareTyped(t *testing.T, typ string, n int) string {
 	t.Helper()
-	name := fmt.Sprintf("bx%d.%s", queueSeq.Add(1), t.Name())
-	conn, err := amqp.Dial(rabbit.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(name,
-		true,  // durable
-		false, // autoDelete
-		false, // exclusive
-		false, // noWait
-		amqp.Table{"x-queue-type": typ}); err != nil {
-		t.Fatal(err)
-	}
+	name := declareArgs(t, amqp.Table{"x-queue-type": typ})
 	pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 4, ConfirmTimeout: 5 * time.Second})
 	defer pub.Close()
 	for i := range n {

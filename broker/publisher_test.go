@@ -85,7 +85,8 @@ func TestPublisherPipelinedAnswers(t *testing.T) {
 
 func head(s []string) []string { return s[:min(len(s), 5)] }
 
-// declareArgs declares an empty durable classic queue with extra arguments.
+// declareArgs declares an empty durable queue with a name no other test
+// uses and the arguments given.
 func declareArgs(t *testing.T, args amqp.Table) string {
 	t.Helper()
 	name := fmt.Sprintf("bx%d.%s", queueSeq.Add(1), t.Name())
@@ -98,7 +99,12 @@ func declareArgs(t *testing.T, args amqp.Table) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+	if _, err := ch.QueueDeclare(name,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		args); err != nil {
 		t.Fatal(err)
 	}
 	return name

@@ -153,9 +153,12 @@ type Loop struct {
 
 	// Workers start as deliveries need them, up to Workers, and then stay:
 	// a ceiling of hundreds for a slow app costs an app that never needs
-	// them nothing. ctx is Start's, for the workers started later.
-	ctx           context.Context
-	running, idle atomic.Int64
+	// them nothing. A delivery goes to a worker waiting on hand, else to a
+	// new worker, else into work for the next worker that is free. ctx is
+	// Start's, for the workers.
+	hand    chan Delivery
+	ctx     context.Context
+	running atomic.Int64
 }
 
 // New returns a loop; Start launches its workers.
@@ -187,7 +190,7 @@ func New(o Options) *Loop {
 	}
 	// Every line names the queue: a sidecar may run a loop per queue.
 	log = log.With("queue", o.Plan.Work.Name)
-	p := &Loop{o: o, log: log, work: make(chan Delivery, o.Queue), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
+	p := &Loop{o: o, log: log, work: make(chan Delivery, o.Queue), hand: make(chan Delivery), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
 	if p.tr == nil {
 		p.tr = noop.NewTracerProvider().Tracer("hopper")
 	}
@@ -197,20 +200,19 @@ func New(o Options) *Loop {
 	return p
 }
 
-// Start launches the first worker; Handle starts more as deliveries wait
-// for one. ctx bounds in-flight work: cancelling it is the end of the
-// shutdown grace period.
+// Start readies the loop; Handle starts workers as deliveries need them.
+// ctx bounds in-flight work: cancelling it is the end of the shutdown grace
+// period.
 func (p *Loop) Start(ctx context.Context) {
 	p.ctx = ctx
-	p.spawn()
 }
 
-// spawn starts one more worker unless Workers already run.
-func (p *Loop) spawn() {
+// spawn starts a worker with d unless Workers already run.
+func (p *Loop) spawn(d Delivery) bool {
 	for {
 		n := p.running.Load()
 		if n >= int64(p.o.Workers) {
-			return
+			return false
 		}
 		if p.running.CompareAndSwap(n, n+1) {
 			break
@@ -220,25 +222,31 @@ func (p *Loop) spawn() {
 	go func() {
 		defer p.wg.Done()
 		for {
-			p.idle.Add(1)
-			d, ok := <-p.work
-			p.idle.Add(-1)
-			if !ok {
-				return
-			}
 			p.handle(p.ctx, d)
+			select {
+			case d = <-p.hand:
+			case next, ok := <-p.work:
+				if !ok {
+					return
+				}
+				d = next
+			}
 		}
 	}()
+	return true
 }
 
 // Handle hands a delivery to the workers. It is called by the consumer.
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
-	p.work <- d
-	// More deliveries waiting than idle workers to take them: one more.
-	if int64(len(p.work)) > p.idle.Load() {
-		p.spawn()
+	select {
+	case p.hand <- d: // a worker was waiting for one
+		return
+	default:
+	}
+	if !p.spawn(d) {
+		p.work <- d // every worker busy: the next one free takes it
 	}
 }
 
