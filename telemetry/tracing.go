@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/hopper-sidecar/hopper/telemetry/otlp"
 )
 
 // Tracing is the tracer provider and what is needed to stop it.
@@ -46,37 +46,18 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string, version str
 		getenv = os.Getenv
 	}
 	t := &Tracing{Provider: noop.NewTracerProvider(), shutdown: func(context.Context) error { return nil }}
-	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if endpoint == "" {
-		endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
-	if endpoint == "" || strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") ||
-		strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
 		return t, nil
 	}
-	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if protocol == "" {
-		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
-	switch protocol {
-	case "", "http/protobuf":
-		// The exporter reads the endpoint, headers, timeout and TLS
-		// variables itself.
-		exp, err = otlptracehttp.New(ctx)
-		t.Exporter = "otlp http/protobuf " + endpoint
-	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
-		t.Exporter = "otlp grpc " + endpoint
-	default:
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q not supported (want grpc or http/protobuf)", protocol)
-	}
+	cfg, ok, err := otlp.FromEnv(getenv)
 	if err != nil {
-		return nil, fmt.Errorf("create OTLP trace exporter: %w", err)
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
+	if !ok {
+		return t, nil
+	}
+	exp := otlp.New(cfg)
+	t.Exporter = "otlp " + cfg.Protocol + " " + cfg.URL
 	res, err := resource.Merge(
 		resource.NewSchemaless(semconv.ServiceName("hopper"), semconv.ServiceVersion(version)),
 		resource.Environment(), // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME win

@@ -57,8 +57,9 @@ func freePort(t *testing.T) int {
 }
 
 // startJaeger runs all-in-one with in-memory storage and every listener on
-// loopback; it returns the OTLP/HTTP and query base URLs.
-func startJaeger(t *testing.T) (otlp, query string) {
+// loopback; it returns the OTLP/HTTP and OTLP/gRPC endpoints and the query
+// base URL.
+func startJaeger(t *testing.T) (otlpHTTP, otlpGRPC, query string) {
 	t.Helper()
 	bin := os.Getenv("HOPPER_JAEGER_BIN")
 	if bin == "" {
@@ -68,11 +69,11 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		t.Fatalf("Jaeger all-in-one not found at %s: run scripts/install-jaeger.sh (make tools) first", bin)
 	}
 	p := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
-	otlpAddr, queryAddr := p(), p()
+	otlpAddr, grpcAddr, queryAddr := p(), p(), p()
 	args := []string{
 		"--collector.otlp.enabled=true",
 		"--collector.otlp.http.host-port=" + otlpAddr,
-		"--collector.otlp.grpc.host-port=" + p(),
+		"--collector.otlp.grpc.host-port=" + grpcAddr,
 		"--query.http-server.host-port=" + queryAddr,
 		"--query.grpc-server.host-port=" + p(),
 		"--collector.http-server.host-port=" + p(),
@@ -103,7 +104,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	return "http://" + otlpAddr, query
+	return "http://" + otlpAddr, "http://" + grpcAddr, query
 }
 
 // jaegerTrace is the part of Jaeger's query API answer the check reads.
@@ -133,9 +134,33 @@ type jaegerTrace struct {
 	} `json:"data"`
 }
 
+// Hopper's spans reach Jaeger over either OTLP protocol, and a message's
+// attempts and moves form one trace under its publisher's span.
 func TestJaegerShowsEveryAttemptInOneTrace(t *testing.T) {
-	otlp, query := startJaeger(t)
+	otlpHTTP, otlpGRPC, query := startJaeger(t)
+	dir := t.TempDir()
+	hopper := filepath.Join(dir, "hopper")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+checkVersion, "-o", hopper, "./cmd/hopper")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build hopper: %v\n%s", err, out)
+	}
+	for _, tc := range []struct{ protocol, endpoint, queue string }{
+		{"http/protobuf", otlpHTTP, "jaeger.check"},
+		{"grpc", otlpGRPC, "jaeger.check.grpc"},
+	} {
+		t.Run(tc.protocol, func(t *testing.T) { checkTrace(t, hopper, tc.protocol, tc.endpoint, otlpHTTP, query, tc.queue) })
+	}
+}
 
+// checkVersion is the version the checked binary is built with; it must
+// come back as the resource's service.version.
+const checkVersion = "check-1.2.3"
+
+// checkTrace runs hopper exporting over protocol to endpoint, publishes
+// one message under a publisher span (always sent over OTLP/HTTP to
+// publisherOTLP) and reads the trace back from query.
+func checkTrace(t *testing.T, hopper, protocol, endpoint, publisherOTLP, query, queue string) {
 	// The app fails the message twice, then accepts it.
 	var mu sync.Mutex
 	var calls []string
@@ -158,14 +183,6 @@ func TestJaegerShowsEveryAttemptInOneTrace(t *testing.T) {
 	t.Cleanup(func() { app.Close() })
 
 	dir := t.TempDir()
-	hopper := filepath.Join(dir, "hopper")
-	const version = "check-1.2.3"
-	build := exec.Command("go", "build", "-ldflags", "-X main.version="+version, "-o", hopper, "./cmd/hopper")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build hopper: %v\n%s", err, out)
-	}
-	queue := "jaeger.check"
 	cfg := fmt.Sprintf(`broker:
   urls: [%q]
 queue:
@@ -189,7 +206,8 @@ log:
 		t.Fatal(err)
 	}
 	run := exec.Command(hopper, "run", "--config", cfgFile)
-	run.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp, "OTEL_SERVICE_NAME=hopper-check")
+	run.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL="+protocol,
+		"OTEL_SERVICE_NAME=hopper-check")
 	run.Stdout, run.Stderr = logFile, logFile
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
@@ -204,7 +222,7 @@ log:
 
 	// The publisher's own span, exported to the same Jaeger.
 	ctx := context.Background()
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(otlp+"/v1/traces"))
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(publisherOTLP+"/v1/traces"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,8 +305,8 @@ log:
 					pv = fmt.Sprint(tg.Value)
 				}
 			}
-			if pv != version {
-				t.Errorf("hopper's resource: service.version %q, want %q", pv, version)
+			if pv != checkVersion {
+				t.Errorf("hopper's resource: service.version %q, want %q", pv, checkVersion)
 			}
 		case len(s.OperationName) > 5 && s.OperationName[:5] == "send ":
 			sends = append(sends, e)
