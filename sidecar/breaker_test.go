@@ -18,22 +18,11 @@ import (
 // counter reads one unlabelled counter or gauge from the sidecar's metrics.
 func counter(t *testing.T, sc *sidecar.Sidecar, name string) float64 {
 	t.Helper()
-	mfs, err := sc.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := sc.Metrics().Value(name, nil)
+	if !ok {
+		t.Fatalf("no metric %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
-			continue
-		}
-		m := mf.GetMetric()[0]
-		if c := m.GetCounter(); c != nil {
-			return c.GetValue()
-		}
-		return m.GetGauge().GetValue()
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return v
 }
 
 // TestPoisonDoesNotStallHealthy: messages the app answers 503 for while its

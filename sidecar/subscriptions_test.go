@@ -238,30 +238,11 @@ func TestSubscriptionsIsolatedAndDrainedOnShutdown(t *testing.T) {
 // labelled reads the counter of name whose labels include every one given.
 func labelled(t *testing.T, sc *sidecar.Sidecar, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := sc.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := sc.Metrics().Value(name, labels)
+	if !ok {
+		t.Fatalf("no series %s%v", name, labels)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
+	return v
 }
 
 // An ordered subscription beside a busy one: the app sees its messages 1..N

@@ -1,13 +1,11 @@
 package telemetry
 
 import (
+	"bytes"
 	"net/http"
-	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -17,22 +15,25 @@ import (
 // one value per consumed queue, and outcome, status class, tier, reason and
 // state a handful each; no message ids or routing keys.
 type Metrics struct {
-	reg *prometheus.Registry
-	// queue is the label of the first consumed queue: what the Observer
-	// methods on Metrics itself record under.
-	queue string
+	reg registry
+	// first is the observer of the first consumed queue: what the
+	// Observer methods on Metrics itself record under.
+	first *Queue
 
-	deliveries   *prometheus.CounterVec
-	latency      *prometheus.HistogramVec
-	inFlight     *prometheus.GaugeVec
-	retries      *prometheus.CounterVec
-	deadLettered *prometheus.CounterVec
-	requeues     *prometheus.CounterVec
-	returns      *prometheus.CounterVec
-	movesFailed  *prometheus.CounterVec
-	breaker      *prometheus.GaugeVec
-	breakerOpens prometheus.Counter
-	reconnects   prometheus.Counter
+	deliveries   *family
+	latency      *family
+	inFlight     *family
+	retries      *family
+	deadLettered *family
+	requeues     *family
+	returns      *family
+	movesFailed  *family
+	breaker      *family
+	breakerOpens *series
+	reconnects   *series
+
+	mu     sync.Mutex
+	queues map[string]*Queue
 }
 
 // Sources are read when Prometheus scrapes, for state other packages own,
@@ -58,56 +59,31 @@ type Sources struct {
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
 // so tests can run several).
 func NewMetrics(src Sources) *Metrics {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := &Metrics{
-		reg: reg,
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_deliveries_total",
-			Help: "Deliveries by decision (ack, drop, requeue, retry, dlq, return) and app status class (2xx..5xx, timeout, unavailable, refused, expired).",
-		}, []string{"queue", "outcome", "status_class"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "hopper_delivery_duration_seconds",
-			Help:    "Time from sending a message to the app to its answer (or failure).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"queue"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "hopper_in_flight", Help: "Deliveries being processed now.",
-		}, []string{"queue"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_retries_total", Help: "Messages sent to a delay tier, by tier.",
-		}, []string{"queue", "tier"}),
-		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_dead_lettered_total", Help: "Messages dead-lettered, by reason.",
-		}, []string{"queue", "reason"}),
-		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_requeues_total", Help: "425 Too Early requeues.",
-		}, []string{"queue"}),
-		returns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_returns_total", Help: "Messages returned to the work queue because the app could not take them.",
-		}, []string{"queue"}),
-		movesFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hopper_moves_failed_total", Help: "Move publishes that failed (each retry counts); the original is held and the move retried.",
-		}, []string{"queue", "move"}),
-		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "hopper_breaker_state", Help: "1 for the circuit breaker's current state.",
-		}, []string{"state"}),
-		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hopper_breaker_opens_total", Help: "Times the circuit breaker opened (the app unavailable).",
-		}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hopper_broker_reconnects_total", Help: "Consumer reconnects after a lost connection, channel or consumer.",
-		}),
-	}
+	m := &Metrics{queues: map[string]*Queue{}}
+	r := &m.reg
+	r.extra = writeRuntime
+	m.deliveries = r.counter("hopper_deliveries_total",
+		"Deliveries by decision (ack, drop, requeue, retry, dlq, return) and app status class (2xx..5xx, timeout, unavailable, refused, expired).",
+		"queue", "outcome", "status_class")
+	m.latency = r.histogram("hopper_delivery_duration_seconds",
+		"Time from sending a message to the app to its answer (or failure).",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "queue")
+	m.inFlight = r.gauge("hopper_in_flight", "Deliveries being processed now.", "queue")
+	m.retries = r.counter("hopper_retries_total", "Messages sent to a delay tier, by tier.", "queue", "tier")
+	m.deadLettered = r.counter("hopper_dead_lettered_total", "Messages dead-lettered, by reason.", "queue", "reason")
+	m.requeues = r.counter("hopper_requeues_total", "425 Too Early requeues.", "queue")
+	m.returns = r.counter("hopper_returns_total", "Messages returned to the work queue because the app could not take them.", "queue")
+	m.movesFailed = r.counter("hopper_moves_failed_total",
+		"Move publishes that failed (each retry counts); the original is held and the move retried.", "queue", "move")
+	m.breaker = r.gauge("hopper_breaker_state", "1 for the circuit breaker's current state.", "state")
+	m.breakerOpens = r.counter("hopper_breaker_opens_total", "Times the circuit breaker opened (the app unavailable).").with()
+	m.reconnects = r.counter("hopper_broker_reconnects_total", "Consumer reconnects after a lost connection, channel or consumer.").with()
+
 	version := src.Version
 	if version == "" {
 		version = "dev"
 	}
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hopper_build_info", Help: "Always 1, labelled with the running binary's version.",
-	}, []string{"version"})
-	buildInfo.WithLabelValues(version).Set(1)
-	reg.MustRegister(buildInfo)
+	r.gauge("hopper_build_info", "Always 1, labelled with the running binary's version.", "version").with(version).set(1)
 	// Every label set a counter will take starts at 0, so that rate() and
 	// increase() see a series from the first scrape, not from the first
 	// event.
@@ -115,125 +91,158 @@ func NewMetrics(src Sources) *Metrics {
 	if len(queues) == 0 {
 		queues = []string{""}
 	}
-	m.queue = queues[0]
 	for _, q := range queues {
 		for _, a := range []retry.Action{retry.Ack, retry.Drop, retry.Requeue, retry.Retry, retry.DLQ, retry.Return} {
 			for _, c := range []string{"2xx", "4xx", "5xx", "timeout", "unavailable", "refused"} {
-				m.deliveries.WithLabelValues(q, a.String(), c)
+				m.deliveries.with(q, a.String(), c)
 			}
 		}
 		for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
 			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash} {
-			m.deadLettered.WithLabelValues(q, r)
+			m.deadLettered.with(q, r)
 		}
 		for _, d := range src.Tiers {
-			m.retries.WithLabelValues(q, tierLabel(d))
+			m.retries.with(q, tierLabel(d))
 		}
 		for _, mv := range []string{"retry", "requeue", "dlq", "return"} {
-			m.movesFailed.WithLabelValues(q, mv)
+			m.movesFailed.with(q, mv)
 		}
-		m.requeues.WithLabelValues(q)
-		m.returns.WithLabelValues(q)
-		m.inFlight.WithLabelValues(q)
-		m.latency.WithLabelValues(q)
+		m.requeues.with(q)
+		m.returns.with(q)
+		m.ForQueue(q)
 	}
-	reg.MustRegister(m.deliveries, m.latency, m.inFlight, m.retries, m.deadLettered, m.requeues,
-		m.returns, m.movesFailed, m.breaker, m.breakerOpens, m.reconnects)
+	m.first = m.ForQueue(queues[0])
 	m.SetBreaker("closed")
 	boolGauge := func(name, help string, f func() bool) {
 		if f == nil {
 			return
 		}
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+		r.gaugeFunc(name, help, func() float64 {
 			if f() {
 				return 1
 			}
 			return 0
-		}))
+		})
 	}
 	boolGauge("hopper_broker_connected", "1 while the consumer's broker connection is up.", src.Connected)
 	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open, or moves failing).", src.Paused)
 	if src.ConcurrencyLimit != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "hopper_concurrency_limit",
-			Help: "The adaptive limit on concurrent requests to the app (between 1 and consumer.workers; 0 when the limiter is off).",
-		}, func() float64 { return float64(src.ConcurrencyLimit()) }))
+		r.gaugeFunc("hopper_concurrency_limit",
+			"The adaptive limit on concurrent requests to the app (between 1 and consumer.workers; 0 when the limiter is off).",
+			func() float64 { return float64(src.ConcurrencyLimit()) })
 	}
 	if src.MovesFailing != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "hopper_moves_failing",
-			Help: "Deliveries held now because their move (to a tier, the DLQ or back to the work queue) keeps failing; consuming is paused while it is above 0.",
-		}, func() float64 { return float64(src.MovesFailing()) }))
+		r.gaugeFunc("hopper_moves_failing",
+			"Deliveries held now because their move (to a tier, the DLQ or back to the work queue) keeps failing; consuming is paused while it is above 0.",
+			func() float64 { return float64(src.MovesFailing()) })
 	}
 	counterFunc := func(name, help string, f func() int64) {
 		if f == nil {
 			return
 		}
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
-			return float64(f())
-		}))
+		r.counterFunc(name, help, func() float64 { return float64(f()) })
 	}
 	counterFunc("hopper_header_values_dropped_total", "AMQP headers not forwarded to the app (invalid name or non-scalar value).", src.HeadersSkipped)
 	counterFunc("hopper_spans_dropped_total", "Trace spans that could not be exported.", src.SpansDropped)
 	return m
 }
 
-// Handler serves /metrics.
+// Handler serves /metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		var buf bytes.Buffer
+		if err := m.reg.write(&buf); err != nil {
+			http.Error(w, "write metrics: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Write(buf.Bytes()) //nolint:errcheck // the scraper went away
+	})
 }
 
-// Registry is the registry, for tests.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+// Value is the current value of the first series of the metric name
+// whose labels include every one given (a histogram's is its count of
+// observations); ok is false when there is none.
+func (m *Metrics) Value(name string, labels map[string]string) (v float64, ok bool) {
+	return m.reg.lookup(name, labels)
+}
 
 // Queue records one consumed queue's deliveries; it implements
-// proxy.Observer, one per delivery loop.
+// proxy.Observer, one per delivery loop. The series every delivery
+// touches are kept here, so recording one takes no lookup by label.
 type Queue struct {
-	m    *Metrics
-	name string
+	m        *Metrics
+	name     string
+	latency  *series
+	inFlight *series
+	// deliveries is indexed by action and status class; a cell is filled
+	// the first time that pair happens.
+	deliveries [retry.Return + 1][len(classNames)]atomic.Pointer[series]
 }
 
 // ForQueue is the observer of the queue named.
-func (m *Metrics) ForQueue(name string) *Queue { return &Queue{m: m, name: name} }
+func (m *Metrics) ForQueue(name string) *Queue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.queues[name]; q != nil {
+		return q
+	}
+	q := &Queue{m: m, name: name, latency: m.latency.with(name), inFlight: m.inFlight.with(name)}
+	m.queues[name] = q
+	return q
+}
 
 // Decided implements proxy.Observer.
 func (q *Queue) Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
 	m := q.m
-	m.deliveries.WithLabelValues(q.name, dec.Action.String(), statusClass(out, called, dec)).Inc()
+	q.delivery(dec.Action, statusClass(out, called, dec)).inc()
 	if called {
-		m.latency.WithLabelValues(q.name).Observe(latency.Seconds())
+		m.latency.observe(q.latency, latency.Seconds())
 	}
 	switch dec.Action {
 	case retry.Retry:
-		m.retries.WithLabelValues(q.name, tierLabel(dec.Tier)).Inc()
+		m.retries.with(q.name, tierLabel(dec.Tier)).inc()
 	case retry.DLQ:
-		m.deadLettered.WithLabelValues(q.name, dec.Reason).Inc()
+		m.deadLettered.with(q.name, dec.Reason).inc()
 	case retry.Requeue:
-		m.requeues.WithLabelValues(q.name).Inc()
+		m.requeues.with(q.name).inc()
 	case retry.Return:
-		m.returns.WithLabelValues(q.name).Inc()
+		m.returns.with(q.name).inc()
 	}
 }
 
+func (q *Queue) delivery(a retry.Action, class int) *series {
+	if a < 0 || int(a) >= len(q.deliveries) {
+		return q.m.deliveries.with(q.name, a.String(), classNames[class])
+	}
+	cell := &q.deliveries[a][class]
+	if s := cell.Load(); s != nil {
+		return s
+	}
+	s := q.m.deliveries.with(q.name, a.String(), classNames[class])
+	cell.Store(s)
+	return s
+}
+
 // MoveFailed implements proxy.Observer.
-func (q *Queue) MoveFailed(move string) { q.m.movesFailed.WithLabelValues(q.name, move).Inc() }
+func (q *Queue) MoveFailed(move string) { q.m.movesFailed.with(q.name, move).inc() }
 
 // InFlight implements proxy.Observer.
-func (q *Queue) InFlight(delta int) { q.m.inFlight.WithLabelValues(q.name).Add(float64(delta)) }
+func (q *Queue) InFlight(delta int) { q.inFlight.add(float64(delta)) }
 
 // Decided records a delivery of the first queue (see ForQueue).
 func (m *Metrics) Decided(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
-	m.ForQueue(m.queue).Decided(out, called, dec, latency)
+	m.first.Decided(out, called, dec, latency)
 }
 
 // MoveFailed records a failed move of the first queue.
-func (m *Metrics) MoveFailed(move string) { m.ForQueue(m.queue).MoveFailed(move) }
+func (m *Metrics) MoveFailed(move string) { m.first.MoveFailed(move) }
 
 // InFlight tracks the first queue's deliveries in flight.
-func (m *Metrics) InFlight(delta int) { m.ForQueue(m.queue).InFlight(delta) }
+func (m *Metrics) InFlight(delta int) { m.first.InFlight(delta) }
 
 // BreakerOpened counts the breaker opening.
-func (m *Metrics) BreakerOpened() { m.breakerOpens.Inc() }
+func (m *Metrics) BreakerOpened() { m.breakerOpens.inc() }
 
 // SetBreaker records the breaker's state.
 func (m *Metrics) SetBreaker(state string) {
@@ -242,27 +251,39 @@ func (m *Metrics) SetBreaker(state string) {
 		if s == state {
 			v = 1
 		}
-		m.breaker.WithLabelValues(s).Set(v)
+		m.breaker.with(s).set(v)
 	}
 }
 
 // Reconnected counts a consumer reconnect.
-func (m *Metrics) Reconnected() { m.reconnects.Inc() }
+func (m *Metrics) Reconnected() { m.reconnects.inc() }
 
-func statusClass(o retry.Outcome, called bool, dec retry.Decision) string {
+// classNames are the status_class label values, indexed as statusClass
+// returns them.
+var classNames = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "unavailable", "refused", "expired", "invalid"}
+
+const (
+	classTimeout = 5 + iota
+	classUnavailable
+	classRefused
+	classExpired
+	classInvalid
+)
+
+func statusClass(o retry.Outcome, called bool, dec retry.Decision) int {
 	switch {
 	case !called && dec.Reason == retry.ReasonExpired:
-		return "expired"
+		return classExpired
 	case o.Refused:
-		return "refused"
+		return classRefused
 	case o.Kind == retry.Timeout:
-		return "timeout"
+		return classTimeout
 	case o.Kind == retry.Unavailable:
-		return "unavailable"
+		return classUnavailable
 	case o.Status >= 100 && o.Status < 600:
-		return strconv.Itoa(o.Status/100) + "xx"
+		return o.Status/100 - 1
 	}
-	return "invalid"
+	return classInvalid
 }
 
 // tierLabel is written as in the tier queue's name ("2m", not "2m0s").

@@ -2,23 +2,34 @@ package telemetry
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
+// gather scrapes the handler and reads the answer with Prometheus's own
+// text parser, so every test here also checks the exposition.
 func gather(t *testing.T, m *Metrics) map[string][]*dto.Metric {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if ct := rec.Header().Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("content type %q", ct)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(rec.Body)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("/metrics is not valid Prometheus text: %v", err)
 	}
 	out := map[string][]*dto.Metric{}
-	for _, mf := range mfs {
-		out[mf.GetName()] = mf.GetMetric()
+	for name, f := range fams {
+		out[name] = f.GetMetric()
 	}
 	return out
 }
