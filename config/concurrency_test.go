@@ -68,3 +68,41 @@ func TestCapPrefetch(t *testing.T) {
 		}
 	}
 }
+
+func TestMemoryLimit(t *testing.T) {
+	ptr := func(n int) *int { return &n }
+	cases := []struct {
+		name  string
+		set   func(c *config.Config)
+		limit int64
+		ok    bool
+	}{
+		{"defaults: the budget plus headroom", func(*config.Config) {}, config.DefaultPrefetchBytes + config.MemoryHeadroom, true},
+		{"a budget of its own", func(c *config.Config) { c.Consumer.PrefetchBytes = 8 << 20 }, 8<<20 + config.MemoryHeadroom, true},
+		{"no budget, no limit", func(c *config.Config) { c.Consumer.PrefetchBytes = 0 }, 0, false},
+		{"fixed prefetch, no limit", func(c *config.Config) { c.Consumer.Prefetch = 50 }, 0, false},
+		{"budgets of every subscription add up", func(c *config.Config) {
+			c.Subscriptions = []config.Subscription{
+				{Queue: config.Queue{Name: "a"}},
+				{Queue: config.Queue{Name: "b"}, Consumer: config.SubscriptionConsumer{PrefetchBytes: ptr(1 << 20)}},
+			}
+		}, config.DefaultPrefetchBytes + 1<<20 + config.MemoryHeadroom, true},
+		{"one subscription unbounded, no limit", func(c *config.Config) {
+			c.Subscriptions = []config.Subscription{
+				{Queue: config.Queue{Name: "a"}},
+				{Queue: config.Queue{Name: "b"}, Consumer: config.SubscriptionConsumer{Prefetch: ptr(100)}},
+			}
+		}, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			c.Queue.Name = "q"
+			tc.set(&c)
+			limit, ok := c.MemoryLimit()
+			if limit != tc.limit && tc.ok || ok != tc.ok {
+				t.Errorf("MemoryLimit() = %d, %v; want %d, %v", limit, ok, tc.limit, tc.ok)
+			}
+		})
+	}
+}

@@ -78,7 +78,7 @@ type row struct {
 }
 
 // rowOrder is the order of the rows, whatever the order of the input.
-var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "replay"}
+var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "replay"}
 
 // figures are what the input held.
 type figures struct {
@@ -180,8 +180,31 @@ func (fig *figures) benchLine(s string, warn io.Writer) error {
 		delay := strings.TrimPrefix(kind, "slow")
 		fig.rows["slow"] = row{path: "slow: app answering after " + delay + ", Hopper at its defaults",
 			hopper: defaults, compared: setting + ": " + best, ratio: ratio, cpu: "—", rss: "—"}
+	case kind == "big":
+		return fig.bigLine(kv)
 	default:
 		fmt.Fprintf(warn, "benchtable: ignoring a line of unknown path %q\n", kind)
+	}
+	return nil
+}
+
+// bigLine is the big path's row: how many 1 MiB messages were held at
+// once against the bound, and the peak RSS with what it holds beyond them.
+func (fig *figures) bigLine(kv map[string]string) error {
+	for _, k := range []string{"size_kib", "held_max", "held_bound", "rss_mb", "rss_over_held_mb"} {
+		if _, err := number(kv, k); err != nil {
+			return err
+		}
+	}
+	if kv["hold"] == "" {
+		return errors.New("no hold=")
+	}
+	fig.rows["big"] = row{
+		path:     fmt.Sprintf("big: %s KiB messages the app holds for %s each, Hopper at its defaults", kv["size_kib"], kv["hold"]),
+		hopper:   fmt.Sprintf("%s held at once", kv["held_max"]),
+		compared: fmt.Sprintf("prefetchBytes bound: %s", kv["held_bound"]),
+		ratio:    "—", cpu: "—",
+		rss: fmt.Sprintf("%s MiB (%s MiB over what was held)", kv["rss_mb"], kv["rss_over_held_mb"]),
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ happy    raw         13877     13000     14000       1.20       2.10       0.90 
 retry    ratio       1.120 (hopper/raw medians; per run pair: 1.100 1.120 1.130, their median 1.120)   cpu ratio 1.05
 bench: slow20ms defaults=9022/s best_fixed=10860/s (prefetch 800/workers 400) ratio=0.831
 bench: fair healthy_alone=12000/s healthy_beside_poison=10800/s ratio=0.900
+bench: big size_kib=1024 hold=1s held_max=64 held_bound=64 rss_mb=134.6 rss_over_held_mb=70.6
 bench: retry hopper=4567/s raw=4078/s ratio=1.120 cpu_ratio=1.05 rss_mb=24.1
 bench: dlq hopper=6200.4/s raw=5900/s ratio=1.051 cpu_ratio=0.98 rss_mb=22.9
 bench: defaults hopper=11603/s raw=9332/s ratio=1.243 cpu_ratio=1.12 rss_mb=25.4
@@ -35,6 +36,7 @@ const wantTable = `| path | Hopper | compared with | ratio | Hopper CPU vs compa
 | defaults: Hopper without consumer keys | 11,603 msg/s | raw loop: 9,332 msg/s | 1.243 | 1.12× | 25.4 MiB |
 | slow: app answering after 20ms, Hopper at its defaults | 9,022 msg/s | best fixed, prefetch 800 / workers 400: 10,860 msg/s | 0.831 | — | — |
 | fair: a healthy queue beside a poison queue, one Hopper | 10,800 msg/s | the same queue alone: 12,000 msg/s | 0.900 | — | — |
+| big: 1024 KiB messages the app holds for 1s each, Hopper at its defaults | 64 held at once | prefetchBytes bound: 64 | — | — | 134.6 MiB (70.6 MiB over what was held) |
 | ` + "`hopper dlq replay`" + ` | 1,234,567 msg/s | raw get → publish → ack loop: 1,300,000 msg/s | 0.95 | — | 19.0 MiB |
 `
 
@@ -170,6 +172,8 @@ func TestErrors(t *testing.T) {
 			[]string{"no raw=", "bench: dlq"}},
 		{"rate not a number", readme, "bench: hopper=fast/s raw=100/s ratio=1.0 p99_added_ms=n/a rss_mb=1.0\n",
 			[]string{"hopper=fast/s is not a rate"}},
+		{"big without its bound", readme, "bench: big size_kib=1024 hold=1s held_max=64 rss_mb=134.6 rss_over_held_mb=70.6\n",
+			[]string{"no held_bound=", "bench: big"}},
 		{"ratio not a number", readme, "dlqbench: replay=100/s raw=100/s ratio=NaN rss_mb=1.0\n",
 			[]string{"ratio=NaN is not a number"}},
 	} {

@@ -36,6 +36,9 @@ const (
 	// slowPath is answered like appPath, but only after slowDelay: the slow
 	// path's app, which takes its time as real apps do.
 	slowPath = "/slow"
+	// bigPath is answered like appPath after bigDelay, counting how many
+	// requests it holds at once: the big path's app.
+	bigPath = "/big"
 )
 
 // mode is how the app answers.
@@ -85,6 +88,9 @@ type appRun struct {
 	poison                                    atomic.Int64
 	poisonAtFirst, poisonAtHalf, poisonAtLast atomic.Int64
 	stray                                     atomic.Int64 // neither path: a misrouted message
+
+	// Big path: requests being held now, and the most held at once.
+	held, maxHeld atomic.Int64
 
 	// lat holds receipt − send per client, told apart by the first byte
 	// of the message id (see latencyClient).
@@ -186,9 +192,17 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 	}
 	now := time.Now()
 	arrived := now // the first request's arrival starts the run
-	if string(ctx.Path()) == slowPath {
+	switch string(ctx.Path()) {
+	case slowPath:
 		time.Sleep(slowDelay)
 		now = time.Now() // a slow message is final when answered, after the delay
+	case bigPath:
+		h := r.held.Add(1)
+		for m := r.maxHeld.Load(); h > m && !r.maxHeld.CompareAndSwap(m, h); m = r.maxHeld.Load() {
+		}
+		time.Sleep(bigDelay)
+		r.held.Add(-1)
+		now = time.Now()
 	}
 	if r.mode == modeFair {
 		switch string(ctx.Path()) {

@@ -66,7 +66,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings); fair and slow alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory); fair, slow and big alone skip the latency test")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
@@ -279,6 +279,7 @@ type spec struct {
 	appPath  string          // the path of the app URL Hopper posts to
 	consumer consumerSetting // Hopper's concurrency
 	n        int             // backlog of a throughput run
+	size     int             // message body size; 0 is --size
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -415,6 +416,7 @@ type runResult struct {
 	hwmKB   int64         // consumer peak RSS
 	reqs    int64         // requests the app saw
 	others  float64       // cores busy with other processes during the run
+	maxHeld int64         // big path: most requests the app held at once
 }
 
 // backlog is the backlog size of a path.
@@ -438,7 +440,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow":
+	case "defaults", "slow", "big":
 		return modeOK, nil
 	case "latency": // a mode of the app, not a path: the latency test always runs
 		return 0, fmt.Errorf("unknown path %q", p)
@@ -474,7 +476,11 @@ func (e *env) drain(s spec) (runResult, error) {
 	defer e.deleteQueues(plan)
 	ctx, cancel := context.WithTimeout(context.Background(), e.o.runTimeout)
 	defer cancel()
-	pub, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", n, e.o.size)
+	size := s.size
+	if size == 0 {
+		size = e.o.size
+	}
+	pub, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", n, size)
 	if err != nil {
 		return runResult{}, fmt.Errorf("publish backlog: %w", err)
 	}
@@ -494,7 +500,7 @@ func (e *env) drain(s spec) (runResult, error) {
 		return runResult{}, fmt.Errorf("%s run timed out after %s with %d/%d final answers\n%s",
 			kind, e.o.runTimeout, r.final.Load(), n, logTail(c.logPath, 20))
 	}
-	res := runResult{kind: kind, n: n, elapsed: r.elapsed(), publish: pub, reqs: r.total.Load()}
+	res := runResult{kind: kind, n: n, elapsed: r.elapsed(), publish: pub, reqs: r.total.Load(), maxHeld: r.maxHeld.Load()}
 	used, err := mr.used()
 	if err != nil {
 		return res, err
@@ -680,6 +686,8 @@ type report struct {
 	fairAlone, fairBeside []fairResult
 	// slow path: Hopper's defaults first, then each fixed setting
 	slow []slowSeries
+	// big path: one run per --runs
+	big []runResult
 }
 
 // rawPaths are the paths that compare Hopper with the raw worker: every
@@ -688,7 +696,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" {
+		if p != "fair" && p != "slow" && p != "big" {
 			out = append(out, p)
 		}
 	}
@@ -709,6 +717,12 @@ func (e *env) bench() (*report, error) {
 		case "slow":
 			var err error
 			if rep.slow, err = e.slowness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "big":
+			var err error
+			if rep.big, err = e.bigness(); err != nil {
 				return nil, err
 			}
 			continue
@@ -868,6 +882,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.slow) > 0 {
 		rep.printSlow(w, o)
 	}
+	if len(rep.big) > 0 {
+		rep.printBig(w)
+	}
 
 	// The other paths' lines come just before the final line, which stays
 	// last.
@@ -926,6 +943,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.fairLine())
 		case "slow":
 			out = append(out, rep.slowLine())
+		case "big":
+			out = append(out, rep.bigLine())
 		}
 	}
 	return out

@@ -62,6 +62,12 @@
 // being that setting) and ratio = defaults / best_fixed. `--paths slow`
 // runs it alone, without the latency test.
 //
+// The big path measures memory with large messages (see big.go): 300
+// messages of 1 MiB that the app holds for 1 s each, Hopper at its
+// defaults. Its line is
+//
+//	bench: big size_kib=K hold=D held_max=H held_bound=B rss_mb=R rss_over_held_mb=X
+//
 // On a machine shared with other work, throughput and tail latency vary from
 // run to run: the report shows how many cores other processes used during
 // each run, the CPU per message of consumer, broker and app (stable), and

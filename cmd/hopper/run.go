@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/sidecar"
@@ -39,6 +40,14 @@ second signal exits at once; nothing undelivered is acked.`,
 			}
 			if tracing.Enabled {
 				log.Info("tracing on", "event", "TRACING_ENABLED", "exporter", tracing.Exporter)
+			}
+			// A GOMEMLIMIT set by the operator stands; otherwise the limit
+			// follows the prefetch byte budgets.
+			if os.Getenv("GOMEMLIMIT") == "" {
+				if limit, ok := cfg.MemoryLimit(); ok {
+					debug.SetMemoryLimit(limit)
+					log.Info("soft memory limit from consumer.prefetchBytes", "event", "MEMORY_LIMIT", "bytes", limit)
+				}
 			}
 			sidecar.Version = version
 			sc := sidecar.New(&cfg, log)
