@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 func cleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "HOPPER_") || strings.HasPrefix(kv, "OTEL_") {
+		if strings.HasPrefix(kv, "HOPPER_") || strings.HasPrefix(kv, "OTEL_") || strings.HasPrefix(kv, "GOMEMLIMIT=") {
 			continue
 		}
 		env = append(env, kv)
@@ -540,7 +540,10 @@ func TestRunDeliversAndStopsCleanly(t *testing.T) {
 		}
 	}
 	out := p.stderr.String()
-	for _, ev := range []string{`"event":"SHUTDOWN_STARTED"`, `"event":"SHUTDOWN_COMPLETE"`} {
+	// At the defaults the soft memory limit is the 64 MiB prefetch byte
+	// budget plus 64 MiB.
+	for _, ev := range []string{`"event":"SHUTDOWN_STARTED"`, `"event":"SHUTDOWN_COMPLETE"`,
+		`"event":"MEMORY_LIMIT","bytes":134217728`} {
 		if !strings.Contains(out, ev) {
 			t.Errorf("log lacks %s", ev)
 		}
