@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/memlimit"
 	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/spf13/cobra"
@@ -41,14 +44,7 @@ second signal exits at once; nothing undelivered is acked.`,
 			if tracing.Enabled {
 				log.Info("tracing on", "event", "TRACING_ENABLED", "exporter", tracing.Exporter)
 			}
-			// A GOMEMLIMIT set by the operator stands; otherwise the limit
-			// follows the prefetch byte budgets.
-			if os.Getenv("GOMEMLIMIT") == "" {
-				if limit, ok := cfg.MemoryLimit(); ok {
-					debug.SetMemoryLimit(limit)
-					log.Info("soft memory limit from consumer.prefetchBytes", "event", "MEMORY_LIMIT", "bytes", limit)
-				}
-			}
+			setMemoryLimit(&cfg, log)
 			sidecar.Version = version
 			sc := sidecar.New(&cfg, log)
 			sc.TracerProvider, sc.SpansDropped = tracing.Provider, tracing.Dropped.Load
@@ -65,4 +61,27 @@ second signal exits at once; nothing undelivered is acked.`,
 	}
 	cf.register(cmd.Flags())
 	return cmd
+}
+
+// setMemoryLimit gives the Go runtime a soft memory limit that follows the
+// prefetch byte budgets, fitted under the container's own limit. A
+// GOMEMLIMIT set by the operator stands.
+func setMemoryLimit(cfg *config.Config, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	want, ok := cfg.MemoryLimit()
+	if !ok {
+		return
+	}
+	container, _ := memlimit.Container("/sys/fs/cgroup")
+	limit, capped := memlimit.Fit(want, container)
+	debug.SetMemoryLimit(limit)
+	if capped {
+		log.Warn("the container's memory limit is below what consumer.prefetchBytes lets Hopper hold plus its headroom: "+
+			"with large messages the collector will work hard near the limit; lower consumer.prefetchBytes or raise the limit",
+			"event", "MEMORY_LIMIT", "bytes", limit, "wanted", want, "container_limit", container)
+		return
+	}
+	log.Info("soft memory limit from consumer.prefetchBytes", "event", "MEMORY_LIMIT", "bytes", limit)
 }
