@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -149,9 +150,16 @@ func (e *Exporter) send(ctx context.Context, body []byte) error {
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
+		err = fmt.Errorf("otlp export to %s: %w", e.cfg.URL, err)
+		// A certificate that does not verify will not verify on the next
+		// try either.
+		var certErr *tls.CertificateVerificationError
+		if errors.As(err, &certErr) {
+			return err
+		}
 		// The collector was not reached or the connection broke: worth
 		// another try while the deadline allows.
-		return &retryable{err: fmt.Errorf("otlp export to %s: %w", e.cfg.URL, err)}
+		return &retryable{err: err}
 	}
 	defer resp.Body.Close()
 	// Read the whole answer: gRPC's status comes in trailers after it, and

@@ -3,11 +3,15 @@ package otlp
 import (
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +20,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // the compressor a collector registers
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -284,4 +289,63 @@ func TestFromEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeCA writes srv's certificate as a PEM file for
+// OTEL_EXPORTER_OTLP_CERTIFICATE.
+func writeCA(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Both protocols reach a TLS collector whose certificate is trusted only
+// through OTEL_EXPORTER_OTLP_CERTIFICATE.
+func TestExportOverTLS(t *testing.T) {
+	col := &httpCollector{}
+	srv := httptest.NewTLSServer(col)
+	defer srv.Close()
+	ca := writeCA(t, srv)
+
+	t.Run("http/protobuf", func(t *testing.T) {
+		exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/base",
+			"OTEL_EXPORTER_OTLP_CERTIFICATE": ca}))
+		if err := exp.ExportSpans(context.Background(), sampleSpans(t)); err != nil {
+			t.Fatal(err)
+		}
+		// Without the CA: a certificate error, at once, not retried until
+		// the deadline.
+		untrusted := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/base"}))
+		err := untrusted.ExportSpans(context.Background(), sampleSpans(t))
+		var certErr *tls.CertificateVerificationError
+		if !errors.As(err, &certErr) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("without the CA the export must fail on the certificate at once, got %v", err)
+		}
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gcol := &grpcCollector{}
+		s := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&srv.TLS.Certificates[0])))
+		coltracepb.RegisterTraceServiceServer(s, gcol)
+		go s.Serve(ln) //nolint:errcheck // ends with Stop
+		defer s.Stop()
+		exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://" + ln.Addr().String(), "OTEL_EXPORTER_OTLP_CERTIFICATE": ca}))
+		if err := exp.ExportSpans(context.Background(), sampleSpans(t)); err != nil {
+			t.Fatal(err)
+		}
+		gcol.mu.Lock()
+		defer gcol.mu.Unlock()
+		if len(gcol.requests) != 1 {
+			t.Fatalf("requests = %d, want 1", len(gcol.requests))
+		}
+	})
 }
