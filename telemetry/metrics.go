@@ -143,7 +143,7 @@ func NewMetrics(src Sources) *Metrics {
 		r.counterFunc(name, help, func() float64 { return float64(f()) })
 	}
 	counterFunc("hopper_header_values_dropped_total", "AMQP headers not forwarded to the app (invalid name or non-scalar value).", src.HeadersSkipped)
-	counterFunc("hopper_spans_dropped_total", "Trace spans that could not be exported.", src.SpansDropped)
+	counterFunc("hopper_spans_dropped_total", "Trace spans that could not be exported, or that the collector rejected.", src.SpansDropped)
 	return m
 }
 

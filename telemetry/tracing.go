@@ -57,6 +57,7 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string, version str
 		return t, nil
 	}
 	exp := otlp.New(cfg)
+	exp.Rejected = func(n int64) { t.Dropped.Add(n) }
 	t.Exporter = "otlp " + cfg.Protocol + " " + cfg.URL
 	res, err := resource.Merge(
 		resource.NewSchemaless(semconv.ServiceName("hopper"), semconv.ServiceVersion(version)),

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Exporter sends spans to one collector. It is an sdktrace.SpanExporter.
@@ -23,6 +24,10 @@ type Exporter struct {
 	cfg     Config
 	client  *http.Client
 	stopped atomic.Bool
+	// Rejected, when set, is told how many spans of an accepted export
+	// the collector said it dropped (a partial success); the export
+	// itself succeeded, so they count nowhere else.
+	Rejected func(n int64)
 	// backoff is the first wait before retrying a refused export; it
 	// doubles up to maxBackoff, within the export's deadline.
 	backoff time.Duration
@@ -166,9 +171,71 @@ func (e *Exporter) send(ctx context.Context, body []byte) error {
 	// a drained body lets the connection be reused.
 	answer, readErr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if grpc && resp.StatusCode == http.StatusOK {
-		return grpcStatus(resp, readErr)
+		err = grpcStatus(resp, readErr)
+		if err == nil && len(answer) >= 5 && answer[0] == 0 {
+			answer = answer[5:] // the frame's header; a compressed answer is not read
+		} else {
+			answer = nil
+		}
+	} else {
+		err = httpStatus(resp, answer)
 	}
-	return httpStatus(resp, answer)
+	if err == nil && e.Rejected != nil && readErr == nil {
+		if n := rejectedSpans(answer); n > 0 {
+			e.Rejected(n)
+		}
+	}
+	return err
+}
+
+// rejectedSpans reads partial_success.rejected_spans from an
+// ExportTraceServiceResponse; 0 when absent or unreadable.
+func rejectedSpans(b []byte) int64 {
+	partial := field(b, 1, protowire.BytesType)
+	if partial == nil {
+		return 0
+	}
+	v := field(partial, 1, protowire.VarintType)
+	if v == nil {
+		return 0
+	}
+	n, _ := protowire.ConsumeVarint(v)
+	return int64(n)
+}
+
+// field returns the last occurrence of field num of type typ in the
+// message b (for a varint, its encoding; for bytes, the contents), or nil.
+func field(b []byte, num protowire.Number, typ protowire.Type) []byte {
+	var out []byte
+	for len(b) > 0 {
+		n, t, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil
+		}
+		b = b[l:]
+		var vl int
+		switch {
+		case n == num && t == typ && t == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return nil
+			}
+			out, vl = v, m
+		case n == num && t == typ:
+			vl = protowire.ConsumeFieldValue(n, t, b)
+			if vl < 0 {
+				return nil
+			}
+			out = b[:vl]
+		default:
+			vl = protowire.ConsumeFieldValue(n, t, b)
+			if vl < 0 {
+				return nil
+			}
+		}
+		b = b[vl:]
+	}
+	return out
 }
 
 // httpStatus turns an OTLP/HTTP answer into an error; 429, 502, 503 and

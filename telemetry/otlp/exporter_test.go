@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,10 +42,12 @@ func mustConfig(t *testing.T, m map[string]string) Config {
 // httpCollector answers each request with the next status of answers
 // (200 once they run out) and keeps the requests it read.
 type httpCollector struct {
-	mu       sync.Mutex
-	answers  []int
-	requests []*coltracepb.ExportTraceServiceRequest
-	headers  []http.Header
+	mu      sync.Mutex
+	answers []int
+	// rejecting, when above 0, is the partial success a 200 reports.
+	rejecting int64
+	requests  []*coltracepb.ExportTraceServiceRequest
+	headers   []http.Header
 }
 
 func (c *httpCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -75,6 +78,13 @@ func (c *httpCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "0")
 		}
 		http.Error(w, "busy", code)
+		return
+	}
+	if c.rejecting > 0 {
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{PartialSuccess: &coltracepb.ExportTracePartialSuccess{
+			RejectedSpans: c.rejecting, ErrorMessage: "too old"}})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(b) //nolint:errcheck // test collector
 	}
 }
 
@@ -145,10 +155,11 @@ func TestExportAfterShutdownFails(t *testing.T) {
 // grpcCollector is the collector's trace service on a real gRPC server.
 type grpcCollector struct {
 	coltracepb.UnimplementedTraceServiceServer
-	mu       sync.Mutex
-	fail     []codes.Code
-	requests []*coltracepb.ExportTraceServiceRequest
-	tenant   []string
+	mu        sync.Mutex
+	fail      []codes.Code
+	rejecting int64
+	requests  []*coltracepb.ExportTraceServiceRequest
+	tenant    []string
 }
 
 func (c *grpcCollector) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
@@ -161,6 +172,10 @@ func (c *grpcCollector) Export(ctx context.Context, req *coltracepb.ExportTraceS
 		code := c.fail[0]
 		c.fail = c.fail[1:]
 		return nil, status.Error(code, "refused: "+code.String())
+	}
+	if c.rejecting > 0 {
+		return &coltracepb.ExportTraceServiceResponse{PartialSuccess: &coltracepb.ExportTracePartialSuccess{
+			RejectedSpans: c.rejecting, ErrorMessage: "too old"}}, nil
 	}
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
@@ -348,4 +363,38 @@ func TestExportOverTLS(t *testing.T) {
 			t.Fatalf("requests = %d, want 1", len(gcol.requests))
 		}
 	})
+}
+
+// A partial success is an accepted export whose rejected spans are
+// reported, over either protocol.
+func TestPartialSuccessCountsRejected(t *testing.T) {
+	col := &httpCollector{rejecting: 2}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	gcol := &grpcCollector{rejecting: 3}
+	addr := startGRPC(t, gcol)
+	for _, tc := range []struct {
+		env  map[string]string
+		want int64
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/base"}, 2},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + addr}, 3},
+	} {
+		exp := New(mustConfig(t, tc.env))
+		var rejected atomic.Int64
+		exp.Rejected = func(n int64) { rejected.Add(n) }
+		if err := exp.ExportSpans(context.Background(), sampleSpans(t)); err != nil {
+			t.Fatalf("a partial success is a success: %v", err)
+		}
+		if got := rejected.Load(); got != tc.want {
+			t.Errorf("%v: rejected = %d, want %d", tc.env, got, tc.want)
+		}
+	}
+	// A full success reports nothing.
+	col.rejecting = 0
+	exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/base"}))
+	exp.Rejected = func(n int64) { t.Errorf("rejected %d on a full success", n) }
+	if err := exp.ExportSpans(context.Background(), sampleSpans(t)); err != nil {
+		t.Fatal(err)
+	}
 }
