@@ -4,7 +4,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,8 +29,10 @@ var runtimeSamples = []struct{ metric, name, help string }{
 func writeRuntime(w *textWriter) {
 	w.header("go_goroutines", "Number of goroutines that currently exist.", gaugeKind)
 	w.sample("go_goroutines", nil, nil, "", "", float64(runtime.NumGoroutine()))
-	w.header("go_threads", "Number of OS threads created.", gaugeKind)
-	w.sample("go_threads", nil, nil, "", "", float64(pprof.Lookup("threadcreate").Count()))
+	if n, ok := procStatus("Threads:"); ok {
+		w.header("go_threads", "Number of OS threads.", gaugeKind)
+		w.sample("go_threads", nil, nil, "", "", n)
+	}
 	w.header("go_info", "Information about the Go environment.", gaugeKind)
 	w.sample("go_info", []string{"version"}, []string{runtime.Version()}, "", "", 1)
 
@@ -82,4 +83,20 @@ func writeRuntime(w *textWriter) {
 	}
 	w.header("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", gaugeKind)
 	w.sample("process_start_time_seconds", nil, nil, "", "", float64(processStart.UnixNano())/1e9)
+}
+
+// procStatus reads one numeric field of /proc/self/status (the kernel's
+// own count, without linking the profiler for it).
+func procStatus(field string) (float64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }
