@@ -211,6 +211,8 @@ func TestDashboard(t *testing.T) {
 		"hopper_moves_failing",                    // held deliveries
 		"hopper_delivery_duration_seconds_bucket", // latency percentiles
 		"hopper_broker_connected",                 // broker connection
+		"process_resident_memory_bytes",           // Hopper's memory
+		"process_cpu_seconds_total",               // Hopper's CPU per delivery
 	} {
 		if !used[want] {
 			t.Errorf("the dashboard shows nothing from %s", want)
