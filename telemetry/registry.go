@@ -187,11 +187,11 @@ func (r *registry) write(out io.Writer) error {
 	fams := slices.Clone(r.fams)
 	sort.SliceStable(fams, func(i, j int) bool { return fams[i].name < fams[j].name })
 	for _, f := range fams {
-		w.header(f.name, f.help, f.kind)
 		if f.fn != nil {
-			w.sample(f.name, nil, nil, "", "", f.fn())
+			w.single(f.name, f.help, f.kind, f.fn())
 			continue
 		}
+		w.header(f.name, f.help, f.kind)
 		for _, s := range f.sorted() {
 			if f.kind != histogramKind {
 				w.sample(f.name, f.labels, s.values, "", "", s.value())
@@ -218,9 +218,15 @@ func (r *registry) write(out io.Writer) error {
 // kept by the bufio.Writer and returned by Flush.
 type textWriter struct{ w *bufio.Writer }
 
+// single writes a family of one series without labels.
+func (t *textWriter) single(name, help string, k kind, v float64) {
+	t.header(name, help, k)
+	t.sample(name, nil, nil, "", "", v)
+}
+
 func (t *textWriter) header(name, help string, k kind) {
 	t.w.WriteString("# HELP " + name + " ")
-	t.w.WriteString(strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(help))
+	t.w.WriteString(helpEscaper.Replace(help))
 	t.w.WriteString("\n# TYPE " + name + " " + k.String() + "\n")
 }
 
@@ -248,6 +254,8 @@ func (t *textWriter) sample(name string, labels, values []string, extraName, ext
 	t.w.WriteString(formatFloat(v))
 	t.w.WriteByte('\n')
 }
+
+var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
 

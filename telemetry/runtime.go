@@ -27,11 +27,9 @@ var runtimeSamples = []struct{ metric, name, help string }{
 // usual go_* and process_* names. A value the platform cannot give is
 // left out.
 func writeRuntime(w *textWriter) {
-	w.header("go_goroutines", "Number of goroutines that currently exist.", gaugeKind)
-	w.sample("go_goroutines", nil, nil, "", "", float64(runtime.NumGoroutine()))
+	w.single("go_goroutines", "Number of goroutines that currently exist.", gaugeKind, float64(runtime.NumGoroutine()))
 	if n, ok := procStatus("Threads:"); ok {
-		w.header("go_threads", "Number of OS threads.", gaugeKind)
-		w.sample("go_threads", nil, nil, "", "", n)
+		w.single("go_threads", "Number of OS threads.", gaugeKind, n)
 	}
 	w.header("go_info", "Information about the Go environment.", gaugeKind)
 	w.sample("go_info", []string{"version"}, []string{runtime.Version()}, "", "", 1)
@@ -49,40 +47,33 @@ func writeRuntime(w *textWriter) {
 		if strings.HasSuffix(s.name, "_total") {
 			k = counterKind
 		}
-		w.header(s.name, s.help, k)
-		w.sample(s.name, nil, nil, "", "", float64(samples[i].Value.Uint64()))
+		w.single(s.name, s.help, k, float64(samples[i].Value.Uint64()))
 	}
 
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		cpu := time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) * time.Nanosecond
-		w.header("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", counterKind)
-		w.sample("process_cpu_seconds_total", nil, nil, "", "", cpu.Seconds())
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		w.single("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", counterKind, cpu.Seconds())
 	}
 	if statm, err := os.ReadFile("/proc/self/statm"); err == nil {
 		if f := strings.Fields(string(statm)); len(f) >= 2 {
 			page := float64(os.Getpagesize())
 			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				w.header("process_virtual_memory_bytes", "Virtual memory size in bytes.", gaugeKind)
-				w.sample("process_virtual_memory_bytes", nil, nil, "", "", v*page)
+				w.single("process_virtual_memory_bytes", "Virtual memory size in bytes.", gaugeKind, v*page)
 			}
 			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
-				w.header("process_resident_memory_bytes", "Resident memory size in bytes.", gaugeKind)
-				w.sample("process_resident_memory_bytes", nil, nil, "", "", v*page)
+				w.single("process_resident_memory_bytes", "Resident memory size in bytes.", gaugeKind, v*page)
 			}
 		}
 	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
-		w.header("process_open_fds", "Number of open file descriptors.", gaugeKind)
-		w.sample("process_open_fds", nil, nil, "", "", float64(len(fds)))
+		w.single("process_open_fds", "Number of open file descriptors.", gaugeKind, float64(len(fds)))
 	}
 	var lim syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
-		w.header("process_max_fds", "Maximum number of open file descriptors.", gaugeKind)
-		w.sample("process_max_fds", nil, nil, "", "", float64(lim.Cur))
+		w.single("process_max_fds", "Maximum number of open file descriptors.", gaugeKind, float64(lim.Cur))
 	}
-	w.header("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", gaugeKind)
-	w.sample("process_start_time_seconds", nil, nil, "", "", float64(processStart.UnixNano())/1e9)
+	w.single("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", gaugeKind, float64(processStart.UnixNano())/1e9)
 }
 
 // procStatus reads one numeric field of /proc/self/status (the kernel's

@@ -88,9 +88,9 @@ const (
 	flagIsRemote    = 0x200
 )
 
-// OTLP status codes differ in order from the Go API's.
+// OTLP status codes differ in order from the Go API's; an unset status is
+// written as no status at all.
 const (
-	statusUnset = 0
 	statusOK    = 1
 	statusError = 2
 )

@@ -213,24 +213,14 @@ func field(b []byte, num protowire.Number, typ protowire.Type) []byte {
 			return nil
 		}
 		b = b[l:]
-		var vl int
-		switch {
-		case n == num && t == typ && t == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return nil
-			}
-			out, vl = v, m
-		case n == num && t == typ:
-			vl = protowire.ConsumeFieldValue(n, t, b)
-			if vl < 0 {
-				return nil
-			}
+		vl := protowire.ConsumeFieldValue(n, t, b)
+		if vl < 0 {
+			return nil
+		}
+		if n == num && t == typ {
 			out = b[:vl]
-		default:
-			vl = protowire.ConsumeFieldValue(n, t, b)
-			if vl < 0 {
-				return nil
+			if t == protowire.BytesType {
+				out, _ = protowire.ConsumeBytes(out)
 			}
 		}
 		b = b[vl:]
