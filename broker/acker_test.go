@@ -29,6 +29,11 @@ func (w *wire) Ack(tag uint64, multiple bool) error {
 		w.acked[tag] = true
 		return nil
 	}
+	// The broker looks a multiple-ack's own tag up too: one it does not
+	// hold unacked closes the channel.
+	if !w.unacked[tag] {
+		return fmt.Errorf("PRECONDITION_FAILED unknown delivery tag %d", tag)
+	}
 	for t := range w.unacked {
 		if t <= tag {
 			delete(w.unacked, t)

@@ -54,6 +54,8 @@ type Exclusive struct {
 	// outstanding counts pushed deliveries handed out and not yet settled;
 	// when it reaches the prefetch the broker pushes nothing more.
 	outstanding atomic.Int64
+	acks        *runAcker
+	stopAcks    chan struct{}
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -67,16 +69,25 @@ type ExclusiveDelivery struct {
 	settled atomic.Bool
 }
 
-// Ack acknowledges the delivery on its own channel.
+// Ack acknowledges the delivery on its own channel. The ack may go out a
+// moment later, coalesced with others (see runAcker); Close sends what is
+// held.
 func (d *ExclusiveDelivery) Ack() error {
-	err := d.Delivery.Ack()
+	if d.s.dead.Load() {
+		return ErrChannelGone
+	}
+	err := d.e.acks.ack(d.tag, time.Now())
 	d.done()
 	return err
 }
 
-// Nack rejects the delivery on its own channel; requeue puts it back.
+// Nack rejects the delivery on its own channel at once; requeue puts it
+// back.
 func (d *ExclusiveDelivery) Nack(requeue bool) error {
-	err := d.Delivery.Nack(requeue)
+	if d.s.dead.Load() {
+		return ErrChannelGone
+	}
+	err := d.e.acks.nack(d.tag, requeue)
 	d.done()
 	return err
 }
@@ -153,8 +164,17 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 	if err != nil {
 		return fail(queueError(queue, err))
 	}
+	// A batch of a quarter of the window keeps acks waiting for their batch
+	// from filling the window the broker counts.
+	e.acks = newRunAcker(ch, prefetch/4, exclusiveAckWait)
+	e.stopAcks = make(chan struct{})
+	go e.acks.run(exclusiveAckWait, e.stopAcks)
 	return e, nil
 }
+
+// exclusiveAckWait is how long an ack may wait to be coalesced. It is short
+// because an ack the broker has not seen still holds a place in the window.
+const exclusiveAckWait = 2 * time.Millisecond
 
 // queueError classifies the broker's answer to a declare or consume.
 func queueError(queue string, err error) error {
@@ -266,7 +286,18 @@ func (e *Exclusive) lost(what string, err *amqp.Error) error {
 // requeue) and closes the connection. Deliveries cannot be settled after it.
 func (e *Exclusive) Close() error {
 	e.closeOnce.Do(func() {
+		defer close(e.stopAcks)
 		var errs []error
+		if !e.s.dead.Load() && !e.s.ch.IsClosed() {
+			// Acks first: each is for a message whose copy is already
+			// confirmed, and the nack below would put it back.
+			e.acks.flush(time.Now(), true) //nolint:errcheck // counted below
+		} else {
+			e.acks.abandon()
+		}
+		if n := e.acks.Unsent(); n > 0 {
+			errs = append(errs, fmt.Errorf("%d ack(s) did not reach the broker before the channel ended: those messages are back in %q although handled (duplicates, not losses)", n, e.queue))
+		}
 		if !e.s.dead.Load() && !e.s.ch.IsClosed() {
 			if err := e.s.ch.Cancel(e.tag, false); err != nil { // noWait=false
 				errs = append(errs, fmt.Errorf("cancel consumer: %w", err))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -234,6 +235,63 @@ func TestExclusiveAckSomeHoldOthers(t *testing.T) {
 	waitReady(t, q, len(kept))
 	if ids := browse(t, q); !equal(ids, kept) {
 		t.Fatalf("queue holds %v, want %v", ids, kept)
+	}
+}
+
+// Acks from many workers in any order, past held messages and with the
+// window full enough that basic.get takes over, leave exactly the held
+// messages, in place: coalesced acks never cover one that was not acked.
+func TestExclusiveConcurrentAcksPastHolds(t *testing.T) {
+	needBroker(t)
+	const n = 600
+	q := declareQueue(t, n)
+	e, err := OpenExclusive(context.Background(), opts(), q, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := make(chan *ExclusiveDelivery)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				if err := d.Ack(); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	var kept []string
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, ok, err := e.Next(ctx)
+		cancel()
+		if err != nil || !ok {
+			t.Fatalf("message %d: ok=%v err=%v", i, ok, err)
+		}
+		// Hold every 7th, and a run of 40 in the middle, which fills the
+		// window so that the rest come by basic.get.
+		id, _ := strconv.Atoi(d.Message().MessageID)
+		if id%7 == 0 || (id >= 300 && id < 340) {
+			kept = append(kept, d.Message().MessageID)
+			continue
+		}
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("ack: %v", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, q, len(kept))
+	if ids := browse(t, q); !equal(ids, kept) {
+		t.Fatalf("queue holds %d messages %v, want the %d held %v", len(ids), ids, len(kept), kept)
 	}
 }
 
