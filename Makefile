@@ -124,8 +124,9 @@ faults: deps
 
 .PHONY: dlq-bench
 
-## dlq-bench: `hopper dlq replay` against a raw get / publish-with-confirm / ack loop on a
-## private RabbitMQ node, in one run: msg/s, ratio, the replay's peak RSS (about 3 minutes;
+## dlq-bench: `hopper dlq replay` against a raw get / publish-with-confirm / ack loop and
+## against the broker's floor (consume, pipelined publish, multiple-ack) on a private
+## RabbitMQ node, in one run: msg/s, ratios, the replay's peak RSS (about 4 minutes;
 ## quick form: make dlq-bench DLQBENCHFLAGS="--n 20000")
 DLQBENCHFLAGS ?=
 dlq-bench: deps build

@@ -9,7 +9,7 @@
 //	bench: retry|dlq|defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
 //	bench: slow20ms defaults=R1/s best_fixed=R2/s (prefetch P/workers W) ratio=X
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
-//	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y
+//	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y [floor=R3/s of_floor=Z]
 //
 // and hopperbench's settings line (hopperbench: backlog …); every other
 // line is ignored, and a path seen twice keeps its last line. It replaces
@@ -226,8 +226,21 @@ func (fig *figures) dlqLine(s string) error {
 	if err != nil {
 		return err
 	}
+	compared := "raw get → publish → ack loop: " + raw
+	if _, ok := kv["floor"]; ok {
+		// Older dlqbench lines have no floor.
+		floor, err := rate(kv, "floor")
+		if err != nil {
+			return err
+		}
+		of, err := number(kv, "of_floor")
+		if err != nil {
+			return err
+		}
+		compared += fmt.Sprintf("; broker floor (consume → pipelined publish → multiple-ack): %s, replay at %.2f of it", floor, of)
+	}
 	fig.rows["replay"] = row{path: "`hopper dlq replay`", hopper: rep,
-		compared: "raw get → publish → ack loop: " + raw, ratio: ratio, cpu: "—", rss: rss}
+		compared: compared, ratio: ratio, cpu: "—", rss: rss}
 	return nil
 }
 

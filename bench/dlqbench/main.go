@@ -8,6 +8,9 @@
 //     publishes in flight, without the tool's filters, header rewriting,
 //     exclusive ownership or accounting. A single goroutine gets, --parallel
 //     workers publish and ack.
+//   - floor: the cheapest safe move the broker offers (floorLoop): one
+//     consumer, pipelined confirms, multiple-acks. No replay can beat it
+//     on the same broker, so replay/floor says how much is left to win.
 //   - replay: the real binary (`hopper dlq replay --parallel P`) as a
 //     subprocess. Its rate is the one it reports (messages recovered over
 //     its run, connection set-up excluded); the wall-clock rate including
@@ -18,7 +21,7 @@
 // Each DLQ is filled with --n persistent messages of --size bytes carrying
 // Hopper's DLQ headers. The last line of standard output is
 //
-//	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y
+//	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y floor=R3/s of_floor=Z
 package main
 
 import (
@@ -99,7 +102,7 @@ func run() error {
 	defer pub.Close()
 	body := bytes.Repeat([]byte("x"), o.size)
 
-	var raws, reps []float64
+	var raws, floors, reps []float64
 	var last replayResult
 	for i := 1; i <= o.runs; i++ {
 		// Alternate, and start each measurement from the same broker state:
@@ -121,6 +124,21 @@ func run() error {
 		logf("  raw %.0f msg/s", raw.rate)
 		raws = append(raws, raw.rate)
 
+		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, rawSrc, o.n, o.size)
+		if _, err := fill(pub, rawSrc, work, o.n, body); err != nil {
+			return err
+		}
+		logf("run %d/%d: floor loop: consume, pipelined publish, multiple-ack after confirm; %d in flight", i, o.runs, o.parallel)
+		fl, err := floorLoop(rb.URL(), rawSrc, rawDst, o.n, o.parallel)
+		if err != nil {
+			return err
+		}
+		if err := expectAndPurge(bopts, rawDst, o.n); err != nil {
+			return err
+		}
+		logf("  floor %.0f msg/s", fl.rate)
+		floors = append(floors, fl.rate)
+
 		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, dlqName, o.n, o.size)
 		if _, err := fill(pub, dlqName, work, o.n, body); err != nil {
 			return err
@@ -137,15 +155,16 @@ func run() error {
 		reps = append(reps, rep.rate)
 		last = rep
 	}
-	rawRate, repRate := median(raws), median(reps)
+	rawRate, floorRate, repRate := median(raws), median(floors), median(reps)
 
 	fmt.Printf("messages:        %d x %d bytes, %d publishes in flight, %d run(s), medians\n", o.n, o.size, o.parallel, o.runs)
 	fmt.Printf("raw loop:        %8.0f msg/s  (runs: %s)\n", rawRate, rates(raws))
+	fmt.Printf("floor loop:      %8.0f msg/s  (runs: %s; the broker's own limit)\n", floorRate, rates(floors))
 	fmt.Printf("hopper replay:   %8.0f msg/s  (runs: %s; last run %.0f msg/s wall clock with process start)\n", repRate, rates(reps), last.wallRate)
-	fmt.Printf("ratio:           %8.2f  (replay / raw)\n", repRate/rawRate)
+	fmt.Printf("ratio:           %8.2f  (replay / raw); %.2f of the floor\n", repRate/rawRate, repRate/floorRate)
 	fmt.Printf("replay peak RSS: %8.1f MB (/proc VmHWM sampled; ru_maxrss: %.1f MB); CPU %s for %d messages\n",
 		float64(last.peakKB())/1024, float64(last.maxRSSKB)/1024, last.cpu.Round(time.Millisecond), o.n)
-	fmt.Printf("dlqbench: replay=%.0f/s raw=%.0f/s ratio=%.2f rss_mb=%.1f\n", repRate, rawRate, repRate/rawRate, float64(last.peakKB())/1024)
+	fmt.Printf("dlqbench: replay=%.0f/s raw=%.0f/s ratio=%.2f rss_mb=%.1f floor=%.0f/s of_floor=%.2f\n", repRate, rawRate, repRate/rawRate, float64(last.peakKB())/1024, floorRate, repRate/floorRate)
 	return nil
 }
 
