@@ -14,8 +14,10 @@ import (
 // messages. Confirms on a channel come in publish order and the loop
 // publishes in delivery order, so every delivery up to the newest
 // confirmed one is confirmed. It has no filters, no header rewriting, no
-// exclusive ownership and no accounting: it is the broker's own limit on
-// this machine, which no replay can beat.
+// exclusive ownership and no accounting, so its rate is close to what the
+// broker itself allows on this machine: a replay near it has little left to
+// win on the client side. (The replay, publishing from many goroutines, can
+// come out a little above it in a run.)
 func floorLoop(url, src, dst string, n, parallel int) (rawResult, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {

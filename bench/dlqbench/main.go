@@ -9,8 +9,9 @@
 //     exclusive ownership or accounting. A single goroutine gets, --parallel
 //     workers publish and ack.
 //   - floor: the cheapest safe move the broker offers (floorLoop): one
-//     consumer, pipelined confirms, multiple-acks. No replay can beat it
-//     on the same broker, so replay/floor says how much is left to win.
+//     consumer, pipelined confirms, multiple-acks. Its rate is close to
+//     what the broker itself allows, so replay/floor near 1 says little is
+//     left to win on the client side.
 //   - replay: the real binary (`hopper dlq replay --parallel P`) as a
 //     subprocess. Its rate is the one it reports (messages recovered over
 //     its run, connection set-up excluded); the wall-clock rate including
@@ -159,7 +160,7 @@ func run() error {
 
 	fmt.Printf("messages:        %d x %d bytes, %d publishes in flight, %d run(s), medians\n", o.n, o.size, o.parallel, o.runs)
 	fmt.Printf("raw loop:        %8.0f msg/s  (runs: %s)\n", rawRate, rates(raws))
-	fmt.Printf("floor loop:      %8.0f msg/s  (runs: %s; the broker's own limit)\n", floorRate, rates(floors))
+	fmt.Printf("floor loop:      %8.0f msg/s  (runs: %s; the minimal safe loop)\n", floorRate, rates(floors))
 	fmt.Printf("hopper replay:   %8.0f msg/s  (runs: %s; last run %.0f msg/s wall clock with process start)\n", repRate, rates(reps), last.wallRate)
 	fmt.Printf("ratio:           %8.2f  (replay / raw); %.2f of the floor\n", repRate/rawRate, repRate/floorRate)
 	fmt.Printf("replay peak RSS: %8.1f MB (/proc VmHWM sampled; ru_maxrss: %.1f MB); CPU %s for %d messages\n",
