@@ -144,8 +144,9 @@ func (a *acker) flushLocked(now time.Time, all bool) {
 	a.pending = kept
 }
 
-// run flushes every interval until stop is closed.
-func (a *acker) run(interval time.Duration, stop <-chan struct{}) {
+// flushEvery flushes a every interval until stop is closed or the channel
+// fails. Both ackers hold acks that only a flush sends.
+func flushEvery(a interface{ flush(time.Time, bool) error }, interval time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

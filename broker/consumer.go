@@ -113,7 +113,7 @@ const ackInterval = 2 * time.Millisecond
 func (s *session) startAcker() {
 	s.acker = newAcker(s.ch)
 	s.stopAck = make(chan struct{})
-	go s.acker.run(ackInterval, s.stopAck)
+	go flushEvery(s.acker, ackInterval, s.stopAck)
 }
 
 // end sends the acks still held (when the channel is alive) and stops the

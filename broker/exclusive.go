@@ -168,7 +168,7 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 	// from filling the window the broker counts.
 	e.acks = newRunAcker(ch, prefetch/4, exclusiveAckWait)
 	e.stopAcks = make(chan struct{})
-	go e.acks.run(exclusiveAckWait, e.stopAcks)
+	go flushEvery(e.acks, exclusiveAckWait, e.stopAcks)
 	return e, nil
 }
 
@@ -295,7 +295,7 @@ func (e *Exclusive) Close() error {
 		} else {
 			e.acks.abandon()
 		}
-		if n := e.acks.Unsent(); n > 0 {
+		if n := e.acks.unsentAcks(); n > 0 {
 			errs = append(errs, fmt.Errorf("%d ack(s) did not reach the broker before the channel ended: those messages are back in %q although handled (duplicates, not losses)", n, e.queue))
 		}
 		if !e.s.dead.Load() && !e.s.ch.IsClosed() {

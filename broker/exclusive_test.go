@@ -120,6 +120,19 @@ func equal(a, b []string) bool {
 	return true
 }
 
+// take returns the next message of e, failing the test when none comes
+// within 5 s; i names it in the failure.
+func take(t *testing.T, e *Exclusive, i int) *ExclusiveDelivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, ok, err := e.Next(ctx)
+	if err != nil || !ok {
+		t.Fatalf("message %d: ok=%v err=%v", i, ok, err)
+	}
+	return d
+}
+
 func TestExclusiveRefusesSecondOwner(t *testing.T) {
 	needBroker(t)
 	q := declareQueue(t, 3)
@@ -179,12 +192,7 @@ func TestExclusiveHoldsBeyondPrefetchAndReturnsInOrder(t *testing.T) {
 	}
 	var got []string
 	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, ok, err := e.Next(ctx)
-		cancel()
-		if err != nil || !ok {
-			t.Fatalf("after %d messages: ok=%v err=%v", len(got), ok, err)
-		}
+		d := take(t, e, len(got))
 		got = append(got, d.Message().MessageID)
 	}
 	if !equal(got, seq(0, n)) {
@@ -216,12 +224,7 @@ func TestExclusiveAckSomeHoldOthers(t *testing.T) {
 	}
 	var kept []string
 	for i := range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, ok, err := e.Next(ctx)
-		cancel()
-		if err != nil || !ok {
-			t.Fatalf("message %d: ok=%v err=%v", i, ok, err)
-		}
+		d := take(t, e, i)
 		id, _ := strconv.Atoi(d.Message().MessageID)
 		if id%3 == 0 {
 			kept = append(kept, d.Message().MessageID)
@@ -265,12 +268,7 @@ func TestExclusiveConcurrentAcksPastHolds(t *testing.T) {
 	}
 	var kept []string
 	for i := range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, ok, err := e.Next(ctx)
-		cancel()
-		if err != nil || !ok {
-			t.Fatalf("message %d: ok=%v err=%v", i, ok, err)
-		}
+		d := take(t, e, i)
 		// Hold every 7th, and a run of 40 in the middle, which fills the
 		// window so that the rest come by basic.get.
 		id, _ := strconv.Atoi(d.Message().MessageID)
@@ -355,12 +353,7 @@ func TestExclusiveQuorumQueue(t *testing.T) {
 	}
 	var got []string
 	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, ok, err := e.Next(ctx)
-		cancel()
-		if err != nil || !ok {
-			t.Fatalf("after %d: ok=%v err=%v", len(got), ok, err)
-		}
+		d := take(t, e, len(got))
 		got = append(got, d.Message().MessageID)
 		if len(got)%4 == 0 {
 			if err := d.Ack(); err != nil {

@@ -25,7 +25,7 @@ import (
 //
 // An ack held here is not on the wire yet. If the channel dies first, the
 // broker puts the message back in the queue although its copy was
-// published: a duplicate, never a loss. Unsent counts those.
+// published: a duplicate, never a loss. unsentAcks counts those.
 type runAcker struct {
 	ch       settler
 	maxBatch int
@@ -203,26 +203,10 @@ func (a *runAcker) abandon() {
 	}
 }
 
-// Unsent is the number of acks the caller made that never reached the
+// unsentAcks is the number of acks the caller made that never reached the
 // broker because the channel ended first.
-func (a *runAcker) Unsent() int {
+func (a *runAcker) unsentAcks() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.unsent
-}
-
-// run flushes every interval until stop is closed.
-func (a *runAcker) run(interval time.Duration, stop <-chan struct{}) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-t.C:
-			if a.flush(now, false) != nil {
-				return
-			}
-		}
-	}
 }

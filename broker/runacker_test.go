@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -81,8 +82,8 @@ func TestRunAckerNeverAcksUnsettled(t *testing.T) {
 				t.Fatalf("seed %d: held delivery %d left the broker's unacked set", seed, tag)
 			}
 		}
-		if a.Unsent() != 0 {
-			t.Fatalf("seed %d: %d unsent on a live channel", seed, a.Unsent())
+		if a.unsentAcks() != 0 {
+			t.Fatalf("seed %d: %d unsent on a live channel", seed, a.unsentAcks())
 		}
 	}
 }
@@ -102,13 +103,8 @@ func TestRunAckerCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"ack 8 true", "ack 16 true", "ack 20 true"}
-	if len(w.sent) != len(want) {
+	if !slices.Equal(w.sent, want) {
 		t.Fatalf("sent %v, want %v", w.sent, want)
-	}
-	for i := range want {
-		if w.sent[i] != want[i] {
-			t.Fatalf("sent %v, want %v", w.sent, want)
-		}
 	}
 }
 
@@ -170,7 +166,7 @@ func TestRunAckerCountsUnsent(t *testing.T) {
 	if err := a.flush(now, true); err == nil {
 		t.Fatal("flush on a failing channel returned no error")
 	}
-	if got := a.Unsent(); got != 4 {
+	if got := a.unsentAcks(); got != 4 {
 		t.Fatalf("unsent %d, want 4", got)
 	}
 	if err := a.ack(6, now); err == nil {
@@ -181,7 +177,7 @@ func TestRunAckerCountsUnsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.abandon()
-	if got := b.Unsent(); got != 1 {
+	if got := b.unsentAcks(); got != 1 {
 		t.Fatalf("abandoned: unsent %d, want 1", got)
 	}
 }
