@@ -108,37 +108,40 @@ func run() error {
 	for i := 1; i <= o.runs; i++ {
 		// Alternate, and start each measurement from the same broker state:
 		// a full source, an empty destination.
-		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, rawSrc, o.n, o.size)
-		fillRate, err := fill(pub, rawSrc, work, o.n, body)
+		// measure fills the raw source, moves it to the raw destination
+		// with move and checks that every message arrived.
+		measure := func(name, how string, move func() (rawResult, error)) (float64, error) {
+			logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, rawSrc, o.n, o.size)
+			fillRate, err := fill(pub, rawSrc, work, o.n, body)
+			if err != nil {
+				return 0, err
+			}
+			logf("  %.0f msg/s (64 channels)", fillRate)
+			logf("run %d/%d: %s loop: %s; %d in flight", i, o.runs, name, how, o.parallel)
+			r, err := move()
+			if err != nil {
+				return 0, err
+			}
+			if err := expectAndPurge(bopts, rawDst, o.n); err != nil {
+				return 0, err
+			}
+			logf("  %s %.0f msg/s", name, r.rate)
+			return r.rate, nil
+		}
+		raw, err := measure("raw", "get, publish with confirm, ack", func() (rawResult, error) {
+			return rawLoop(bopts, rawSrc, rawDst, o.n, o.parallel)
+		})
 		if err != nil {
 			return err
 		}
-		logf("  %.0f msg/s (64 channels)", fillRate)
-		logf("run %d/%d: raw loop: get, publish with confirm, ack; %d in flight", i, o.runs, o.parallel)
-		raw, err := rawLoop(bopts, rawSrc, rawDst, o.n, o.parallel)
+		raws = append(raws, raw)
+		floor, err := measure("floor", "consume, pipelined publish, multiple-ack after confirm", func() (rawResult, error) {
+			return floorLoop(rb.URL(), rawSrc, rawDst, o.n, o.parallel)
+		})
 		if err != nil {
 			return err
 		}
-		if err := expectAndPurge(bopts, rawDst, o.n); err != nil {
-			return err
-		}
-		logf("  raw %.0f msg/s", raw.rate)
-		raws = append(raws, raw.rate)
-
-		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, rawSrc, o.n, o.size)
-		if _, err := fill(pub, rawSrc, work, o.n, body); err != nil {
-			return err
-		}
-		logf("run %d/%d: floor loop: consume, pipelined publish, multiple-ack after confirm; %d in flight", i, o.runs, o.parallel)
-		fl, err := floorLoop(rb.URL(), rawSrc, rawDst, o.n, o.parallel)
-		if err != nil {
-			return err
-		}
-		if err := expectAndPurge(bopts, rawDst, o.n); err != nil {
-			return err
-		}
-		logf("  floor %.0f msg/s", fl.rate)
-		floors = append(floors, fl.rate)
+		floors = append(floors, floor)
 
 		logf("run %d/%d: filling %s with %d messages of %d bytes", i, o.runs, dlqName, o.n, o.size)
 		if _, err := fill(pub, dlqName, work, o.n, body); err != nil {
