@@ -22,19 +22,22 @@ import (
 // deadline, so the app keeps seeing where the message was first published
 // and a deadline never restarts.
 
+// Counters are written as int64: a count read back saturated at MaxCount
+// and then incremented still fits, where an int32 would wrap negative.
+
 // moved is the base of the copies the delivery loop publishes.
 func moved(m *Message, in Info, retries, requeues int) *Message {
 	cp := m.Clone()
 	h := cp.Headers
-	h[HeaderRetryCount] = int32(retries)
-	h[HeaderRequeueCount] = int32(requeues)
+	h[HeaderRetryCount] = int64(retries)
+	h[HeaderRequeueCount] = int64(requeues)
 	h[HeaderOriginalExchange] = in.Exchange
 	h[HeaderOriginalRoutingKey] = in.RoutingKey
 	if !in.Deadline.IsZero() {
 		h[HeaderDeadline] = in.Deadline.UnixMilli()
 	}
 	if in.Crashes > 0 {
-		h[HeaderCrashCount] = int32(in.Crashes)
+		h[HeaderCrashCount] = int64(in.Crashes)
 	}
 	return cp
 }
@@ -50,7 +53,7 @@ func RetryCopy(m *Message, in Info, retries, status int, now time.Time) *Message
 		h[HeaderFirstFailureTime] = stamp
 	}
 	h[HeaderLastFailureTime] = stamp
-	h[HeaderLastStatusCode] = int32(status)
+	h[HeaderLastStatusCode] = int64(status)
 	return cp
 }
 
@@ -94,9 +97,9 @@ func DLQCopy(m *Message, in Info, dl DeadLetter) *Message {
 		h[HeaderFirstFailureTime] = now
 	}
 	h[HeaderOriginalQueue] = in.Queue
-	h[HeaderFinalStatusCode] = int32(dl.Status)
+	h[HeaderFinalStatusCode] = int64(dl.Status)
 	h[HeaderFinalError] = Truncate(dl.Error, MaxErrorLen)
-	h[HeaderFinalRetryCount] = int32(dl.Retries)
+	h[HeaderFinalRetryCount] = int64(dl.Retries)
 	h[HeaderLastFailureTime] = now
 	h[HeaderDeadLetterReason] = dl.Reason
 	h[HeaderDeadLetterTime] = now

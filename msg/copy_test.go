@@ -54,23 +54,23 @@ func TestCopies(t *testing.T) {
 		want map[string]any
 	}{
 		{"retry", func(m *msg.Message) *msg.Message { return msg.RetryCopy(m, in, 3, 503, now) }, with(map[string]any{
-			msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
-			msg.HeaderLastFailureTime: stamp, msg.HeaderLastStatusCode: int32(503),
+			msg.HeaderRetryCount: int64(3), msg.HeaderRequeueCount: int64(1),
+			msg.HeaderLastFailureTime: stamp, msg.HeaderLastStatusCode: int64(503),
 			msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z", // kept, never reset
 		})},
 		{"requeue", func(m *msg.Message) *msg.Message { return msg.RequeueCopy(m, in, 2) }, with(map[string]any{
-			msg.HeaderRetryCount: int32(2), msg.HeaderRequeueCount: int32(2),
+			msg.HeaderRetryCount: int64(2), msg.HeaderRequeueCount: int64(2),
 		})},
 		{"give-back", func(m *msg.Message) *msg.Message { return msg.ReturnCopy(m, in) }, with(map[string]any{
-			msg.HeaderRetryCount: int32(2), msg.HeaderRequeueCount: int32(1),
+			msg.HeaderRetryCount: int64(2), msg.HeaderRequeueCount: int64(1),
 		})},
 		{"dlq", func(m *msg.Message) *msg.Message {
 			return msg.DLQCopy(m, in, msg.DeadLetter{Reason: "max-attempts", Status: 503, Error: "HTTP 503: " + strings.Repeat("x", 1000),
 				Retries: 3, TraceID: "abc", Now: now})
 		}, with(map[string]any{
-			msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
+			msg.HeaderRetryCount: int64(3), msg.HeaderRequeueCount: int64(1),
 			msg.HeaderOriginalQueue: "orders", msg.HeaderDeadLetterReason: "max-attempts",
-			msg.HeaderFinalStatusCode: int32(503), msg.HeaderFinalRetryCount: int32(3),
+			msg.HeaderFinalStatusCode: int64(503), msg.HeaderFinalRetryCount: int64(3),
 			msg.HeaderFinalError:      msg.Truncate("HTTP 503: "+strings.Repeat("x", 1000), msg.MaxErrorLen),
 			msg.HeaderLastFailureTime: stamp, msg.HeaderDeadLetterTime: stamp, msg.HeaderTraceID: "abc",
 			msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z",
@@ -80,10 +80,10 @@ func TestCopies(t *testing.T) {
 	// stays, the replay is counted.
 	dlqCopy := msg.DLQCopy(orig(), in, msg.DeadLetter{Reason: "max-attempts", Status: 503, Retries: 3, Now: now})
 	replayWant := with(map[string]any{
-		msg.HeaderRetryCount: int32(3), msg.HeaderRequeueCount: int32(1),
+		msg.HeaderRetryCount: int64(3), msg.HeaderRequeueCount: int64(1),
 		msg.HeaderOriginalQueue: "orders", msg.HeaderLastFailureTime: stamp,
 		msg.HeaderFirstFailureTime: "2026-05-06T06:00:00Z",
-		msg.HeaderReplayCount:      int32(1), msg.HeaderReplayTime: stamp, msg.HeaderReplayedFrom: "orders.dlq",
+		msg.HeaderReplayCount:      int64(1), msg.HeaderReplayTime: stamp, msg.HeaderReplayedFrom: "orders.dlq",
 	})
 	cases = append(cases, struct {
 		name string

@@ -60,7 +60,11 @@ func OriginalRoutingKey(m *Message) string {
 // FinalStatus is the message's x-final-status-code; ok is false without one.
 func FinalStatus(m *Message) (int, bool) {
 	n, ok := m.Int(HeaderFinalStatusCode)
-	return int(n), ok
+	if !ok || n < 0 || n > 999 {
+		// Not a status a server could have sent: shown as unknown.
+		return 0, false
+	}
+	return int(n), true
 }
 
 // DeadLetterTime is when the message entered the DLQ: x-dead-letter-time
@@ -81,8 +85,7 @@ func DeadLetterTime(m *Message) (time.Time, bool) {
 
 // ReplayCount is the message's x-replay-count (0 when never replayed).
 func ReplayCount(m *Message) int {
-	n, _ := m.Int(HeaderReplayCount)
-	return int(max(n, 0))
+	return Counter(m.Headers[HeaderReplayCount])
 }
 
 type death struct {
@@ -159,7 +162,7 @@ func ReplayCopy(m *Message, dlq string, now time.Time, resetAttempts, clearDeadl
 			cp.Headers[HeaderOriginalRoutingKey] = rk
 		}
 	}
-	cp.Headers[HeaderReplayCount] = int32(ReplayCount(m) + 1)
+	cp.Headers[HeaderReplayCount] = int64(min(ReplayCount(m)+1, MaxCount))
 	cp.Headers[HeaderReplayTime] = now.UTC().Format(time.RFC3339Nano)
 	if dlq != "" {
 		cp.Headers[HeaderReplayedFrom] = dlq

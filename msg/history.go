@@ -34,16 +34,16 @@ type Info struct {
 // application header holding an absolute deadline; now is the time of
 // receipt, from which an AMQP expiration is counted on a first delivery.
 func Read(m *Message, queue, deadlineHeader string, now time.Time) Info {
-	retries, _ := m.Int(HeaderRetryCount)
-	requeues, _ := m.Int(HeaderRequeueCount)
-	crashes, _ := m.Int(HeaderCrashCount)
+	// Counters come from whoever published the message: each is read
+	// saturating into [0, MaxCount], so the attempt built on it is always
+	// a small positive number.
 	in := Info{
 		Queue:      queue,
 		Exchange:   m.Exchange,
 		RoutingKey: m.RoutingKey,
-		Retries:    int(max(retries, 0)),
-		Requeues:   int(max(requeues, 0)),
-		Crashes:    int(max(crashes, 0)),
+		Retries:    Counter(m.Headers[HeaderRetryCount]),
+		Requeues:   Counter(m.Headers[HeaderRequeueCount]),
+		Crashes:    Counter(m.Headers[HeaderCrashCount]),
 		Deadline:   deadline(m, deadlineHeader, now),
 	}
 	in.Attempt = in.Retries + 1

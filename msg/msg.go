@@ -10,6 +10,7 @@
 package msg
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -162,3 +163,53 @@ func Scalar(v any) (string, bool) {
 	}
 	return "", false
 }
+
+// Counter reads a counter header saturating: a number of any width, or
+// one written as a string, in [0, MaxCount]. Anything else (missing,
+// garbage, NaN, a table) is 0: a counter Hopper cannot read has counted
+// nothing, which at worst gives a message one more try.
+func Counter(v any) int {
+	switch n := v.(type) {
+	case float32:
+		return counterFloat(float64(n))
+	case float64:
+		return counterFloat(n)
+	case uint64:
+		return int(min(n, MaxCount))
+	case string:
+		return counterString(n)
+	case []byte:
+		return counterString(string(n))
+	}
+	n, ok := AsInt(v)
+	if !ok {
+		return 0
+	}
+	return int(min(max(n, 0), MaxCount))
+}
+
+func counterFloat(f float64) int {
+	switch {
+	case f != f || f <= 0: // NaN or not positive
+		return 0
+	case f >= MaxCount:
+		return MaxCount
+	}
+	return int(f)
+}
+
+// counterString reads a decimal count; strconv saturates a value out of
+// range at the int64 limit with ErrRange, which still clamps correctly.
+func counterString(s string) int {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0
+	}
+	return int(min(max(n, 0), MaxCount))
+}
+
+// MaxCount is the largest value a counter header (attempts, requeues,
+// crashes, replays) is read as. A publisher can write any number there; a
+// count this high already means "far past every limit", and keeping it far
+// from the integer limits means that adding one to it never wraps.
+const MaxCount = 1 << 30

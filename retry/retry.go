@@ -13,6 +13,7 @@
 //	  │                                      MaxRequeues → DLQ "too-early"
 //	  ├─ 408/409/429/5xx/timeout ─────────→ retry: tier min(attempt, last), retries+1;
 //	  │                                      attempt ≥ MaxAttempts → DLQ "max-attempts"
+//	  ├─ cut while the app stays healthy ─→ retry, like a timeout (an attempt)
 //	  ├─ app unavailable ─────────────────→ return to the work queue, no attempt spent
 //	  ├─ app died handling it ────────────→ return, crashes+1 (not an attempt);
 //	  │                                      crashes ≥ MaxCrashes → DLQ "app-crash"
@@ -23,6 +24,7 @@ package retry
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -88,6 +90,11 @@ const (
 	// Unavailable: no request reached the app (connection refused or reset
 	// before a response, app not ready). The message did not fail.
 	Unavailable
+	// Cut: the app took the request and closed or reset the connection
+	// without an answer while its health check kept passing. The app is up,
+	// so this message is what failed: an attempt, never a return (a message
+	// that always breaks its connection would otherwise circle for ever).
+	Cut
 )
 
 // Outcome is the classified result of one delivery attempt.
@@ -131,8 +138,21 @@ type State struct {
 	Deadline time.Time // zero when the message has none
 }
 
-// Attempt is the 1-based number of the delivery in progress.
-func (s State) Attempt() int { return s.Retries + 1 }
+// Attempt is the 1-based number of the delivery in progress. It saturates
+// instead of wrapping, whatever the header said.
+func (s State) Attempt() int { return inc(s.Retries) }
+
+// inc is n+1 for a count: never below 1, never wrapped past the integer
+// limit.
+func inc(n int) int {
+	switch {
+	case n < 0:
+		return 1
+	case n == math.MaxInt:
+		return n
+	}
+	return n + 1
+}
 
 // Reasons written to x-dead-letter-reason.
 const (
@@ -217,6 +237,8 @@ type Rand func() float64
 // Decide returns the decision for one attempt. now is the time the outcome
 // was seen; rnd jitters the 425 hold.
 func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
+	// Counters come from headers: a negative one has counted nothing.
+	st.Retries, st.Requeues, st.Crashes = max(st.Retries, 0), max(st.Requeues, 0), max(st.Crashes, 0)
 	d := Decision{Retries: st.Retries, Requeues: st.Requeues, Crashes: st.Crashes}
 	if o.Given() {
 		d.Action = Return
@@ -225,7 +247,7 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 	if o.Crashed {
 		// Not an attempt: the message may be fine and the app broken. But a
 		// message that keeps killing the app is set aside.
-		d.Crashes = st.Crashes + 1
+		d.Crashes = inc(st.Crashes)
 		if p.MaxCrashes > 0 && d.Crashes >= p.MaxCrashes {
 			d.Action, d.Reason = DLQ, ReasonAppCrash
 			return d
@@ -264,7 +286,7 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 			d.Action, d.Reason = DLQ, ReasonTooEarly
 			return d
 		}
-		d.Requeues = st.Requeues + 1
+		d.Requeues = inc(st.Requeues)
 		d.Action = Requeue
 		if o.HasRetryAfter && o.RetryAfter > p.MaxHold {
 			d.Tier = TierFor(p.Tiers, o.RetryAfter)
@@ -286,7 +308,7 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 		if o.HasRetryAfter {
 			d.Tier = TierFor(p.Tiers, o.RetryAfter)
 		} else {
-			d.Tier = p.Tiers[min(attempt, len(p.Tiers))-1]
+			d.Tier = TierOf(p.Tiers, attempt)
 		}
 		if !st.Deadline.IsZero() && !now.Add(d.Tier).Before(st.Deadline) {
 			// The message would come back stale: settle it now rather than
@@ -299,9 +321,19 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 		// Unreachable with a validated table; fail safe by retrying.
 		d.Action = Retry
 		d.Retries = st.Attempt()
-		d.Tier = p.Tiers[0]
+		d.Tier = TierOf(p.Tiers, 1)
 	}
 	return d
+}
+
+// TierOf is the tier of a 1-based attempt: Tiers[min(attempt, len)-1],
+// with the attempt clamped into range first, so no count read from a
+// header can index past the list. Zero when there are no tiers.
+func TierOf(tiers []time.Duration, attempt int) time.Duration {
+	if len(tiers) == 0 {
+		return 0
+	}
+	return tiers[min(max(attempt, 1), len(tiers))-1]
 }
 
 // Expired is the decision for a message past its deadline.
@@ -316,6 +348,9 @@ func Expired(p *Policy, st State) Decision {
 // TierFor picks the smallest tier at least d long, or the longest tier.
 // tiers must be sorted ascending.
 func TierFor(tiers []time.Duration, d time.Duration) time.Duration {
+	if len(tiers) == 0 {
+		return 0
+	}
 	i := sort.Search(len(tiers), func(i int) bool { return tiers[i] >= d })
 	if i == len(tiers) {
 		return tiers[len(tiers)-1]

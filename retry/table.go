@@ -21,6 +21,7 @@ type Table map[string]Action
 const (
 	KeyTimeout     = "timeout"
 	KeyUnavailable = "unavailable"
+	KeyCut         = "cut"
 )
 
 // DefaultTable is the outcome table the README documents.
@@ -37,6 +38,7 @@ func DefaultTable() Table {
 		"5xx":          Retry,
 		KeyTimeout:     Retry,
 		KeyUnavailable: Return,
+		KeyCut:         Retry,
 	}
 }
 
@@ -47,7 +49,7 @@ func Merge(base, overrides Table) Table {
 	return t
 }
 
-var keyPattern = regexp.MustCompile(`^([1-5][0-9][0-9]|[1-5]xx|timeout|unavailable)$`)
+var keyPattern = regexp.MustCompile(`^([1-5][0-9][0-9]|[1-5]xx|timeout|unavailable|cut)$`)
 
 // ParseTable reads a table from config strings and reports every bad entry.
 func ParseTable(raw map[string]string) (Table, error) {
@@ -61,7 +63,7 @@ func ParseTable(raw map[string]string) (Table, error) {
 	for _, k := range keys {
 		key := strings.ToLower(strings.TrimSpace(k))
 		if !keyPattern.MatchString(key) {
-			errs = append(errs, fmt.Errorf("%q: not an outcome (want a status like 425, a class like 4xx, timeout or unavailable)", k))
+			errs = append(errs, fmt.Errorf("%q: not an outcome (want a status like 425, a class like 4xx, timeout, unavailable or cut)", k))
 			continue
 		}
 		a, err := ParseAction(raw[k])
@@ -74,6 +76,12 @@ func ParseTable(raw map[string]string) (Table, error) {
 			// its attempts and dead-lettering would empty the queue into the DLQ
 			// during an outage or a restart.
 			errs = append(errs, fmt.Errorf("%q: must be return, never %s (an app that cannot be reached did not fail the message)", k, a))
+			continue
+		}
+		if key == KeyCut && a != Retry && a != DLQ {
+			// The app took the message and broke the connection while
+			// healthy: returning it would send it again without limit.
+			errs = append(errs, fmt.Errorf("%q: must be retry or dlq, never %s (a message that breaks its connection must spend attempts)", k, a))
 			continue
 		}
 		t[key] = a
@@ -91,6 +99,11 @@ func (t Table) Lookup(o Outcome) Action {
 			return a
 		}
 		return Return
+	case Cut:
+		if a, ok := t[KeyCut]; ok {
+			return a
+		}
+		return Retry
 	}
 	if o.Status >= 100 && o.Status < 600 {
 		if a, ok := t[statusKeys[o.Status]]; ok {
