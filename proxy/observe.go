@@ -27,6 +27,9 @@ type Observer interface {
 	MoveFailed(role string)
 	// InFlight tracks deliveries being processed.
 	InFlight(delta int)
+	// InternalError is called for each panic recovered while handling a
+	// delivery.
+	InternalError()
 }
 
 type nopObserver struct{}
@@ -34,6 +37,7 @@ type nopObserver struct{}
 func (nopObserver) Decided(retry.Outcome, bool, retry.Decision, time.Duration) {}
 func (nopObserver) MoveFailed(string)                                          {}
 func (nopObserver) InFlight(int)                                               {}
+func (nopObserver) InternalError()                                             {}
 
 // propagator reads and writes W3C trace context. It is used directly (not
 // the global one) so that, with tracing off, an incoming traceparent still
@@ -140,6 +144,8 @@ func errorType(o retry.Outcome) string {
 		return "timeout"
 	case o.Kind == retry.Unavailable:
 		return "unavailable"
+	case o.Kind == retry.Cut:
+		return "cut"
 	}
 	return semconv.ErrorTypeOther.Value.AsString()
 }

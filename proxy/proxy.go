@@ -32,8 +32,10 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,6 +135,8 @@ type Stats struct {
 	// MovesFailing is the number of deliveries held now because their move
 	// keeps failing.
 	MovesFailing atomic.Int64
+	// InternalErrors counts panics recovered while handling a delivery.
+	InternalErrors atomic.Int64
 }
 
 // Loop is the delivery loop: a pool of workers that take deliveries from
@@ -279,12 +283,78 @@ func (p *Loop) stopped() bool {
 }
 
 // handle runs one delivery through deliver → decide → settle; with
-// InPlace, a retry repeats the delivery while it is held.
+// InPlace, a retry repeats the delivery while it is held. A panic on the
+// way is recovered here, so one message can never take the process (and
+// with it every other message) down.
 func (p *Loop) handle(ctx context.Context, d Delivery) {
+	sd := &settleOnce{Delivery: d}
+	defer p.recoverDelivery(ctx, sd)
 	// The delivery is unacked from receipt on: holds are bounded from there.
 	since := p.o.Now()
-	for p.attempt(ctx, d, since) {
+	for p.attempt(ctx, sd, since) {
 	}
+}
+
+// settleOnce remembers whether a delivery was acked or nacked, so that a
+// panic after its settle does not settle it a second time.
+type settleOnce struct {
+	Delivery
+	settled atomic.Bool
+}
+
+func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
+func (d *settleOnce) Nack(requeue bool) error { d.settled.Store(true); return d.Delivery.Nack(requeue) }
+func (d *settleOnce) Alive() bool             { return alive(d.Delivery) }
+
+// recoverDelivery turns a panic while handling d into a dead-lettering
+// with reason hopper-error: retrying would run into the same failure, and
+// giving the message back would crash-loop on it. A delivery already
+// settled stays as it is. The panic is logged with its stack and counted.
+func (p *Loop) recoverDelivery(ctx context.Context, d *settleOnce) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	p.Stats.InternalErrors.Add(1)
+	p.obs.InternalError()
+	m := d.Message()
+	why := fmt.Sprintf("internal error: %v", r)
+	p.log.Error("internal error while handling a message", "event", "HOPPER_INTERNAL_ERROR",
+		"message_id", m.MessageID, "settled", d.settled.Load(), "error", msg.Truncate(why, msg.MaxErrorLen),
+		"stack", string(debug.Stack()))
+	if d.settled.Load() {
+		return
+	}
+	defer func() {
+		// Even the dead-lettering failed: the last safe thing is to let
+		// the broker keep the message.
+		if r := recover(); r != nil {
+			p.log.Error("internal error while dead-lettering after an internal error; message left to the broker",
+				"event", "HOPPER_INTERNAL_ERROR", "message_id", m.MessageID, "error", fmt.Sprint(r))
+			if !d.settled.Load() {
+				p.nack(d)
+			}
+		}
+	}()
+	in := p.safeHistory(m)
+	dec := retry.Decision{Action: retry.DLQ, Reason: retry.ReasonHopperError, Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes}
+	out := retry.Outcome{Error: why}
+	if !p.settle(ctx, d, m, in, dec, out) {
+		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
+	}
+	p.record(out, true, dec, 0)
+}
+
+// safeHistory reads m's history, or only its queue when reading it is
+// what failed.
+func (p *Loop) safeHistory(m *msg.Message) (in msg.Info) {
+	defer func() {
+		if recover() != nil {
+			in = msg.Info{Queue: p.o.Plan.Work.Name, Exchange: m.Exchange, RoutingKey: m.RoutingKey, Attempt: 1}
+		}
+	}()
+	in, _ = p.history(m, p.o.Now())
+	return in
 }
 
 // attempt is one delivery attempt. It reports true when an in-place retry

@@ -162,6 +162,10 @@ const (
 	ReasonTooEarly     = "too-early"
 	ReasonAppAction    = "app-action"
 	ReasonAppCrash     = "app-crash"
+	// ReasonHopperError: Hopper itself failed handling the message (a
+	// recovered panic). The message is set aside with the error rather than
+	// retried into the same failure or lost.
+	ReasonHopperError = "hopper-error"
 )
 
 // Event is the stable log event name for a dead-lettering reason.
@@ -179,6 +183,8 @@ func Event(reason string) string {
 		return "RABBITMQ_MESSAGE_DEAD_LETTERED_BY_APP"
 	case ReasonAppCrash:
 		return "RABBITMQ_MESSAGE_CRASHED_APP"
+	case ReasonHopperError:
+		return "RABBITMQ_MESSAGE_HOPPER_ERROR"
 	}
 	return "RABBITMQ_MESSAGE_DEAD_LETTERED"
 }

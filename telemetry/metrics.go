@@ -28,6 +28,7 @@ type Metrics struct {
 	requeues     *family
 	returns      *family
 	movesFailed  *family
+	internal     *family
 	breaker      *family
 	breakerOpens *series
 	reconnects   *series
@@ -63,7 +64,7 @@ func NewMetrics(src Sources) *Metrics {
 	r := &m.reg
 	r.extra = writeRuntime
 	m.deliveries = r.counter("hopper_deliveries_total",
-		"Deliveries by decision (ack, drop, requeue, retry, dlq, return) and app status class (2xx..5xx, timeout, unavailable, refused, expired).",
+		"Deliveries by decision (ack, drop, requeue, retry, dlq, return) and app status class (2xx..5xx, timeout, unavailable, cut, refused, expired).",
 		"queue", "outcome", "status_class")
 	m.latency = r.histogram("hopper_delivery_duration_seconds",
 		"Time from sending a message to the app to its answer (or failure).",
@@ -75,6 +76,8 @@ func NewMetrics(src Sources) *Metrics {
 	m.returns = r.counter("hopper_returns_total", "Messages returned to the work queue because the app could not take them.", "queue")
 	m.movesFailed = r.counter("hopper_moves_failed_total",
 		"Move publishes that failed (each retry counts); the original is held and the move retried.", "queue", "move")
+	m.internal = r.counter("hopper_internal_errors_total",
+		"Panics recovered while handling a message; each such message goes to the DLQ with reason hopper-error.", "queue")
 	m.breaker = r.gauge("hopper_breaker_state", "1 for the circuit breaker's current state.", "state")
 	m.breakerOpens = r.counter("hopper_breaker_opens_total", "Times the circuit breaker opened (the app unavailable).").with()
 	m.reconnects = r.counter("hopper_broker_reconnects_total", "Consumer reconnects after a lost connection, channel or consumer.").with()
@@ -93,12 +96,12 @@ func NewMetrics(src Sources) *Metrics {
 	}
 	for _, q := range queues {
 		for _, a := range []retry.Action{retry.Ack, retry.Drop, retry.Requeue, retry.Retry, retry.DLQ, retry.Return} {
-			for _, c := range []string{"2xx", "4xx", "5xx", "timeout", "unavailable", "refused"} {
+			for _, c := range []string{"2xx", "4xx", "5xx", "timeout", "unavailable", "cut", "refused"} {
 				m.deliveries.with(q, a.String(), c)
 			}
 		}
 		for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
-			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash} {
+			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash, retry.ReasonHopperError} {
 			m.deadLettered.with(q, r)
 		}
 		for _, d := range src.Tiers {
@@ -109,6 +112,7 @@ func NewMetrics(src Sources) *Metrics {
 		}
 		m.requeues.with(q)
 		m.returns.with(q)
+		m.internal.with(q)
 		m.ForQueue(q)
 	}
 	m.first = m.ForQueue(queues[0])
@@ -227,6 +231,9 @@ func (q *Queue) delivery(a retry.Action, class int) *series {
 // MoveFailed implements proxy.Observer.
 func (q *Queue) MoveFailed(move string) { q.m.movesFailed.with(q.name, move).inc() }
 
+// InternalError counts a panic recovered while handling a message.
+func (q *Queue) InternalError() { q.m.internal.with(q.name).inc() }
+
 // InFlight implements proxy.Observer.
 func (q *Queue) InFlight(delta int) { q.inFlight.add(float64(delta)) }
 
@@ -260,7 +267,7 @@ func (m *Metrics) Reconnected() { m.reconnects.inc() }
 
 // classNames are the status_class label values, indexed as statusClass
 // returns them.
-var classNames = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "unavailable", "refused", "expired", "invalid"}
+var classNames = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "unavailable", "refused", "expired", "invalid", "cut"}
 
 const (
 	classTimeout = 5 + iota
@@ -268,6 +275,7 @@ const (
 	classRefused
 	classExpired
 	classInvalid
+	classCut
 )
 
 func statusClass(o retry.Outcome, called bool, dec retry.Decision) int {
@@ -280,6 +288,8 @@ func statusClass(o retry.Outcome, called bool, dec retry.Decision) int {
 		return classTimeout
 	case o.Kind == retry.Unavailable:
 		return classUnavailable
+	case o.Kind == retry.Cut:
+		return classCut
 	case o.Status >= 100 && o.Status < 600:
 		return o.Status/100 - 1
 	}
