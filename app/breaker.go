@@ -85,13 +85,16 @@ type BreakerOptions struct {
 //	5xx, 429, timeout from the app                a message outcome (tiers, DLQ);
 //	                                              Failures in a row ask the health check
 //	request cut, then the health check failing    opens; the message counts a crash
+//	request cut while the health check passes     a message outcome (Cut: an attempt)
+//	timeout                                       a message outcome; no verdict on the app
 //	any answer from the app                       a success
 //
 // While open it answers "refused" without calling the app (the loop gives
 // those messages back without spending an attempt), pauses the consumer and
 // polls the health check. After OpenTimeout a passing check lets deliveries
-// through again (half-open): the first answer of any status closes it, and
-// the limiter ramps concurrency up from 1. A message that fails while the
+// through again (half-open, consuming with prefetch 1): the first answer of
+// any status closes it, every close resumes the full prefetch, and the
+// limiter ramps concurrency up from 1. A message that fails while the
 // app's health passes never reopens it.
 type Breaker struct {
 	next  Deliverer
@@ -101,8 +104,12 @@ type Breaker struct {
 	clock Clock
 
 	changes chan gobreaker.State
-	mu      sync.Mutex
-	probing bool
+	// resumeMu orders the probe's resume with prefetch 1 and the close's
+	// full one, so a probe finishing late never shrinks a closed breaker's
+	// prefetch.
+	resumeMu sync.Mutex
+	mu       sync.Mutex
+	probing  bool
 	// reprobe says the breaker opened again while a probe was finishing:
 	// that probe goes on instead of ending.
 	reprobe bool
@@ -137,6 +144,11 @@ type healthCheck struct {
 // errAppFailed marks an outcome that counts against the app's health.
 var errAppFailed = errors.New("app unavailable")
 
+// errNoVerdict marks an outcome that says nothing about the app's health
+// either way: a timeout. The breaker neither counts it as a failure nor
+// lets it close a half-open breaker (the next request gets to answer).
+var errNoVerdict = errors.New("no verdict on the app")
+
 // NewBreaker wraps next.
 func NewBreaker(next Deliverer, o BreakerOptions) *Breaker {
 	if o.Failures < 1 {
@@ -161,6 +173,7 @@ func NewBreaker(next Deliverer, o BreakerOptions) *Breaker {
 		// status, closes the breaker. The limiter does the ramp.
 		MaxRequests: 1,
 		Timeout:     o.OpenTimeout,
+		IsExcluded:  func(err error) bool { return errors.Is(err, errNoVerdict) },
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return b.tripNow.Load() || c.ConsecutiveFailures >= uint32(o.Failures)
 		},
@@ -215,9 +228,12 @@ func (b *Breaker) changed(ctx context.Context, to gobreaker.State) {
 	case gobreaker.StateClosed:
 		b.failing.Store(0)
 		b.log.Info("circuit breaker closed: app answering", "event", "BREAKER_CLOSED")
-		if b.o.Limiter == nil {
-			b.o.Gate.Resume(b.o.Prefetch)
-		}
+		// Every close resumes with the full prefetch, whoever closed it:
+		// the probe's first delivery, or one that was queued (or held in
+		// place) and went through after the open timeout without a probe.
+		b.resumeMu.Lock()
+		b.o.Gate.Resume(b.o.Prefetch)
+		b.resumeMu.Unlock()
 	}
 }
 
@@ -270,12 +286,18 @@ func (b *Breaker) probe(ctx context.Context) {
 		if err := b.check(ctx, b.seq.Load()); err != nil {
 			continue
 		}
-		if b.o.Limiter != nil {
-			b.o.Limiter.Reset(1)
-			b.o.Gate.Resume(b.o.Prefetch)
-		} else {
+		// Half-open lets one request through and refuses the rest: resume
+		// with prefetch 1, or the broker would push deliveries that are
+		// refused at once and returned, round and round. The close
+		// restores the full prefetch; the limiter ramps up from 1.
+		b.resumeMu.Lock()
+		if b.cb.State() != gobreaker.StateClosed {
+			if b.o.Limiter != nil {
+				b.o.Limiter.Reset(1)
+			}
 			b.o.Gate.Resume(1)
 		}
+		b.resumeMu.Unlock()
 		return
 	}
 }
@@ -347,7 +369,10 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	case o.Kind == retry.Unavailable:
 		if !o.Cut {
 			b.sawDown(sent) // not even a connection was taken
-		} else if down, why := b.diedSince(ctx, sent); down {
+			done(errAppFailed)
+			return o
+		}
+		if down, why := b.diedSince(ctx, sent); down {
 			// The app went away while it had the request, and was seen
 			// down after it was sent: it died handling it. Count a crash
 			// for the message, and open at once.
@@ -357,7 +382,18 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 			b.trip()
 			return o
 		}
-		done(errAppFailed)
+		// The app took the request and broke the connection, and it is up:
+		// this message is what failed (a handler that dies on one input, a
+		// server write timeout shorter than the handler). It spends an
+		// attempt like a timeout; the app is not down, so the breaker
+		// stays as it is.
+		o.Kind = retry.Cut
+		o.Error += "; the app's health check passes"
+		done(nil)
+		b.messageFailed(ctx)
+	case o.Kind == retry.Timeout:
+		done(errNoVerdict) // a slow answer says nothing about the app being up
+		b.messageFailed(ctx)
 	case failedMessage(o):
 		done(nil) // the app answered: it is up
 		b.messageFailed(ctx)

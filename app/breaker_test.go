@@ -237,8 +237,9 @@ func TestBreakerCrash(t *testing.T) {
 }
 
 // Recovery is decided by health: while the check fails the consumer stays
-// paused; once it passes deliveries resume with full prefetch and the
-// limiter restarts from 1; a message failing in half-open does not reopen.
+// paused; once it passes deliveries resume one at a time (prefetch 1, the
+// limiter from 1), the first answer closes the breaker and brings the full
+// prefetch back; a message failing in half-open does not reopen.
 func TestBreakerRecovery(t *testing.T) {
 	r := newRig(t)
 	r.health.set(errors.New("down"))
@@ -255,8 +256,8 @@ func TestBreakerRecovery(t *testing.T) {
 	r.health.set(nil)
 	r.clock.tick(time.Second)
 	waitfor.Until(t, 10*time.Second, "the condition", func() bool { return !r.gate.isPaused() })
-	if got := r.gate.resume[len(r.gate.resume)-1]; got != 50 {
-		t.Fatalf("resumed with prefetch %d, want 50", got)
+	if got := r.gate.resume[len(r.gate.resume)-1]; got != 1 {
+		t.Fatalf("half-open resumed with prefetch %d, want 1", got)
 	}
 	if r.lim.Limit() != 1 {
 		t.Fatalf("limiter at %d after recovery, want 1", r.lim.Limit())
@@ -264,6 +265,11 @@ func TestBreakerRecovery(t *testing.T) {
 	r.app.set(retry.Outcome{Kind: retry.Response, Status: 503})
 	r.deliver(1)
 	r.waitState(t, "closed")
+	waitfor.Until(t, 10*time.Second, "the full prefetch back after the close", func() bool {
+		r.gate.mu.Lock()
+		defer r.gate.mu.Unlock()
+		return r.gate.resume[len(r.gate.resume)-1] == 50
+	})
 	r.deliver(3)
 	if r.b.State() != "closed" {
 		t.Fatalf("state %s after failing messages from a healthy app", r.b.State())

@@ -122,6 +122,39 @@ type connSet struct {
 type trackedConn struct {
 	net.Conn
 	set *connSet
+	// answered is set when the app has sent bytes since the last request
+	// was written: the next write starts a request on a connection that
+	// sat idle in the pool, which the app may have closed meanwhile.
+	answered bool
+}
+
+// errStaleConn is a keep-alive connection the app closed while it sat idle,
+// found before a byte of the next request was written: that request never
+// reached the app, so it may go again on a fresh connection.
+var errStaleConn = errors.New("idle keep-alive connection closed by the app")
+
+// Read notes that the app answered on this connection.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.answered = true
+	}
+	return n, err
+}
+
+// Write checks, before the first byte of a request on a reused connection,
+// that the app has not closed it. Only a request written to a connection
+// that was open at that moment can have reached the app; a cut after that
+// is the app's doing (it took the message, then broke or died), and is
+// never sent again on Hopper's own initiative.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if c.answered {
+		c.answered = false
+		if peerClosed(c.Conn) {
+			return 0, errStaleConn
+		}
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *trackedConn) Close() error {
@@ -195,20 +228,15 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 		deadline = d
 	}
 	err := a.do(ctx, req, resp, deadline)
-	if staleConn(err) && ctx.Err() == nil && time.Now().Before(deadline) {
-		// A pooled keep-alive connection the app closed (it restarted):
-		// drop every idle one and try once on a fresh connection, instead of
-		// failing one message per dead connection.
+	if errors.Is(err, errStaleConn) && ctx.Err() == nil && time.Now().Before(deadline) {
+		// A pooled keep-alive connection the app closed while idle (it
+		// restarted, or its idle timeout ran out), found before the request
+		// was written: drop every idle connection and send on a fresh one.
+		// The app never saw this request, so sending it is no resend; if
+		// the fresh connection is refused the app is down, a refusal.
 		a.client.CloseIdleConnections()
 		resp.Reset()
-		first := err
 		err = a.do(ctx, req, resp, deadline)
-		if err != nil && classify(err).Kind == retry.Unavailable && !classify(err).Cut {
-			// Not even a new connection is taken: the app is down now. It
-			// may have died with this request (the first error was the
-			// cut), so report the cut and let the health check tell.
-			err = first
-		}
 	}
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// Shutdown cut the call off. The app may still have done the work;
@@ -307,6 +335,10 @@ func classify(err error) retry.Outcome {
 	o := retry.Outcome{Error: err.Error()}
 	var opErr *net.OpError
 	switch {
+	case errors.Is(err, errStaleConn):
+		// Still stale after the fresh try (every connection the app had
+		// closed): the request never left Hopper.
+		o.Kind = retry.Unavailable
 	case errors.Is(err, fasthttp.ErrDialTimeout),
 		errors.Is(err, fasthttp.ErrNoFreeConns),
 		errors.Is(err, syscall.ECONNREFUSED),
@@ -331,13 +363,6 @@ func classify(err error) retry.Outcome {
 		o.Status = 0
 	}
 	return o
-}
-
-// staleConn reports an error of a connection closed or reset before any
-// response: the mark of a keep-alive connection that died while idle.
-func staleConn(err error) bool {
-	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)
 }
 
 func isTimeout(err error) bool {

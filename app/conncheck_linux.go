@@ -1,0 +1,36 @@
+package app
+
+import (
+	"errors"
+	"net"
+	"syscall"
+)
+
+// peerClosed reports whether the app has closed (or reset) an idle
+// keep-alive connection, without taking anything off it: a non-blocking
+// peek that finds end-of-file, an error, or bytes nobody asked for (an
+// idle HTTP/1.1 connection has nothing to read). It reports false when it
+// cannot tell.
+func peerClosed(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+			// Nothing to read: the connection is open and idle.
+		case err != nil, n == 0, n > 0:
+			closed = true
+		}
+		return true // never wait for readiness: this is a peek, not a read
+	})
+	return err == nil && closed
+}
