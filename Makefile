@@ -31,12 +31,15 @@ test: deps tools vet
 	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=20000x
 
-## fuzz: the header mapping and the config loader under the Go fuzzer.
+## fuzz: the whole delivery path (hostile headers, properties and bodies
+## through read -> decide -> copy -> forward), the header mapping and the
+## config loader under the Go fuzzer.
 ## FUZZTIME is a duration or a count of inputs (20000x); `make test` uses a
 ## count, since a time-bounded run can end in "context deadline exceeded"
 ## when the deadline falls during an input on a busy machine.
 FUZZTIME ?= 60s
 fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDeliveryPath -fuzztime=$(FUZZTIME) ./proxy/
 	$(GO) test -run='^$$' -fuzz=FuzzBuildHeaders -fuzztime=$(FUZZTIME) ./app/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./config/
 

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 
@@ -116,4 +117,20 @@ func toField(v any) any {
 		return toField(uint64(x))
 	}
 	return v
+}
+
+// Publishable reports whether m's headers can be written as an AMQP table
+// as they are: every value of a type the table encoding carries, every
+// name short enough for it. A copy Hopper makes of any delivered message
+// must pass, or its move could never be published.
+func Publishable(m *msg.Message) error {
+	for k := range m.Headers {
+		if len(k) > 255 {
+			return fmt.Errorf("header name of %d bytes: longer than an AMQP short string", len(k))
+		}
+	}
+	if err := toTable(m.Headers).Validate(); err != nil {
+		return fmt.Errorf("headers: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,315 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/app"
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// FuzzDeliveryPath drives arbitrary messages (header tables of every AMQP
+// field type, nested and huge, hostile properties, any body) and arbitrary
+// app answers through the whole delivery path: read the history, build the
+// request, decide, copy, publish, settle. Whatever comes in, nothing may
+// panic (a recovered panic counts as a finding too), every delivery is
+// settled exactly once, what reaches the app is valid HTTP, and every copy
+// Hopper publishes can be encoded and read back with its counters in range.
+func FuzzDeliveryPath(f *testing.F) {
+	for _, seed := range [][]byte{
+		{},
+		[]byte("\x00\x01\x02\x03"),
+		append([]byte{7, 3, 1}, []byte("x-retry-count\x009223372036854775807")...),
+		append([]byte{2, 200, 4, 9}, []byte("id\r\nX-Injected: 1\x00body")...),
+		append([]byte{5, 255, 255, 255, 255, 6}, make([]byte, 64)...),
+		[]byte(strings.Repeat("\xff", 300)),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g := &gen{b: data}
+		m, deadlineHeader := g.message()
+		out := g.outcome()
+		checkPath(t, m, deadlineHeader, out)
+	})
+}
+
+// checkPath runs one delivery of m, answered with out, through a loop with
+// a fake app and a fake publisher, and checks what came out.
+func checkPath(t *testing.T, m *msg.Message, deadlineHeader string, out retry.Outcome) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	cfg.Requeue.MinHold = config.Duration(time.Microsecond)
+	cfg.Requeue.MaxHold = config.Duration(time.Millisecond)
+	cfg.Retry.MaxCrashes = 3
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	j := &journal{}
+	pub := &fakePub{j: j}
+	var forwarded []app.Header
+	deliverer := appFunc(func(got *msg.Message) retry.Outcome {
+		in := msg.Read(got, plan.Work.Name, deadlineHeader, time.Now())
+		if in.Attempt < 1 || in.Retries < 0 || in.Retries > msg.MaxCount || in.Requeues < 0 || in.Crashes < 0 {
+			t.Errorf("history read out of range: %+v", in)
+		}
+		hdrs, _ := app.BuildHeaders(nil, got, in)
+		forwarded = app.CloudEventHeaders(hdrs, got, in)
+		return out
+	})
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: deliverer, Pub: pub, Workers: 1,
+		MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, DeadlineHeader: deadlineHeader,
+		Quorum: len(m.Body)%2 == 1})
+	p.handle(context.Background(), &fakeDelivery{m: m, j: j, alive: true})
+
+	if n := p.Stats.InternalErrors.Load(); n != 0 {
+		t.Fatalf("%d internal errors (recovered panics) on message %#v", n, m)
+	}
+	for _, h := range forwarded {
+		if !httpToken(h.Name) {
+			t.Errorf("forwarded header name %q is not an HTTP token", h.Name)
+		}
+		if strings.ContainsAny(h.Value, "\r\n\x00") {
+			t.Errorf("forwarded header %s carries CR, LF or NUL: %q", h.Name, h.Value)
+		}
+	}
+	settles := 0
+	for _, e := range j.all() {
+		if e == "ack" || strings.HasPrefix(e, "nack") {
+			settles++
+		}
+	}
+	if settles != 1 {
+		t.Fatalf("settled %d times (%v), want exactly once", settles, j.all())
+	}
+	for i, cp := range pub.got {
+		if err := broker.Publishable(cp); err != nil {
+			t.Errorf("copy to %s cannot be published: %v", pub.to[i], err)
+		}
+		back := msg.Read(cp, plan.Work.Name, deadlineHeader, time.Now())
+		if back.Retries < 0 || back.Retries > msg.MaxCount || back.Requeues < 0 || back.Requeues > msg.MaxCount ||
+			back.Crashes < 0 || back.Crashes > msg.MaxCount || back.Attempt < 1 {
+			t.Errorf("copy to %s reads back out of range: %+v", pub.to[i], back)
+		}
+		if string(cp.Body) != string(m.Body) || cp.MessageID != m.MessageID {
+			t.Errorf("copy to %s changed the message's body or id", pub.to[i])
+		}
+		if pub.to[i] == plan.DLQ.Name && cp.String(msg.HeaderDeadLetterReason) == "" {
+			t.Errorf("DLQ copy without a reason")
+		}
+	}
+}
+
+// httpToken reports whether s is a valid HTTP field name.
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// gen turns fuzz bytes into a message and an app answer; it reads zeros
+// once the bytes run out.
+type gen struct{ b []byte }
+
+func (g *gen) byte() byte {
+	if len(g.b) == 0 {
+		return 0
+	}
+	c := g.b[0]
+	g.b = g.b[1:]
+	return c
+}
+
+func (g *gen) bytes(n int) []byte {
+	n = min(n, len(g.b))
+	out := g.b[:n]
+	g.b = g.b[n:]
+	return out
+}
+
+func (g *gen) u64() uint64 {
+	var buf [8]byte
+	copy(buf[:], g.bytes(8))
+	return binary.LittleEndian.Uint64(buf[:])
+}
+
+func (g *gen) str() string {
+	n := int(g.byte())
+	if n > 200 {
+		n = (n - 200) * 200 // now and then a long one
+	}
+	return string(g.bytes(n))
+}
+
+// Hopper's own headers come up often, so hostile values reach them.
+var headerNames = []string{
+	msg.HeaderRetryCount, msg.HeaderRequeueCount, msg.HeaderCrashCount, msg.HeaderDeadline,
+	msg.HeaderOriginalExchange, msg.HeaderOriginalRoutingKey, msg.HeaderFirstFailureTime,
+	msg.HeaderReplayCount, msg.HeaderDeath, msg.HeaderDeliveryCount, msg.HeaderFinalStatusCode,
+	"traceparent", "tracestate", "valid-until", "x-custom",
+}
+
+func (g *gen) name() string {
+	if c := g.byte(); int(c) < len(headerNames)*12 {
+		return headerNames[int(c)%len(headerNames)]
+	}
+	s := g.str()
+	if len(s) > 255 {
+		s = s[:255] // an AMQP table key is a short string
+	}
+	return s
+}
+
+func (g *gen) value(depth int) any {
+	switch k := g.byte() % 20; k {
+	case 0:
+		return nil
+	case 1:
+		return g.byte()%2 == 1
+	case 2:
+		return int8(g.byte())
+	case 3:
+		return int16(g.u64())
+	case 4:
+		return int32(g.u64())
+	case 5:
+		return int64(g.u64())
+	case 6:
+		return uint8(g.byte())
+	case 7:
+		return uint16(g.u64())
+	case 8:
+		return uint32(g.u64())
+	case 9:
+		return math.Float32frombits(uint32(g.u64()))
+	case 10:
+		return math.Float64frombits(g.u64())
+	case 11, 12:
+		return g.str()
+	case 13:
+		return g.bytes(int(g.byte()))
+	case 14:
+		return time.Unix(int64(g.u64()%(1<<40)), 0)
+	case 15:
+		return msg.Decimal{Scale: g.byte(), Value: int32(g.u64())}
+	case 16:
+		if depth > 4 {
+			return nil
+		}
+		t := map[string]any{}
+		for range int(g.byte() % 6) {
+			t[g.name()] = g.value(depth + 1)
+		}
+		return t
+	case 17:
+		if depth > 4 {
+			return nil
+		}
+		var a []any
+		for range int(g.byte() % 6) {
+			a = append(a, g.value(depth+1))
+		}
+		return a
+	case 18:
+		// A counter as a decimal string, in or far out of range.
+		return []string{"9223372036854775807", "-1", "99999999999999999999", "3", "NaN", " 7 ", "0x10"}[g.byte()%7]
+	}
+	return int64(math.MaxInt64 - int64(g.byte()))
+}
+
+func (g *gen) message() (*msg.Message, string) {
+	m := &msg.Message{
+		Exchange: g.str(), RoutingKey: g.str(), Redelivered: g.byte()%2 == 1,
+		ContentType: g.str(), ContentEncoding: g.str(), DeliveryMode: g.byte(), Priority: g.byte(),
+		CorrelationID: g.str(), ReplyTo: g.str(), MessageID: g.str(), Type: g.str(), UserID: g.str(), AppID: g.str(),
+		Headers: map[string]any{},
+	}
+	switch g.byte() % 5 {
+	case 0:
+		m.Expiration = ""
+	case 1:
+		m.Expiration = "0"
+	case 2:
+		m.Expiration = "60000"
+	default:
+		m.Expiration = g.str()
+	}
+	if g.byte()%2 == 1 {
+		m.Timestamp = time.Unix(int64(g.u64()%(1<<40)), 0)
+	}
+	n := int(g.byte() % 24)
+	if g.byte() == 0xff {
+		n = 600 // a huge table
+	}
+	for range n {
+		m.Headers[g.name()] = g.value(0)
+	}
+	deadlineHeader := ""
+	if g.byte()%3 == 0 {
+		deadlineHeader = "valid-until"
+	}
+	m.Body = g.bytes(int(g.byte()) * 64)
+	return m, deadlineHeader
+}
+
+func (g *gen) outcome() retry.Outcome {
+	switch g.byte() % 10 {
+	case 0:
+		return retry.Outcome{Kind: retry.Timeout, Error: "timeout"}
+	case 1:
+		return retry.Outcome{Kind: retry.Unavailable, Error: "connection refused"}
+	case 2:
+		return retry.Outcome{Kind: retry.Unavailable, Cut: true, Crashed: true, Error: "EOF; then down"}
+	case 3:
+		return retry.Outcome{Kind: retry.Cut, Error: "reset"}
+	case 4:
+		return retry.Outcome{Kind: retry.Unavailable, Refused: true}
+	}
+	o := retry.Outcome{Kind: retry.Response, Status: int(binary.LittleEndian.Uint16(append(g.bytes(2), 0, 0)) % 1000)}
+	if g.byte()%2 == 1 {
+		o.RetryAfter, o.HasRetryAfter = retry.ParseRetryAfter(g.str(), time.Now())
+		if o.RetryAfter > 10*time.Millisecond && o.RetryAfter < time.Second {
+			o.RetryAfter = time.Millisecond // short holds are real sleeps
+		}
+	}
+	switch g.byte() % 4 {
+	case 0:
+		o.Override = []string{"ack", "retry", "requeue", "dlq", "drop", "return", "RETRY"}[g.byte()%7]
+	case 1:
+		o.Override = g.str()
+	}
+	if o.Status < 200 || o.Status > 299 {
+		o.Error = g.str()
+	}
+	return o
+}
+
+// The path check itself catches what hostile input once did: a retry count
+// at the int64 limit answered 500 made the attempt wrap and the tier index
+// panic.
+func TestPathHostileRetryCount(t *testing.T) {
+	for _, v := range []any{int64(math.MaxInt64), "9223372036854775807", uint64(math.MaxUint64), -5, 1e300} {
+		for _, status := range []int{500, 425, 400, 200} {
+			m := &msg.Message{MessageID: "m", RoutingKey: "orders", Body: []byte("b"),
+				Headers: map[string]any{msg.HeaderRetryCount: v, msg.HeaderRequeueCount: v, msg.HeaderCrashCount: v}}
+			checkPath(t, m, "", retry.Outcome{Kind: retry.Response, Status: status})
+		}
+	}
+}
