@@ -24,7 +24,7 @@ const (
 	answer503                   // retry
 	answer400                   // non-retriable: the DLQ at once
 	answerHang                  // no answer before hopper's timeout: retry
-	answerReset                 // hijack and close without answering: unavailable
+	answerReset                 // hijack and reset without answering, the app staying up: a failed attempt
 )
 
 // Statuses recorded for requests that got no HTTP answer.
@@ -34,8 +34,9 @@ const (
 	statusCrash = -3 // the request killed the app
 )
 
-// failures are the answers a script uses for a failed attempt. 425 and the
-// reset are not attempts and are scripted separately.
+// failures are the answers a script uses for a failed attempt. 425 is not
+// an attempt; the reset is one, scripted separately in place of one of
+// these.
 var failures = []behavior{answer429, answer409, answer500, answer503, answerHang}
 
 // expect is a script's final outcome.
@@ -54,7 +55,7 @@ const (
 // the final outcome is exact.
 type script struct {
 	requeues int        // answer 425 while Hopper-Requeue-Count < requeues
-	resetAt  int        // reset the first request at this attempt (0: never)
+	resetAt  int        // reset the first request at this attempt instead of its failure (0: never)
 	fails    []behavior // answers for attempts 1..len(fails)
 	final    behavior   // answer for every later attempt: 2xx, 400 or 503
 	want     expect
@@ -93,8 +94,11 @@ func newScripts(ids []string, seed uint64, maxAttempts int) map[string]*script {
 		if rnd.Float64() < 0.2 {
 			s.requeues = 1 + rnd.IntN(2)
 		}
-		if rnd.Float64() < 0.1 {
-			s.resetAt = 1 + rnd.IntN(len(s.fails)+1)
+		if rnd.Float64() < 0.1 && len(s.fails) > 0 {
+			// A reset from an app that stays up is the message failing:
+			// it takes the place of one scripted failure, so the script
+			// keeps its count of attempts.
+			s.resetAt = 1 + rnd.IntN(len(s.fails))
 		}
 		out[id] = s
 	}

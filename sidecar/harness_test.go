@@ -70,7 +70,8 @@ type call struct {
 
 // scriptApp answers per message id from a script of statuses, indexed by
 // attempt-1+requeues (the last entry repeats). A status of 0 hangs past any
-// timeout. Extra response headers come from hdrs.
+// timeout; statusReset resets the connection without an answer while the
+// app (and its health) stays up. Extra response headers come from hdrs.
 type scriptApp struct {
 	t       *testing.T
 	srv     *http.Server
@@ -83,6 +84,9 @@ type scriptApp struct {
 	holds map[string]chan struct{}
 	calls []call
 }
+
+// statusReset scripts a connection reset without an answer.
+const statusReset = -1
 
 func newScriptApp(t *testing.T) *scriptApp {
 	t.Helper()
@@ -164,6 +168,15 @@ func (a *scriptApp) handle(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	if status == statusReset {
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0) //nolint:errcheck // close sends a reset
+			}
+			conn.Close()
+		}
+		return
 	}
 	if status == 0 {
 		select {
