@@ -84,7 +84,9 @@ type BreakerOptions struct {
 //	the health check failing                      opens at once
 //	5xx, 429, timeout from the app                a message outcome (tiers, DLQ);
 //	                                              Failures in a row ask the health check
-//	request cut, then the health check failing    opens; the message counts a crash
+//	request cut, then the health check failing    opens; the message counts a crash when
+//	                                              it was alone at the app, else it becomes
+//	                                              a suspect, next delivered on its own
 //	request cut while the health check passes     a message outcome (Cut: an attempt)
 //	timeout                                       a message outcome; no verdict on the app
 //	any answer from the app                       a success
@@ -131,6 +133,20 @@ type Breaker struct {
 	// the time the cut request gets to ask.
 	seq    atomic.Uint64
 	downAt atomic.Uint64
+
+	// isolate lets a crash suspect reach the app alone: every other
+	// request holds it shared, a suspect holds it exclusively (waiting for
+	// the requests in flight to finish, and keeping new ones out until it
+	// is answered). isolating counts suspects waiting for it or holding it.
+	isolate   sync.RWMutex
+	isolating atomic.Int64
+	// inflight counts requests sent to the app and not yet back. A cut
+	// request that comes back with others still in flight was cut in a
+	// crowd; crowdedAt is the seq of the latest such return, so a cut of
+	// the same crash that comes back last, alone, still knows it had
+	// company (the crowd was seen after it was sent).
+	inflight  atomic.Int64
+	crowdedAt atomic.Uint64
 }
 
 // healthCheck is one run of the health check, shared by everyone who asks
@@ -361,8 +377,19 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	if err != nil {
 		return retry.Outcome{Kind: retry.Unavailable, Error: "circuit breaker " + b.State() + ": app marked unavailable", Refused: true}
 	}
+	if in.Suspect {
+		b.isolating.Add(1)
+		b.isolate.Lock()
+		defer func() { b.isolate.Unlock(); b.isolating.Add(-1) }()
+	} else {
+		b.isolate.RLock()
+		defer b.isolate.RUnlock()
+	}
 	sent := b.seq.Add(1)
+	b.inflight.Add(1)
 	o := b.next.Deliver(ctx, m, in)
+	company := o.Kind == retry.Unavailable && o.Cut && b.cutInCrowd(sent)
+	b.inflight.Add(-1)
 	switch {
 	case o.Given():
 		done(nil) // Hopper's own doing: says nothing about the app
@@ -374,10 +401,18 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 		}
 		if down, why := b.diedSince(ctx, sent); down {
 			// The app went away while it had the request, and was seen
-			// down after it was sent: it died handling it. Count a crash
-			// for the message, and open at once.
-			o.Crashed = true
-			o.Error += "; then " + why
+			// down after it was sent: it died handling it. Alone at the
+			// app, the message is charged a crash; with other requests in
+			// flight any of them may be the cause, so none is charged and
+			// each becomes a suspect, delivered next on its own. Open at
+			// once either way.
+			if company {
+				o.CrashSuspect = true
+				o.Error += "; then " + why + " (other requests were in flight: delivered again on its own)"
+			} else {
+				o.Crashed = true
+				o.Error += "; then " + why
+			}
 			done(nil)
 			b.trip()
 			return o
@@ -402,6 +437,23 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 		b.failing.Store(0)
 	}
 	return o
+}
+
+// cutInCrowd is called by a cut request sent at sent, before it counts
+// itself out of inflight. One crash cuts every request at the app at once;
+// the first of them back sees the others still in flight and records the
+// crowd, the last one back finds that record newer than its own send. A
+// request refused meanwhile counts as company too while in flight: a
+// crash wrongly called crowded only costs the message a delivery on its
+// own, where a crash wrongly charged could send it to the DLQ.
+func (b *Breaker) cutInCrowd(sent uint64) bool {
+	if b.inflight.Load() > 1 {
+		now := b.seq.Load()
+		for cur := b.crowdedAt.Load(); cur < now && !b.crowdedAt.CompareAndSwap(cur, now); cur = b.crowdedAt.Load() {
+		}
+		return true
+	}
+	return b.crowdedAt.Load() >= sent
 }
 
 // diedSince says whether the app was seen down by anything that started

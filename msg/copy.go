@@ -39,6 +39,11 @@ func moved(m *Message, in Info, retries, requeues int) *Message {
 	if in.Crashes > 0 {
 		h[HeaderCrashCount] = int64(in.Crashes)
 	}
+	if in.Suspect {
+		h[HeaderCrashSuspect] = true
+	} else {
+		delete(h, HeaderCrashSuspect)
+	}
 	return cp
 }
 

@@ -25,6 +25,10 @@ const (
 	// check failing). A message that keeps killing the app goes to the DLQ
 	// instead of keeping it in a crash loop.
 	HeaderCrashCount = "x-hopper-crash-count"
+	// HeaderCrashSuspect marks a message that was in flight when the app
+	// died together with other requests: it is delivered again on its own,
+	// so that only a message that kills the app by itself is charged.
+	HeaderCrashSuspect = "x-hopper-crash-suspect"
 
 	// DLQ headers: why and when the message was dead-lettered, and the last
 	// failure seen.

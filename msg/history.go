@@ -28,6 +28,9 @@ type Info struct {
 	Crashes int
 	// Deadline is when the message goes stale; zero when it has none.
 	Deadline time.Time
+	// Suspect says the message is to be delivered on its own
+	// (x-hopper-crash-suspect).
+	Suspect bool
 }
 
 // Read reads a delivery's history. deadlineHeader names an optional
@@ -45,6 +48,7 @@ func Read(m *Message, queue, deadlineHeader string, now time.Time) Info {
 		Requeues:   Counter(m.Headers[HeaderRequeueCount]),
 		Crashes:    Counter(m.Headers[HeaderCrashCount]),
 		Deadline:   deadline(m, deadlineHeader, now),
+		Suspect:    m.Headers[HeaderCrashSuspect] == true,
 	}
 	in.Attempt = in.Retries + 1
 	if _, moved := m.Headers[HeaderOriginalRoutingKey]; moved {

@@ -534,7 +534,7 @@ func alive(d Delivery) bool {
 // it the outcome table decides on.
 func (p *Loop) history(m *msg.Message, now time.Time) (msg.Info, retry.State) {
 	in := msg.Read(m, p.o.Plan.Work.Name, p.o.DeadlineHeader, now)
-	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes, Deadline: in.Deadline}
+	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes, Deadline: in.Deadline, Suspect: in.Suspect}
 }
 
 // settle carries out a decision. It is the one place where deliveries are
@@ -560,10 +560,20 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		if dec.Crashes > in.Crashes {
 			// The app died handling it: the new crash count must travel
 			// with the message, which a nack cannot do.
-			in.Crashes = dec.Crashes
+			in.Crashes, in.Suspect = dec.Crashes, dec.Suspect
 			if p.republish(ctx, d, m, in) {
 				p.log.Warn("the app died handling this message; returned with its crash count", "event", "APP_CRASHED",
 					"message_id", m.MessageID, "crashes", dec.Crashes, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
+			}
+			return true
+		}
+		if dec.Suspect != in.Suspect {
+			// The app died with this message and others in flight: it goes
+			// back marked, to be delivered on its own, charged nothing.
+			in.Suspect = dec.Suspect
+			if p.republish(ctx, d, m, in) {
+				p.log.Info("the app died with this message among others in flight; returned to be delivered on its own",
+					"event", "APP_CRASH_SUSPECT", "message_id", m.MessageID, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
 			}
 			return true
 		}
@@ -571,6 +581,7 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		return true
 
 	case retry.Requeue:
+		in.Suspect = dec.Suspect
 		cp := msg.RequeueCopy(m, in, dec.Requeues)
 		if dec.Tier > 0 {
 			return p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue")
@@ -583,12 +594,13 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		return p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue")
 
 	case retry.Retry:
+		in.Suspect = dec.Suspect
 		cp := msg.RetryCopy(m, in, dec.Retries, out.Status, p.o.Now())
 		return p.toTier(ctx, d, m, in, cp, dec.Tier, "retry")
 
 	case retry.DLQ:
 		tid := traceID(trace.SpanFromContext(ctx))
-		in.Crashes = dec.Crashes
+		in.Crashes, in.Suspect = dec.Crashes, dec.Suspect
 		cp := msg.DLQCopy(m, in, msg.DeadLetter{
 			Reason: dec.Reason, Status: out.Status, Error: out.Error, Retries: dec.Retries,
 			TraceID: tid, Now: p.o.Now(),

@@ -17,6 +17,8 @@
 //	  ├─ app unavailable ─────────────────→ return to the work queue, no attempt spent
 //	  ├─ app died handling it ────────────→ return, crashes+1 (not an attempt);
 //	  │                                      crashes ≥ MaxCrashes → DLQ "app-crash"
+//	  ├─ app died, others in flight too ──→ return as a suspect, nothing charged:
+//	  │                                      delivered next on its own
 //	  └─ other 4xx ───────────────────────→ DLQ "non-retriable"
 //
 // The app can override the table with a Hopper-Action response header.
@@ -123,6 +125,11 @@ type Outcome struct {
 	// the app died handling this message. Such deliveries are counted per
 	// message, so one message cannot keep the app in a crash loop.
 	Crashed bool
+	// CrashSuspect means the app died while this request and others were
+	// in flight: any of them may have killed it. None is charged a crash;
+	// each goes back marked to be delivered again on its own, where a
+	// message that kills the app is caught alone.
+	CrashSuspect bool
 }
 
 // Given reports whether the message was taken from Hopper's side: refused
@@ -136,6 +143,9 @@ type State struct {
 	Requeues int       // 425 requeues so far (x-requeue-count)
 	Crashes  int       // requests that ended with the app dying (x-hopper-crash-count)
 	Deadline time.Time // zero when the message has none
+	// Suspect: the message was in flight when the app died with others,
+	// and is to be delivered on its own (x-hopper-crash-suspect).
+	Suspect bool
 }
 
 // Attempt is the 1-based number of the delivery in progress. It saturates
@@ -206,6 +216,11 @@ type Decision struct {
 	Retries  int
 	Requeues int
 	Crashes  int
+	// Suspect is the crash-suspect mark the message carries on: set by a
+	// crash it shared with other requests (or caused alone), cleared once
+	// the app has answered it. A Return whose mark changed must be
+	// republished with it.
+	Suspect bool
 }
 
 // Unlimited as MaxAttempts retries a message for ever (until its deadline).
@@ -245,12 +260,21 @@ type Rand func() float64
 func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 	// Counters come from headers: a negative one has counted nothing.
 	st.Retries, st.Requeues, st.Crashes = max(st.Retries, 0), max(st.Requeues, 0), max(st.Crashes, 0)
-	d := Decision{Retries: st.Retries, Requeues: st.Requeues, Crashes: st.Crashes}
+	d := Decision{Retries: st.Retries, Requeues: st.Requeues, Crashes: st.Crashes, Suspect: st.Suspect}
 	if o.Given() {
 		d.Action = Return
 		return d
 	}
+	if o.CrashSuspect {
+		// Not charged: the app died with several requests in flight. The
+		// message goes back to be tried alone.
+		d.Action, d.Suspect = Return, true
+		return d
+	}
 	if o.Crashed {
+		// Proven alone (or tried alone as a suspect): it stays marked, so
+		// it keeps being delivered on its own.
+		d.Suspect = true
 		// Not an attempt: the message may be fine and the app broken. But a
 		// message that keeps killing the app is set aside.
 		d.Crashes = inc(st.Crashes)
@@ -262,6 +286,9 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 		return d
 	}
 
+	if o.Kind != Unavailable {
+		d.Suspect = false // the app answered it (or timed out on it) and lived
+	}
 	action := p.Table.Lookup(o)
 	if o.Override != "" && o.Kind == Response {
 		if a, err := ParseAction(o.Override); err == nil && a != Return {

@@ -273,9 +273,12 @@ func TestDecideCrashes(t *testing.T) {
 		o    Outcome
 		want Decision
 	}{
-		{"first crash returns", State{Retries: 2}, crash, Decision{Action: Return, Retries: 2, Crashes: 1}},
-		{"second crash returns", State{Crashes: 1}, crash, Decision{Action: Return, Crashes: 2}},
-		{"third crash dead-letters", State{Retries: 4, Crashes: 2}, crash, Decision{Action: DLQ, Reason: ReasonAppCrash, Retries: 4, Crashes: 3}},
+		{"first crash returns", State{Retries: 2}, crash, Decision{Action: Return, Retries: 2, Crashes: 1, Suspect: true}},
+		{"second crash returns", State{Crashes: 1}, crash, Decision{Action: Return, Crashes: 2, Suspect: true}},
+		{"third crash dead-letters", State{Retries: 4, Crashes: 2}, crash, Decision{Action: DLQ, Reason: ReasonAppCrash, Retries: 4, Crashes: 3, Suspect: true}},
+		{"a crash shared with others charges nothing", State{Crashes: 2}, Outcome{Kind: Unavailable, Cut: true, CrashSuspect: true}, Decision{Action: Return, Crashes: 2, Suspect: true}},
+		{"a suspect the app answers is cleared", State{Crashes: 1, Suspect: true}, Outcome{Kind: Response, Status: 200}, Decision{Action: Ack, Crashes: 1}},
+		{"a suspect refused stays a suspect", State{Suspect: true}, Outcome{Kind: Unavailable, Refused: true}, Decision{Action: Return, Suspect: true}},
 		{"refused while down counts nothing", State{Crashes: 2}, Outcome{Kind: Unavailable}, Decision{Action: Return, Crashes: 2}},
 		{"cut with the app still healthy counts nothing", State{Crashes: 2}, Outcome{Kind: Unavailable, Cut: true}, Decision{Action: Return, Crashes: 2}},
 		{"a success keeps the count", State{Crashes: 2}, Outcome{Kind: Response, Status: 200}, Decision{Action: Ack, Crashes: 2}},
