@@ -273,3 +273,46 @@ func TestRequestHeadFillsTheLimits(t *testing.T) {
 		t.Logf("%s: head of %d bytes with %d headers", tc.name, h.bytes, h.headers)
 	}
 }
+
+// TestRequestHeadOwnHeadersAtMost6KiB: with every AMQP property, name and
+// routing key at its 255-byte maximum, a tracestate of 512 bytes, a
+// first-failure time made up to 512 and CloudEvents on, Hopper's own part
+// of the head stays under 6 KiB, so the default bound still leaves room
+// for application headers.
+func TestRequestHeadOwnHeadersAtMost6KiB(t *testing.T) {
+	base, heads := rawServer(t)
+	s255 := func(c string) string { return strings.Repeat(c, 255) }
+	m := &msg.Message{
+		MessageID: s255("i"), CorrelationID: s255("c"), Type: s255("t"), ContentType: s255("x"),
+		ContentEncoding: s255("e"), AppID: s255("a"), Timestamp: time.Now(), Body: []byte("{}"),
+		Headers: map[string]any{
+			"traceparent":              "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			"tracestate":               "v=" + strings.Repeat("s", 510),
+			msg.HeaderFirstFailureTime: strings.Repeat("f", 600),
+			"tenant":                   "acme",
+		},
+	}
+	in := msg.Info{Queue: s255("q"), Exchange: s255("x"), RoutingKey: s255("r"), Attempt: 12, Requeues: 3, Deadline: time.Now()}
+	c := app.NewClient(app.ClientOptions{URL: base + "/{queue}/{routingKey}", Timeout: 30 * time.Second, CloudEvents: true})
+	if o := c.Deliver(context.Background(), m, in); o.Status != 200 {
+		t.Fatalf("%+v", o)
+	}
+	var h seenHead
+	select {
+	case h = <-heads:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no request reported")
+	}
+	// The head holds 26 headers of Hopper's own (14 Hopper-*, 2 trace, 6
+	// ce-*, Host, User-Agent, Content-Type, Content-Length) and both
+	// application headers (tenant and the first-failure time, which is
+	// one too): nothing left out, no Hopper-Headers-Omitted.
+	if h.headers != 28 {
+		t.Errorf("%d headers, want 28", h.headers)
+	}
+	apps := len("Hopper-Header-tenant: acme\r\n") + len("Hopper-Header-"+msg.HeaderFirstFailureTime+": \r\n") + 600
+	if own := h.bytes - apps; own > 6<<10 || h.bytes > defaultMaxHeaderBytes {
+		t.Errorf("head of %d bytes, Hopper's own part %d: want at most 6 KiB", h.bytes, own)
+	}
+	t.Logf("head of %d bytes with %d headers", h.bytes, h.headers)
+}
