@@ -48,6 +48,9 @@ type ClientOptions struct {
 	// CloudEvents adds the CloudEvents binary-mode ce-* headers. Default
 	// false.
 	CloudEvents bool
+	// Limits bound each request's head; application headers past them
+	// are left out. Default DefaultLimits.
+	Limits Limits
 }
 
 // Client delivers messages to the app with pooled keep-alive connections.
@@ -60,8 +63,27 @@ type Client struct {
 	// the app's address.
 	spanAttrs []attribute.KeyValue
 	conns     connSet
-	// HeadersSkipped counts application headers not forwarded.
+	// HeadersSkipped counts application headers not forwarded because
+	// their name is not an HTTP token or their value not a scalar.
 	HeadersSkipped atomic.Int64
+	// omitted counts application headers the limits left out, indexed
+	// like OmitReasons.
+	omitted [3]atomic.Int64
+}
+
+// OmitReasons name why a forwardable application header was left out of a
+// request: its value over Limits.MaxValueBytes, or past the header count or
+// head size bound.
+var OmitReasons = [3]string{"value-too-long", "max-headers", "max-header-bytes"}
+
+// HeadersOmitted is the number of application headers the limits have
+// left out, by reason (every one of OmitReasons present).
+func (a *Client) HeadersOmitted() map[string]int64 {
+	m := make(map[string]int64, len(OmitReasons))
+	for i, r := range OmitReasons {
+		m[r] = a.omitted[i].Load()
+	}
+	return m
 }
 
 // NewClient returns the app client.
@@ -201,17 +223,8 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	req.Header.SetContentType(SanitizeValue(ct))
-	hdrs, skipped := BuildHeaders(make([]Header, 0, 24), m, in)
-	if a.opts.CloudEvents {
-		hdrs = CloudEventHeaders(hdrs, m, in)
-	}
-	if skipped > 0 {
-		a.HeadersSkipped.Add(int64(skipped))
-	}
-	for _, h := range hdrs {
-		req.Header.Set(h.Name, h.Value)
-	}
+	ct = cut(cleanValue(ct), ownValueMax)
+	req.Header.SetContentType(ct)
 	req.SetBodyRaw(m.Body)
 
 	// The CLIENT span's context goes to the app as traceparent, so the app's
@@ -221,7 +234,24 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	if span.IsRecording() {
 		span.SetAttributes(a.spanAttrs...)
 	}
-	propagator.Inject(ctx, requestCarrier{req})
+	var extra traceHeaders
+	if a.opts.CloudEvents {
+		extra = CloudEventHeaders(extra, m, in)
+	}
+	propagator.Inject(ctx, &extra)
+
+	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, a.head(req, ct, len(m.Body)))
+	if om.Invalid > 0 {
+		a.HeadersSkipped.Add(int64(om.Invalid))
+	}
+	for i, n := range [...]int{om.ValueTooLong, om.MaxHeaders, om.MaxHeaderBytes} {
+		if n > 0 {
+			a.omitted[i].Add(int64(n))
+		}
+	}
+	for _, h := range hdrs {
+		req.Header.Set(h.Name, h.Value)
+	}
 
 	deadline := time.Now().Add(a.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -286,12 +316,34 @@ func (a *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.R
 	return a.client.DoDeadline(req, resp, deadline)
 }
 
-// requestCarrier writes trace context into the request headers.
-type requestCarrier struct{ r *fasthttp.Request }
+// head is what the request's head holds besides the headers Build
+// returns, as fasthttp writes it: the request line, User-Agent, Host,
+// Content-Type, Content-Length and the blank line after the headers.
+func (a *Client) head(req *fasthttp.Request, contentType string, bodyLen int) Head {
+	u := req.URI()
+	return Head{
+		Headers: 4,
+		Bytes: len(fasthttp.MethodPost) + 1 + len(u.RequestURI()) + len(" HTTP/1.1\r\n") +
+			len("User-Agent") + len(a.client.Name) + 4 +
+			len("Host") + len(u.Host()) + 4 +
+			len("Content-Type") + len(contentType) + 4 +
+			len("Content-Length") + len(itoa(bodyLen)) + 4 +
+			2,
+	}
+}
 
-func (c requestCarrier) Get(key string) string { return string(c.r.Header.Peek(key)) }
-func (c requestCarrier) Set(key, value string) { c.r.Header.Set(key, value) }
-func (c requestCarrier) Keys() []string        { return nil }
+// traceHeaders collects the trace context the propagator writes, for
+// Build to place within the limits. A value over ownValueMax is not kept:
+// cut, it would be a different trace state.
+type traceHeaders []Header
+
+func (c *traceHeaders) Get(string) string { return "" }
+func (c *traceHeaders) Set(key, value string) {
+	if len(value) <= ownValueMax {
+		*c = append(*c, Header{key, value})
+	}
+}
+func (c *traceHeaders) Keys() []string { return nil }
 
 // redactURL drops user info from a URL before it goes into a span.
 func redactURL(s string) string {

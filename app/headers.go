@@ -3,6 +3,7 @@ package app
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,21 +37,115 @@ const (
 	HdrRetryAfter = "Retry-After"
 )
 
-// maxHeaderValue bounds one forwarded header value: HTTP servers reject
-// requests with huge header blocks, and then every attempt fails the same way.
+// HdrHeadersOmitted tells the app how many of the message's application
+// headers its request leaves out (see BuildHeaders); it is sent only when
+// some are.
+const HdrHeadersOmitted = "Hopper-Headers-Omitted"
+
+// maxHeaderValue is where SanitizeValue cuts a value.
 const maxHeaderValue = 4096
+
+// ownValueMax cuts the values of Hopper's own headers, trace context and
+// CloudEvents attributes. AMQP carries its properties, names and routing
+// keys in at most 255 bytes, so only a value made up outside the broker is
+// ever cut; the bound keeps the headers that are never left out small.
+const ownValueMax = 512
+
+// Limits bound the head of one request (request line and header lines), so
+// that every common app server accepts it: Python's http.server refuses
+// more than 100 headers, Node.js a head over 16 KiB, Tomcat, Jetty and
+// Netty one over 8 KiB. A server that refuses the head refuses every
+// attempt the same way, and the message ends in the DLQ for nothing. Zero
+// fields take DefaultLimits'.
+type Limits struct {
+	// MaxHeaders bounds the request's header lines: Hopper's own, trace
+	// context, CloudEvents, the forwarded application headers and those
+	// the HTTP client writes (Host, User-Agent, Content-Type,
+	// Content-Length).
+	MaxHeaders int
+	// MaxHeaderBytes bounds the request head in bytes, as sent: request
+	// line, header lines and the blank line after them.
+	MaxHeaderBytes int
+	// MaxValueBytes is the longest application header value forwarded. A
+	// longer one is left out whole: a cut value would reach the app as if
+	// it were the message's.
+	MaxValueBytes int
+}
+
+// DefaultLimits leave room under every common server's limits for what a
+// proxy between Hopper and the app adds.
+var DefaultLimits = Limits{MaxHeaders: 90, MaxHeaderBytes: 7168, MaxValueBytes: 4096}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxHeaders <= 0 {
+		l.MaxHeaders = DefaultLimits.MaxHeaders
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultLimits.MaxHeaderBytes
+	}
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = DefaultLimits.MaxValueBytes
+	}
+	return l
+}
+
+// Head is the part of a request head that Build does not return: the
+// request line and the headers the HTTP client writes itself.
+type Head struct {
+	// Headers is the number of header lines.
+	Headers int
+	// Bytes is their size as sent, the request line and the blank line
+	// after the headers included.
+	Bytes int
+}
+
+// Omitted counts, by reason, the application headers of a message its
+// request leaves out. The broker's x-death and the trace context, which
+// have names of their own, are not application headers here.
+type Omitted struct {
+	// Invalid: the name is not an HTTP token, or the value is not a
+	// string, number, boolean or timestamp.
+	Invalid int
+	// ValueTooLong: the value is over Limits.MaxValueBytes.
+	ValueTooLong int
+	// MaxHeaders: past the header count bound.
+	MaxHeaders int
+	// MaxHeaderBytes: past the head size bound.
+	MaxHeaderBytes int
+}
+
+// Total is every application header left out.
+func (o Omitted) Total() int { return o.Invalid + o.ValueTooLong + o.MaxHeaders + o.MaxHeaderBytes }
 
 // Header is one HTTP request header.
 type Header struct{ Name, Value string }
 
-// BuildHeaders maps a message to request headers. It appends to dst (to
-// reuse its storage) and returns the headers and the number of application
-// headers skipped because their name is not a valid HTTP token or their
-// value is not a string, number or boolean.
+// line is the size of a header line as sent: "Name: value\r\n".
+func (h Header) line() int { return len(h.Name) + len(h.Value) + 4 }
+
+// BuildHeaders maps a message to request headers within DefaultLimits,
+// for a request with nothing else in its head. It appends to dst (to
+// reuse its storage) and returns the headers and the number of
+// application headers left out.
 func BuildHeaders(dst []Header, m *msg.Message, in msg.Info) ([]Header, int) {
+	hs, o := DefaultLimits.Build(dst, m, in, nil, Head{})
+	return hs, o.Total()
+}
+
+// Build appends to dst the request headers for a message: Hopper's own
+// identity and history headers and the trace context, then extra (always
+// sent; one named like a header already there replaces its value, so the
+// client span's traceparent wins over the message's), then the application
+// headers that fit in what the limits leave after those and head. Those go
+// in the order of their names, until the first that does not fit; what is
+// left out is counted, and the app is told the count in
+// Hopper-Headers-Omitted. Hopper's own headers are never left out.
+func (l Limits) Build(dst []Header, m *msg.Message, in msg.Info, extra []Header, head Head) ([]Header, Omitted) {
+	l = l.withDefaults()
+	base := len(dst)
 	add := func(name, value string) {
 		if value != "" {
-			dst = append(dst, Header{name, SanitizeValue(value)})
+			dst = append(dst, Header{name, cut(cleanValue(value), ownValueMax)})
 		}
 	}
 	add(HdrMessageID, m.MessageID)
@@ -71,30 +166,102 @@ func BuildHeaders(dst []Header, m *msg.Message, in msg.Info) ([]Header, int) {
 	}
 	add(HdrContentEncoding, m.ContentEncoding)
 	add(HdrAppID, m.AppID)
-
-	skipped := 0
-	for k, v := range m.Headers {
-		switch k {
-		case "x-death":
-			// The broker's dead-letter history (an array of tables) after a
-			// tier: bookkeeping, not the app's data; Hopper-Attempt says it.
-			continue
-		case "traceparent", "tracestate":
-			if s, ok := v.(string); ok && validToken(k) {
-				add(k, s)
+	for _, k := range [...]string{"traceparent", "tracestate"} {
+		// Trace context is passed through as is or not at all: a cut
+		// tracestate would be a different one.
+		if s, ok := m.Headers[k].(string); ok && s != "" && len(s) <= ownValueMax {
+			dst = append(dst, Header{k, cleanValue(s)})
+		}
+	}
+extras:
+	for _, h := range extra {
+		h.Value = cut(cleanValue(h.Value), ownValueMax)
+		for i := base; i < len(dst); i++ {
+			if dst[i].Name == h.Name {
+				dst[i].Value = h.Value
+				continue extras
 			}
+		}
+		dst = append(dst, h)
+	}
+
+	var o Omitted
+	names := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		switch k {
+		case "x-death", "traceparent", "tracestate":
+			// The broker's dead-letter history (an array of tables) after a
+			// tier is bookkeeping, not the app's data: Hopper-Attempt says
+			// it. Trace context went out under its own names.
 			continue
 		}
-		s, ok := scalar(v)
+		names = append(names, k)
+	}
+	if len(names) == 0 {
+		return dst, o
+	}
+	slices.Sort(names)
+	count, size := head.Headers+len(dst)-base, head.Bytes
+	for _, h := range dst[base:] {
+		size += h.line()
+	}
+	// The candidates go straight into dst; those that do not fit are cut
+	// off its end.
+	first := len(dst)
+	for _, k := range names {
+		s, ok := scalar(m.Headers[k])
 		if !ok || !validToken(k) {
-			skipped++
+			o.Invalid++
+			continue
+		}
+		s = cleanValue(s)
+		if len(s) > l.MaxValueBytes {
+			o.ValueTooLong++
 			continue
 		}
 		// Unlike Hopper's own headers, an empty application header is
 		// forwarded: its presence may mean something to the app.
-		dst = append(dst, Header{HdrHeaderPrefix + k, SanitizeValue(s)})
+		dst = append(dst, Header{HdrHeaderPrefix + k, s})
 	}
-	return dst, skipped
+	app := dst[first:]
+	n, over := fit(app, l.MaxHeaders-count, l.MaxHeaderBytes-size)
+	if n < len(app) || o.Total() > 0 {
+		// Something is left out: make room for saying so. The count is at
+		// most the number of headers, which bounds its digits.
+		signal := Header{HdrHeadersOmitted, strconv.Itoa(len(m.Headers))}
+		n, over = fit(app, l.MaxHeaders-count-1, l.MaxHeaderBytes-size-signal.line())
+	}
+	if rest := len(app) - n; over == overCount {
+		o.MaxHeaders = rest
+	} else {
+		o.MaxHeaderBytes = rest
+	}
+	dst = dst[:first+n]
+	if o.Total() > 0 {
+		dst = append(dst, Header{HdrHeadersOmitted, strconv.Itoa(o.Total())})
+	}
+	return dst, o
+}
+
+// Which bound fit stopped at.
+const (
+	overNone = iota
+	overCount
+	overBytes
+)
+
+// fit is how many of hs, from the first, fit in headers header lines and
+// bytes bytes, and which bound stopped it.
+func fit(hs []Header, headers, bytes int) (int, int) {
+	for i, h := range hs {
+		if i >= headers {
+			return i, overCount
+		}
+		if bytes -= h.line(); bytes < 0 {
+			return i, overBytes
+		}
+	}
+	return len(hs), overNone
 }
 
 // scalar renders a string, number, boolean or timestamp header value.
@@ -120,7 +287,11 @@ func validToken(s string) bool {
 // SanitizeValue makes a header value safe to send: control characters (CR,
 // LF and NUL among them) become spaces, so a header can never split the
 // request, and the value is cut at maxHeaderValue bytes on a rune boundary.
-func SanitizeValue(s string) string {
+func SanitizeValue(s string) string { return cut(cleanValue(s), maxHeaderValue) }
+
+// cleanValue turns control characters (CR, LF and NUL among them) into
+// spaces, so a header can never split the request.
+func cleanValue(s string) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
@@ -128,7 +299,7 @@ func SanitizeValue(s string) string {
 			break
 		}
 	}
-	if clean && len(s) <= maxHeaderValue {
+	if clean {
 		return s
 	}
 	b := []byte(s)
@@ -137,14 +308,18 @@ func SanitizeValue(s string) string {
 			b[i] = ' '
 		}
 	}
-	if len(b) > maxHeaderValue {
-		cut := maxHeaderValue
-		for cut > 0 && b[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		b = b[:cut]
-	}
 	return string(b)
+}
+
+// cut shortens s to at most n bytes on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
 }
 
 // CloudEvents binary-mode headers (HTTP protocol binding), for apps written

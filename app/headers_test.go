@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -246,13 +247,14 @@ func TestBuildHeadersHostileValues(t *testing.T) {
 		MessageID:     "id\r\nX-Injected: 1",
 		CorrelationID: "c\x00d",
 		Type:          "t\nype",
+		AppID:         strings.Repeat("a", 5000),
 		Headers: map[string]any{
 			"evil":        "a\r\n\r\nGET / HTTP/1.1\r\n",
 			"long":        strings.Repeat("v", 10000),
 			"traceparent": "00-abc\r\nX: y",
 		},
 	}
-	hs, _ := app.BuildHeaders(nil, m, msg.Info{RoutingKey: "rk\r\nX: 1", Queue: "q\x00"})
+	hs, omitted := app.BuildHeaders(nil, m, msg.Info{RoutingKey: "rk\r\nX: 1", Queue: "q\x00"})
 	for _, h := range hs {
 		if strings.ContainsAny(h.Value, "\r\n\x00") {
 			t.Errorf("%s carries CR/LF/NUL: %q", h.Name, h.Value)
@@ -265,8 +267,82 @@ func TestBuildHeadersHostileValues(t *testing.T) {
 	if got[app.HdrMessageID] != "id  X-Injected: 1" {
 		t.Errorf("message id %q", got[app.HdrMessageID])
 	}
-	if got[app.HdrHeaderPrefix+"long"] != strings.Repeat("v", 4096) {
-		t.Errorf("long value not cut at 4096 bytes: %d", len(got[app.HdrHeaderPrefix+"long"]))
+	if got[app.HdrHeaderPrefix+"evil"] != "a    GET / HTTP/1.1  " {
+		t.Errorf("evil = %q", got[app.HdrHeaderPrefix+"evil"])
+	}
+	// An application value over the cap is left out whole, and said so;
+	// Hopper's own values (AMQP allows 255 bytes) are cut at 512.
+	if v, ok := got[app.HdrHeaderPrefix+"long"]; ok {
+		t.Errorf("a 10000-byte value was forwarded as %d bytes", len(v))
+	}
+	if omitted != 1 || got[app.HdrHeadersOmitted] != "1" {
+		t.Errorf("omitted = %d, %s = %q, want 1", omitted, app.HdrHeadersOmitted, got[app.HdrHeadersOmitted])
+	}
+	if got[app.HdrAppID] != strings.Repeat("a", 512) {
+		t.Errorf("app id of 5000 bytes sent as %d", len(got[app.HdrAppID]))
+	}
+}
+
+// TestBuildHeadersHostileNames: application header names that are not HTTP
+// tokens (header injection through the name, separators, controls,
+// non-ASCII, empty) are never sent, are counted as invalid, and the app is
+// told how many it misses.
+func TestBuildHeadersHostileNames(t *testing.T) {
+	hostile := []string{
+		"x\r\nInjected: 1", "x\nInjected", "x\rY", "x\x00y", "", " ", "with space", "tab\tname",
+		"co:lon", "Host:", ":authority", "naïve", "名前", "\xff\xfe", "paren(s)", "quote\"", "semi;colon",
+		"slash/x", "a,b", "a=b", "{brace}", "at@sign", "q?", "back\\slash", strings.Repeat("n", 201),
+	}
+	headers := map[string]any{"ok-name": "kept\r\nX-Evil: 1"}
+	for _, n := range hostile {
+		headers[n] = "v"
+	}
+	hs, om := app.DefaultLimits.Build(nil, &msg.Message{Headers: headers}, msg.Info{Attempt: 1}, nil, app.Head{})
+	if om.Invalid != len(hostile) || om.Total() != len(hostile) {
+		t.Errorf("omitted %+v, want %d invalid", om, len(hostile))
+	}
+	got := headerMap(t, hs)
+	if got[app.HdrHeaderPrefix+"ok-name"] != "kept  X-Evil: 1" {
+		t.Errorf("ok-name = %q", got[app.HdrHeaderPrefix+"ok-name"])
+	}
+	if got[app.HdrHeadersOmitted] != strconv.Itoa(len(hostile)) {
+		t.Errorf("%s = %q, want %d", app.HdrHeadersOmitted, got[app.HdrHeadersOmitted], len(hostile))
+	}
+	for _, h := range hs {
+		if !isToken(h.Name) {
+			t.Errorf("invalid header name %q sent", h.Name)
+		}
+		if strings.ContainsAny(h.Value, "\r\n\x00") {
+			t.Errorf("%s carries CR/LF/NUL: %q", h.Name, h.Value)
+		}
+	}
+}
+
+// TestBuildExtraReplacesTraceContext: the client span's trace context
+// (extra) replaces the message's instead of being sent twice, and the
+// headers of head count against the limits.
+func TestBuildExtraReplacesTraceContext(t *testing.T) {
+	m := &msg.Message{Headers: map[string]any{"traceparent": "00-aaaa-bbbb-01", "tenant": "acme"}}
+	extra := []app.Header{{Name: "traceparent", Value: "00-cccc-dddd-01"}, {Name: "ce-id", Value: "x\r\ny"}}
+	hs, om := app.DefaultLimits.Build(nil, m, msg.Info{Attempt: 1}, extra, app.Head{})
+	got := headerMap(t, hs)
+	if got["traceparent"] != "00-cccc-dddd-01" || got["ce-id"] != "x  y" || got[app.HdrHeaderPrefix+"tenant"] != "acme" || om.Total() != 0 {
+		t.Errorf("got %v, omitted %+v", got, om)
+	}
+	// A head that leaves room for Hopper's own headers and the omission
+	// signal only: no application header goes, both are counted, and the
+	// request stays within the bound.
+	m.Headers["zone"] = "eu"
+	hs, _ = app.DefaultLimits.Build(nil, m, msg.Info{Attempt: 1}, extra, app.Head{})
+	own := hs[:len(hs)-2]
+	signal := len(app.HdrHeadersOmitted) + 1 + 4
+	hs, om = app.Limits{MaxHeaders: len(own) + 10 + 1}.Build(nil, m, msg.Info{Attempt: 1}, extra, app.Head{Headers: 10})
+	if n := len(forwardedNames(hs)); n != 0 || om.MaxHeaders != 2 || len(hs) != len(own)+1 {
+		t.Errorf("count bound: forwarded %d, omitted %+v, %d headers", n, om, len(hs))
+	}
+	hs, om = app.Limits{MaxHeaderBytes: lineBytes(own) + 100 + signal + 5}.Build(nil, m, msg.Info{Attempt: 1}, extra, app.Head{Bytes: 100})
+	if n := len(forwardedNames(hs)); n != 0 || om.MaxHeaderBytes != 2 || lineBytes(hs)+100 > lineBytes(own)+100+signal+5 {
+		t.Errorf("byte bound: forwarded %d, omitted %+v", n, om)
 	}
 }
 
@@ -340,13 +416,14 @@ func TestSanitizeValueLength(t *testing.T) {
 }
 
 func FuzzBuildHeaders(f *testing.F) {
-	f.Add("x-tenant", "acme", []byte("body"))
-	f.Add("bad name", "v\r\nInjected: 1", []byte{0, 1, 2})
-	f.Add("traceparent", "00-abc-def-01", []byte("\r\n"))
-	f.Add("", "", []byte(nil))
-	f.Add("naïve", strings.Repeat("€", 2000), []byte(strings.Repeat("x", 5000)))
-	f.Add("a:b", "\x00\x7f\t", []byte("é"))
-	f.Fuzz(func(t *testing.T, name, value string, body []byte) {
+	f.Add("x-tenant", "acme", []byte("body"), uint16(0), uint16(0), uint16(0))
+	f.Add("bad name", "v\r\nInjected: 1", []byte{0, 1, 2}, uint16(3), uint16(100), uint16(5000))
+	f.Add("traceparent", "00-abc-def-01", []byte("\r\n"), uint16(10), uint16(7), uint16(1))
+	f.Add("", "", []byte(nil), uint16(500), uint16(0), uint16(0))
+	f.Add("naïve", strings.Repeat("€", 2000), []byte(strings.Repeat("x", 5000)), uint16(20), uint16(4000), uint16(200))
+	f.Add("a:b", "\x00\x7f\t", []byte("é"), uint16(1), uint16(1), uint16(1))
+	f.Add("h", strings.Repeat("v", 300), []byte("b"), uint16(200), uint16(60), uint16(3000))
+	f.Fuzz(func(t *testing.T, name, value string, body []byte, n, maxHeaders, maxBytes uint16) {
 		m := &msg.Message{
 			MessageID:     value,
 			CorrelationID: string(body),
@@ -362,37 +439,20 @@ func FuzzBuildHeaders(f *testing.F) {
 			},
 			Body: body,
 		}
+		// Up to 300 more headers, so that every bound is reached.
+		for i := range int(n % 300) {
+			m.Headers[name+"-"+strconv.Itoa(i)] = strings.Repeat(value, i%3)
+		}
 		in := msg.Info{Queue: name, Exchange: value, RoutingKey: string(body), Attempt: len(body), Deadline: time.UnixMilli(int64(len(value)))}
-		hs, skipped := app.BuildHeaders(nil, m, in)
+		lim := app.Limits{
+			MaxHeaders:     32 + int(maxHeaders%200),
+			MaxHeaderBytes: 2048 + int(maxBytes%16384),
+			MaxValueBytes:  1 + int(maxBytes/7%4096),
+		}
+		head := app.Head{Headers: int(maxHeaders % 5), Bytes: int(maxHeaders % 300)}
+		hs, om := lim.Build(nil, m, in, []app.Header{{Name: "ce-id", Value: value}}, head)
 		got := map[string]string{}
-		for _, h := range hs {
-			got[h.Name] = h.Value
-		}
-		// Every application header is forwarded or counted as skipped.
-		// (Trace context has its own names, x-death is the broker's
-		// bookkeeping; an empty string value is the known bug of
-		// TestBuildHeadersEmptyStringHeader.)
-		notForwarded, empty := 0, 0
-		for k, v := range m.Headers {
-			if k == "traceparent" || k == "tracestate" || k == "x-death" {
-				continue
-			}
-			if v == "" {
-				empty++
-				continue
-			}
-			fv, ok := got[app.HdrHeaderPrefix+k]
-			if !ok {
-				notForwarded++
-				continue
-			}
-			if sv, isStr := v.(string); isStr && fv != app.SanitizeValue(sv) {
-				t.Fatalf("header %q: sent %q, want %q", k, fv, app.SanitizeValue(sv))
-			}
-		}
-		if skipped < notForwarded || skipped > notForwarded+empty {
-			t.Fatalf("skipped = %d, but %d application headers were not forwarded (%v)", skipped, notForwarded, got)
-		}
+		var forwarded []string
 		for _, h := range hs {
 			if !isToken(h.Name) {
 				t.Fatalf("invalid header name %q", h.Name)
@@ -400,9 +460,57 @@ func FuzzBuildHeaders(f *testing.F) {
 			if strings.ContainsAny(h.Value, "\r\n\x00") {
 				t.Fatalf("%s value carries CR, LF or NUL: %q", h.Name, h.Value)
 			}
-			if len(h.Value) > 4096 {
-				t.Fatalf("%s value is %d bytes", h.Name, len(h.Value))
+			if _, dup := got[h.Name]; dup {
+				t.Fatalf("header %q sent twice", h.Name)
 			}
+			got[h.Name] = h.Value
+			if k, ok := strings.CutPrefix(h.Name, app.HdrHeaderPrefix); ok {
+				forwarded = append(forwarded, k)
+				if len(h.Value) > lim.MaxValueBytes {
+					t.Fatalf("%s value is %d bytes, over %d", h.Name, len(h.Value), lim.MaxValueBytes)
+				}
+			} else if len(h.Value) > 512 {
+				t.Fatalf("Hopper's own %s is %d bytes", h.Name, len(h.Value))
+			}
+		}
+		// The bounds: the count always (Hopper's own headers take fewer
+		// than 32); the bytes whenever any application header went, since
+		// Hopper's own are sent whatever their size.
+		if len(hs)+head.Headers > lim.MaxHeaders {
+			t.Fatalf("%d headers + %d in the head, over %d", len(hs), head.Headers, lim.MaxHeaders)
+		}
+		if size := lineBytes(hs) + head.Bytes; len(forwarded) > 0 && size > lim.MaxHeaderBytes {
+			t.Fatalf("head of %d bytes with %d application headers, over %d", size, len(forwarded), lim.MaxHeaderBytes)
+		}
+		// The application headers that could go, in name order; those sent
+		// are the first of them, unchanged but for controls.
+		var forwardable []string
+		apps := 0
+		for k, v := range m.Headers {
+			if k == "traceparent" || k == "tracestate" || k == "x-death" {
+				continue
+			}
+			apps++
+			if s, ok := msg.Scalar(v); ok && isToken(k) && len(k) <= 200 && len(s) <= lim.MaxValueBytes {
+				forwardable = append(forwardable, k)
+			}
+		}
+		slices.Sort(forwardable)
+		if len(forwarded) > len(forwardable) || !slices.Equal(forwarded, forwardable[:len(forwarded)]) {
+			t.Fatalf("forwarded %q, not the first of %q", forwarded, forwardable)
+		}
+		for _, k := range forwarded {
+			if sv, isStr := m.Headers[k].(string); isStr && got[app.HdrHeaderPrefix+k] != app.SanitizeValue(sv) {
+				t.Fatalf("header %q: sent %q, want %q", k, got[app.HdrHeaderPrefix+k], app.SanitizeValue(sv))
+			}
+		}
+		// Every application header is forwarded or counted, and the app
+		// is told the count.
+		if om.Total() != apps-len(forwarded) {
+			t.Fatalf("omitted %+v, but %d of %d application headers were not forwarded", om, apps-len(forwarded), apps)
+		}
+		if sig, ok := got[app.HdrHeadersOmitted]; ok != (om.Total() > 0) || ok && sig != strconv.Itoa(om.Total()) {
+			t.Fatalf("%s = %q (sent %v), omitted %d", app.HdrHeadersOmitted, sig, ok, om.Total())
 		}
 		s := app.SanitizeValue(value)
 		if len(s) > 4096 || strings.ContainsAny(s, "\r\n\x00") {

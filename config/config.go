@@ -204,7 +204,41 @@ type App struct {
 	// ce-id, ce-source, ce-type, ce-subject, ce-time) for apps written for
 	// Knative eventing. Default false.
 	CloudEvents bool `yaml:"cloudEvents"`
+	// Forward bounds each request's head so that every common app server
+	// accepts it; application headers past the bounds are left out,
+	// counted, and the app told how many in Hopper-Headers-Omitted.
+	Forward Forward `yaml:"forward"`
 }
+
+// Forward bounds the head of a request to the app. A server that refuses a
+// head (431) refuses every attempt of the message the same way, so the
+// bounds sit under the smallest common server limits: Python's http.server
+// takes 100 headers, Node.js a 16 KiB head, Tomcat, Jetty and Netty 8 KiB.
+// Hopper's own headers are always sent; the message's application headers
+// fill what is left, in the order of their names, until one does not fit.
+type Forward struct {
+	// MaxHeaders bounds the request's header lines, counting Hopper's own,
+	// trace context, CloudEvents attributes, Host, User-Agent,
+	// Content-Type and Content-Length with the application headers.
+	// Default 90.
+	MaxHeaders int `yaml:"maxHeaders"`
+	// MaxHeaderBytes bounds the request head in bytes: request line,
+	// header lines and the blank line after them. Default 7168 (7 KiB).
+	MaxHeaderBytes int `yaml:"maxHeaderBytes"`
+	// MaxValueBytes is the longest application header value, in bytes,
+	// that is forwarded; a longer one is left out whole rather than cut, so
+	// the app never takes a cut value for the message's. Default 4096.
+	MaxValueBytes int `yaml:"maxValueBytes"`
+}
+
+// MinForwardHeaders and MinForwardHeaderBytes are the smallest forwarding
+// bounds accepted: Hopper's own headers and those the HTTP client writes
+// take up to 27 header lines, and a few hundred bytes for the usual
+// message.
+const (
+	MinForwardHeaders     = 32
+	MinForwardHeaderBytes = 2048
+)
 
 // Consumer sets concurrency.
 type Consumer struct {
@@ -358,6 +392,7 @@ func Default() Config {
 			Timeout:            Duration(30 * time.Second),
 			UnavailableBackoff: Duration(time.Second),
 			MaxBodyBytes:       64 << 10,
+			Forward:            Forward{MaxHeaders: 90, MaxHeaderBytes: 7 << 10, MaxValueBytes: 4096},
 		},
 		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes},
 		Retry: Retry{

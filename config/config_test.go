@@ -95,6 +95,9 @@ func TestDefaultsAreValidOnceQueueNameIsSet(t *testing.T) {
 		{"topology.declare", c.Topology.Declare, true},
 		{"queue.type", c.Queue.Type, "classic"},
 		{"log.format", c.Log.Format, "json"},
+		{"app.forward.maxHeaders", c.App.Forward.MaxHeaders, 90},
+		{"app.forward.maxHeaderBytes", c.App.Forward.MaxHeaderBytes, 7168},
+		{"app.forward.maxValueBytes", c.App.Forward.MaxValueBytes, 4096},
 	}
 	for _, ck := range checks {
 		if ck.got != ck.want {
@@ -238,6 +241,13 @@ func TestValidateRules(t *testing.T) {
 		{"app url templated", func(c *config.Config) { c.App.URL = "http://127.0.0.1:8080/in/{queue}/{routingKey}" }, ""},
 		{"app timeout near consumer_timeout", func(c *config.Config) { c.App.Timeout = d("15m") }, "app.timeout: must stay well under"},
 		{"health path without slash", func(c *config.Config) { c.App.HealthPath = "healthz" }, "app.healthPath: must start with /"},
+		{"forward too few headers", func(c *config.Config) { c.App.Forward.MaxHeaders = 31 }, "app.forward.maxHeaders: must be at least 32"},
+		{"forward header bound unset", func(c *config.Config) { c.App.Forward.MaxHeaders = 0 }, "app.forward.maxHeaders: must be at least 32"},
+		{"forward 100 headers", func(c *config.Config) { c.App.Forward.MaxHeaders = 100 }, ""},
+		{"forward head too small", func(c *config.Config) { c.App.Forward.MaxHeaderBytes = 1024 }, "app.forward.maxHeaderBytes: must be at least 2048"},
+		{"forward value over the head", func(c *config.Config) { c.App.Forward.MaxValueBytes = 8000 }, "app.forward.maxValueBytes: must be between 1 and app.forward.maxHeaderBytes (7168), got 8000"},
+		{"forward zero value bytes", func(c *config.Config) { c.App.Forward.MaxValueBytes = 0 }, "app.forward.maxValueBytes"},
+		{"forward for Node's 16 KiB", func(c *config.Config) { c.App.Forward.MaxHeaderBytes, c.App.Forward.MaxValueBytes = 15<<10, 8192 }, ""},
 		{"prefetch too big", func(c *config.Config) { c.Consumer.Prefetch = 70000 }, "consumer.prefetch"},
 		{"more workers than prefetch", func(c *config.Config) { c.Consumer.Prefetch, c.Consumer.Workers = 50, 51 }, "consumer.workers: more workers (51) than prefetch (50)"},
 		{"workers with a following prefetch", func(c *config.Config) { c.Consumer.Workers = 500 }, ""},
@@ -780,6 +790,7 @@ func TestEnvName(t *testing.T) {
 		"broker.urls":                   "HOPPER_BROKER_URLS",
 		"topology.dlqMaxLength":         "HOPPER_TOPOLOGY_DLQ_MAX_LENGTH",
 		"app.maxBodyBytes":              "HOPPER_APP_MAX_BODY_BYTES",
+		"app.forward.maxHeaderBytes":    "HOPPER_APP_FORWARD_MAX_HEADER_BYTES",
 		"admin.listen":                  "HOPPER_ADMIN_LISTEN",
 	}
 	for path, want := range cases {

@@ -136,6 +136,15 @@ func (c *Config) validateOne() []error {
 	if c.App.MaxBodyBytes < 0 {
 		add("app.maxBodyBytes", "must not be negative")
 	}
+	if f := c.App.Forward; f.MaxHeaders < MinForwardHeaders {
+		add("app.forward.maxHeaders", "must be at least %d (Hopper's own headers take up to 27), got %d", MinForwardHeaders, f.MaxHeaders)
+	}
+	if f := c.App.Forward; f.MaxHeaderBytes < MinForwardHeaderBytes {
+		add("app.forward.maxHeaderBytes", "must be at least %d, got %d", MinForwardHeaderBytes, f.MaxHeaderBytes)
+	}
+	if f := c.App.Forward; f.MaxValueBytes < 1 || f.MaxValueBytes > f.MaxHeaderBytes {
+		add("app.forward.maxValueBytes", "must be between 1 and app.forward.maxHeaderBytes (%d), got %d", f.MaxHeaderBytes, f.MaxValueBytes)
+	}
 
 	if c.Consumer.Prefetch < 0 || c.Consumer.Prefetch > 65535 {
 		add("consumer.prefetch", "must be between 1 and 65535, or 0 to follow the concurrency limit; got %d", c.Consumer.Prefetch)

@@ -90,6 +90,7 @@ func TestMetricsEveryOutcome(t *testing.T) {
 		r.publish(id)
 	}
 	r.publish("hdr", withHeader("nested", map[string]any{"a": "b"}))
+	r.publish("long", withHeader("big", strings.Repeat("x", 5000)))
 	r.settled(2)
 	ms := scrape(t, r.sc.AdminAddr())
 	checks := []struct {
@@ -97,7 +98,7 @@ func TestMetricsEveryOutcome(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"hopper_deliveries_total", map[string]string{"outcome": "ack", "status_class": "2xx"}, 4},
+		{"hopper_deliveries_total", map[string]string{"outcome": "ack", "status_class": "2xx"}, 5},
 		{"hopper_deliveries_total", map[string]string{"outcome": "requeue", "status_class": "4xx"}, 1},
 		{"hopper_deliveries_total", map[string]string{"outcome": "retry", "status_class": "5xx"}, 3},
 		{"hopper_deliveries_total", map[string]string{"outcome": "dlq", "status_class": "4xx"}, 1},
@@ -107,12 +108,15 @@ func TestMetricsEveryOutcome(t *testing.T) {
 		{"hopper_dead_lettered_total", map[string]string{"reason": "non-retriable"}, 1},
 		{"hopper_dead_lettered_total", map[string]string{"reason": "max-attempts"}, 1},
 		{"hopper_requeues_total", nil, 1},
-		{"hopper_delivery_duration_seconds", nil, 10},
+		{"hopper_delivery_duration_seconds", nil, 11},
 		{"hopper_in_flight", nil, 0},
 		{"hopper_broker_connected", nil, 1},
 		{"hopper_consumer_paused", nil, 0},
 		{"hopper_breaker_state", map[string]string{"state": "closed"}, 1},
 		{"hopper_header_values_dropped_total", nil, 1},
+		{"hopper_headers_omitted_total", map[string]string{"reason": "value-too-long"}, 1},
+		{"hopper_headers_omitted_total", map[string]string{"reason": "max-headers"}, 0},
+		{"hopper_headers_omitted_total", map[string]string{"reason": "max-header-bytes"}, 0},
 	}
 	for _, c := range checks {
 		if got := metricValue(ms, c.name, c.labels); got != c.want {

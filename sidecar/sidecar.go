@@ -117,6 +117,16 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 			}
 			return 0
 		},
+		HeadersOmitted: func() map[string]int64 {
+			if a := s.app.Load(); a != nil {
+				return a.HeadersOmitted()
+			}
+			m := map[string]int64{}
+			for _, r := range app.OmitReasons {
+				m[r] = 0
+			}
+			return m
+		},
 		SpansDropped: func() int64 {
 			if s.SpansDropped != nil {
 				return s.SpansDropped()
@@ -316,6 +326,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		MaxBodyBytes: cfg.App.MaxBodyBytes,
 		Tracer:       tracer,
 		CloudEvents:  cfg.App.CloudEvents,
+		Limits: app.Limits{
+			MaxHeaders:     cfg.App.Forward.MaxHeaders,
+			MaxHeaderBytes: cfg.App.Forward.MaxHeaderBytes,
+			MaxValueBytes:  cfg.App.Forward.MaxValueBytes,
+		},
 	})
 	s.app.Store(client)
 	gate, err := app.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)

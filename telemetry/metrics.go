@@ -51,6 +51,9 @@ type Sources struct {
 	Connected      func() bool
 	Paused         func() bool
 	HeadersSkipped func() int64
+	// HeadersOmitted are the application headers the forwarding bounds
+	// left out, by reason; every reason is present from the start.
+	HeadersOmitted func() map[string]int64
 	SpansDropped   func() int64
 	MovesFailing   func() int64
 	// ConcurrencyLimit is the adaptive limit on concurrent app requests.
@@ -147,6 +150,11 @@ func NewMetrics(src Sources) *Metrics {
 		r.counterFunc(name, help, func() float64 { return float64(f()) })
 	}
 	counterFunc("hopper_header_values_dropped_total", "AMQP headers not forwarded to the app (invalid name or non-scalar value).", src.HeadersSkipped)
+	if src.HeadersOmitted != nil {
+		r.labelledCounterFunc("hopper_headers_omitted_total",
+			"AMQP application headers the forwarding bounds left out of requests to the app, by reason (value-too-long, max-headers, max-header-bytes).",
+			"reason", src.HeadersOmitted)
+	}
 	counterFunc("hopper_spans_dropped_total", "Trace spans that could not be exported, or that the collector rejected.", src.SpansDropped)
 	return m
 }

@@ -137,6 +137,29 @@ func TestSources(t *testing.T) {
 	}
 }
 
+// The headers the forwarding bounds left out are read at each scrape, one
+// series per reason, every reason present while still 0.
+func TestHeadersOmitted(t *testing.T) {
+	omitted := map[string]int64{"value-too-long": 0, "max-headers": 0, "max-header-bytes": 0}
+	m := NewMetrics(Sources{HeadersOmitted: func() map[string]int64 { return omitted }})
+	got := gather(t, m)
+	for r := range omitted {
+		if v, ok := value(got["hopper_headers_omitted_total"], map[string]string{"reason": r}); !ok || v != 0 {
+			t.Errorf("reason %s = %v (found %v), want 0 from the start", r, v, ok)
+		}
+	}
+	omitted = map[string]int64{"value-too-long": 2, "max-headers": 427, "max-header-bytes": 5}
+	got = gather(t, m)
+	for r, want := range omitted {
+		if v, _ := value(got["hopper_headers_omitted_total"], map[string]string{"reason": r}); v != float64(want) {
+			t.Errorf("reason %s = %v, want %d", r, v, want)
+		}
+	}
+	if v, ok := m.Value("hopper_headers_omitted_total", map[string]string{"reason": "max-headers"}); !ok || v != 427 {
+		t.Errorf("Value(max-headers) = %v, %v", v, ok)
+	}
+}
+
 // Without an endpoint tracing is off and a no-op.
 func TestTracingOffWithoutEndpoint(t *testing.T) {
 	tr, err := TracingFromEnv(context.Background(), func(string) string { return "" }, "test")

@@ -44,6 +44,9 @@ type family struct {
 	// fn, when set, is the value read at each scrape (a series without
 	// labels whose state another package owns).
 	fn func() float64
+	// collect, when set, refreshes the series before each read (labelled
+	// series whose state another package owns).
+	collect func(f *family)
 
 	mu     sync.RWMutex
 	series map[string]*series
@@ -92,6 +95,16 @@ func (r *registry) gaugeFunc(name, help string, fn func() float64) {
 
 func (r *registry) counterFunc(name, help string, fn func() float64) {
 	r.add(&family{name: name, help: help, kind: counterKind, fn: fn})
+}
+
+// labelledCounterFunc registers a counter whose series, one per value of
+// label, are read from fn at each scrape.
+func (r *registry) labelledCounterFunc(name, help, label string, fn func() map[string]int64) {
+	r.add(&family{name: name, help: help, kind: counterKind, labels: []string{label}, collect: func(f *family) {
+		for v, n := range fn() {
+			f.with(v).set(float64(n))
+		}
+	}})
 }
 
 // with returns the series for values (one per label), creating it at 0.
@@ -153,6 +166,9 @@ func (r *registry) lookup(name string, labels map[string]string) (float64, bool)
 		if f.fn != nil {
 			return f.fn(), len(labels) == 0
 		}
+		if f.collect != nil {
+			f.collect(f)
+		}
 	next:
 		for _, s := range f.sorted() {
 			for i, l := range f.labels {
@@ -190,6 +206,9 @@ func (r *registry) write(out io.Writer) error {
 		if f.fn != nil {
 			w.single(f.name, f.help, f.kind, f.fn())
 			continue
+		}
+		if f.collect != nil {
+			f.collect(f)
 		}
 		w.header(f.name, f.help, f.kind)
 		for _, s := range f.sorted() {

@@ -42,6 +42,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 		Connected:        func() bool { return true },
 		Paused:           func() bool { return false },
 		HeadersSkipped:   func() int64 { return 0 },
+		HeadersOmitted:   func() map[string]int64 { return map[string]int64{"max-headers": 0} },
 		SpansDropped:     func() int64 { return 0 },
 		MovesFailing:     func() int64 { return 0 },
 		ConcurrencyLimit: func() int64 { return 1 },

@@ -853,6 +853,8 @@ func TestChartRejects(t *testing.T) {
 		{"bad outcome action", []string{"-f", minimal, "--set", "config.retry.outcomes.4xx=explode"}, "/config/retry/outcomes/4xx"},
 		{"bad outcome key", []string{"-f", minimal, "--set", "config.retry.outcomes.4XX=retry"}, "invalid propertyName '4XX'"},
 		{"bad attempts", []string{"-f", minimal, "--set", "config.retry.maxAttempts=0"}, "/config/retry/maxAttempts"},
+		{"forward bound under Hopper's own headers", []string{"-f", minimal, "--set", "config.app.forward.maxHeaders=20"}, "/config/app/forward/maxHeaders"},
+		{"unknown forward key", []string{"-f", minimal, "--set", "config.app.forward.maxHeader=20"}, "additional properties 'maxHeader' not allowed"},
 		{"policy without match", []string{"-f", minimal, "--set", "config.retry.policies[0].name=x"}, "missing property 'match'"},
 		{"queue type", []string{"-f", minimal, "--set", "config.queue.type=stream"}, "/config/queue/type"},
 		{"admin on loopback", []string{"-f", minimal, "--set", "config.admin.listen=127.0.0.1:9090"}, "/config/admin/listen"},
