@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +62,8 @@ type Publisher struct {
 	blocked    chan struct{}
 	blockedGen int
 	blockEpoch atomic.Int64 // bumped on every block
+
+	publishSeq atomic.Int64 // the last publish id handed out
 }
 
 // pubSlot holds one of the publisher's channels, reopened when it is lost.
@@ -89,7 +90,8 @@ type pubChannel struct {
 	// buffer is sized so that the client's reader never waits on it.
 	returns chan amqp.Return
 	mu      sync.Mutex
-	pending map[*pendingPublish]struct{}
+	// pending holds the publishes awaiting their confirm by publish id.
+	pending map[int64]*pendingPublish
 
 	// retired channels take no new publishes; the last publish in flight
 	// on one closes it.
@@ -98,10 +100,17 @@ type pubChannel struct {
 
 // pendingPublish is a publish awaiting its confirm.
 type pendingPublish struct {
-	exchange, key string
-	m             *msg.Message
-	returned      *amqp.Return
+	returned *amqp.Return
 }
+
+// headerPublishID carries a number unique to each publish of a Publisher.
+// A basic.return names no sequence number, and two copies in flight may
+// agree in everything else it carries (exchange, routing key, message id,
+// body: a message replayed twice, two moves of look-alike messages), so a
+// return is matched to its publish by this header alone. fromDelivery
+// drops it: the app and the tools never see it, and a copy of a delivered
+// message is published under a number of its own.
+const headerPublishID = "x-hopper-publish-id"
 
 // NewPublisher returns a publisher that connects on first use.
 func NewPublisher(o PublisherOptions) *Publisher {
@@ -153,15 +162,16 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	case <-tctx.Done():
 		return fmt.Errorf("wait for room on a publish channel: %w", tctx.Err())
 	}
-	pp := &pendingPublish{exchange: exchange, key: key, m: m}
+	id := p.publishSeq.Add(1)
+	pp := &pendingPublish{}
 	pc.mu.Lock()
-	pc.pending[pp] = struct{}{}
+	pc.pending[id] = pp
 	pc.mu.Unlock()
 	returned := func() *amqp.Return {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
 		pc.matchReturns()
-		delete(pc.pending, pp)
+		delete(pc.pending, id)
 		return pp.returned
 	}
 	defer func() {
@@ -172,10 +182,15 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	epoch := p.blockEpoch.Load()
 	// The write itself may stall while the broker blocks the connection
 	// (it stops reading); the confirm wait below starts after it.
+	pub := toPublishing(m)
+	if pub.Headers == nil {
+		pub.Headers = amqp.Table{}
+	}
+	pub.Headers[headerPublishID] = id
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
 		true,  // mandatory: an unroutable copy must come back, not vanish
 		false, // immediate
-		toPublishing(m))
+		pub)
 	if err != nil {
 		returned()
 		return fmt.Errorf("publish to %q: %w", key, err)
@@ -245,10 +260,9 @@ func (pc *pubChannel) closeIfRetired() {
 }
 
 // matchReturns hands each return in the buffer to the pending publish it
-// belongs to. A return carries no sequence number, so it is matched by
-// exchange, routing key, message id and body; the first unmatched publish
-// alike takes it. A return whose publish has already gone (given up on) is
-// dropped. Called with pc.mu held.
+// belongs to, by the publish id it carries back (headerPublishID), never
+// to a publish that merely looks alike. A return whose publish has
+// already gone (given up on) is dropped. Called with pc.mu held.
 func (pc *pubChannel) matchReturns() {
 	for {
 		select {
@@ -256,12 +270,9 @@ func (pc *pubChannel) matchReturns() {
 			if !ok {
 				return // the channel is closed
 			}
-			for pp := range pc.pending {
-				if pp.returned == nil && pp.exchange == r.Exchange && pp.key == r.RoutingKey &&
-					pp.m.MessageID == r.MessageId && bytes.Equal(pp.m.Body, r.Body) {
-					pp.returned = &r
-					break
-				}
+			id, _ := r.Headers[headerPublishID].(int64)
+			if pp := pc.pending[id]; pp != nil {
+				pp.returned = &r
 			}
 		default:
 			return
@@ -330,7 +341,7 @@ func (p *Publisher) openChannel(ctx context.Context) (*pubChannel, error) {
 		// Returns of publishes given up on may wait here beside one per
 		// publish in flight until the next publish drains them.
 		returns: ch.NotifyReturn(make(chan amqp.Return, 4*n)),
-		pending: make(map[*pendingPublish]struct{}, n),
+		pending: make(map[int64]*pendingPublish, n),
 	}
 	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
