@@ -357,6 +357,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			Queue:    sub.name(),
 			Prefetch: sub.prefetch(),
 			Topology: &sub.plan,
+			// What the consumer took but never handed to the loop when it
+			// stops goes back as the loop gives back: a republished copy on
+			// a quorum queue.
+			Quorum:         sub.cfg.Queue.Type == "quorum",
+			Publisher:      pub,
+			DeadlineHeader: sub.cfg.Retry.DeadlineHeader,
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
