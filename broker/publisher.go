@@ -12,6 +12,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/topology"
 )
 
 // Errors a move can end with. In every case the caller must nack the
@@ -36,6 +37,14 @@ type PublisherOptions struct {
 	// ConfirmTimeout bounds the wait for the broker's confirm; a blocked
 	// connection restarts it. Default 15s.
 	ConfirmTimeout time.Duration
+	// Topology lists the plans whose queues the publisher moves messages
+	// to. A copy the broker returns as unroutable from one of their queues
+	// (through the default exchange) means the queue was deleted: with the
+	// plan's Declare the queue is declared again with its planned arguments
+	// and the copy published once more; without it the queue is reported
+	// missing (MissingQueues, event QUEUE_MISSING) and the publish fails as
+	// returned. Default none.
+	Topology []*topology.Plan
 }
 
 // Publisher publishes moves on its own connection, in confirm mode,
@@ -64,6 +73,8 @@ type Publisher struct {
 	blockEpoch atomic.Int64 // bumped on every block
 
 	publishSeq atomic.Int64 // the last publish id handed out
+
+	planned *plannedQueues
 }
 
 // pubSlot holds one of the publisher's channels, reopened when it is lost.
@@ -126,7 +137,7 @@ func NewPublisher(o PublisherOptions) *Publisher {
 	if o.Name == "" {
 		o.Name = "hopper-publisher"
 	}
-	p := &Publisher{opts: o, slots: make([]pubSlot, o.Channels)}
+	p := &Publisher{opts: o, slots: make([]pubSlot, o.Channels), planned: newPlannedQueues(o.Topology)}
 	p.bo = backoff.Backoff{Min: o.ReconnectMin, Max: o.ReconnectMax}
 	unblocked := make(chan struct{})
 	close(unblocked)
@@ -143,6 +154,45 @@ func (p *Publisher) Publish(ctx context.Context, queue string, m *msg.Message) e
 
 // PublishTo is Publish to an exchange and routing key.
 func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.Message) error {
+	if exchange != "" {
+		return p.publishOnce(ctx, exchange, key, m)
+	}
+	pq, ok := p.planned.byName[key]
+	if !ok {
+		return p.publishOnce(ctx, exchange, key, m)
+	}
+	started := time.Now()
+	err := p.publishOnce(ctx, exchange, key, m)
+	if !errors.Is(err, ErrReturned) {
+		if err == nil {
+			p.planned.found(p.opts.logger(), key)
+		}
+		return err
+	}
+	// The default exchange routes to every queue by its name: one of the
+	// plan's queues was deleted under Hopper.
+	if !pq.plan.Declare || !pq.q.Owned {
+		p.planned.missing(p.opts.logger(), pq)
+		return fmt.Errorf("%w: %s queue %q does not exist, and with topology.declare false Hopper does not create it", err, pq.q.Role, key)
+	}
+	if derr := p.redeclare(ctx, pq, started); derr != nil {
+		p.planned.missing(p.opts.logger(), pq)
+		return errors.Join(err, fmt.Errorf("declare %s queue %q again: %w", pq.q.Role, key, derr))
+	}
+	// The copy was returned, so it exists nowhere: publishing it again
+	// makes no duplicate.
+	err = p.publishOnce(ctx, exchange, key, m)
+	switch {
+	case err == nil:
+		p.planned.found(p.opts.logger(), key)
+	case errors.Is(err, ErrReturned):
+		p.planned.missing(p.opts.logger(), pq)
+	}
+	return err
+}
+
+// publishOnce publishes m once and waits for its confirm.
+func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *msg.Message) error {
 	// While the broker blocks publishing (memory or disk alarm) the move
 	// waits, however long: failing it would only put the message back to be
 	// delivered and fail again. The confirm timeout starts after.
