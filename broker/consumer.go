@@ -149,6 +149,18 @@ type ConsumerOptions struct {
 	// with the reason it was lost (metrics, trace events). In a Group the
 	// group's OnReconnect is told of a lost connection instead.
 	OnReconnect func(reason string)
+	// Quorum says the queue is a quorum queue, which counts every return of
+	// a message (a nack, a closed channel) against its delivery limit.
+	// Deliveries received but never handed over when the consumer stops at
+	// shutdown are then given back as a republished copy → confirm → ack
+	// through Publisher instead of a nack. Default false.
+	Quorum bool
+	// Publisher publishes those copies; without one they are nacked.
+	Publisher *Publisher
+	// DeadlineHeader names the application header holding a message's
+	// absolute deadline, pinned on the copy as on every give-back. Default
+	// "" (none).
+	DeadlineHeader string
 }
 
 // Consumer keeps one consumer on a queue alive across connection loss,
@@ -297,8 +309,9 @@ func (c *Consumer) want() (paused bool, prefetch int) {
 
 // Run consumes until ctx is done, calling handle for each delivery from the
 // connection's dispatch goroutine (handle must hand off quickly). When ctx
-// is done it cancels the consumer so no new deliveries arrive, but keeps the
-// channel open so in-flight deliveries can still be settled; Close ends it.
+// is done it cancels the consumer so no new deliveries arrive, gives back
+// those it received but had not handed over yet, and keeps the channel open
+// so in-flight deliveries can still be settled; Close ends it.
 func (c *Consumer) Run(ctx context.Context, handle func(*Delivery)) error {
 	g := NewGroup(c.opts.Options, c.opts.OnReconnect)
 	g.Add(c, handle)
@@ -327,18 +340,24 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 	)
 	// stop cancels the broker consumer. What the library had already
 	// buffered is handed over when pausing (the breaker returns it); at
-	// shutdown it is left unsettled and the broker requeues it when the
-	// channel closes.
-	stop := func(handOver bool) error {
+	// shutdown it is given back to the queue at once (with held, a
+	// delivery taken but not handed over), never left to the channel's
+	// close, which a quorum queue counts against each message's delivery
+	// limit.
+	stop := func(handOver bool, held ...amqp.Delivery) error {
 		c.active.Store(false)
 		err := s.ch.Cancel(tag, false) // noWait=false
+		left := held
 		for d := range deliveries {
 			if handOver {
 				s.acker.register(d.DeliveryTag)
 				handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+			} else {
+				left = append(left, d)
 			}
 		}
 		deliveries = nil
+		c.giveBack(s, left)
 		return err
 	}
 	for {
@@ -397,6 +416,18 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				return reason
 			}
 		case d, ok := <-deliveries:
+			if ctx.Err() != nil {
+				// Shutting down (the select does not prefer ctx): d and
+				// the rest go back to the queue, not to the handler.
+				var held []amqp.Delivery
+				if ok {
+					held = append(held, d)
+				}
+				if err := stop(false, held...); err != nil {
+					c.opts.logger().Warn("cancel consumer", "error", err.Error())
+				}
+				return "shutdown"
+			}
 			if !ok {
 				// The library closes the delivery channel when the broker
 				// cancels the consumer; the cancel notice may still be on
@@ -414,6 +445,73 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
 		}
 	}
+}
+
+// giveBack returns deliveries the consumer received but never handed over,
+// at shutdown, while their channel is still open: on a classic queue a nack
+// with requeue; on a quorum queue, which counts a nack or the channel's
+// close against the message's delivery limit, a copy made as every
+// give-back makes it (msg.ReturnCopy: counters, origin and deadline kept)
+// is published to the queue, and the original acked once the copy is
+// confirmed. A copy that cannot be published leaves its original nacked,
+// the one way left to keep it. A dead channel's deliveries are already
+// back in the queue.
+func (c *Consumer) giveBack(s *session, ds []amqp.Delivery) {
+	if len(ds) == 0 || s.dead.Load() || s.ch.IsClosed() {
+		return
+	}
+	log := c.opts.logger()
+	settleFailed := func(d *Delivery, op string, err error) {
+		log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
+			"op", op, "message_id", d.m.MessageID, "error", err.Error())
+	}
+	back := make([]*Delivery, len(ds))
+	for i := range ds {
+		s.acker.register(ds[i].DeliveryTag)
+		back[i] = &Delivery{m: fromDelivery(&ds[i]), tag: ds[i].DeliveryTag, s: s}
+	}
+	if !c.opts.Quorum || c.opts.Publisher == nil {
+		for _, d := range back {
+			if err := d.Nack(true); err != nil { // requeue
+				settleFailed(d, "nack", err)
+			}
+		}
+		log.Info("deliveries not yet handed over returned to the queue", "event", "SHUTDOWN_RETURNED",
+			"queue", c.opts.Queue, "count", len(back))
+		return
+	}
+	// Two confirm waits bound each publish; a broker that blocks publishing
+	// must not hold the shutdown longer.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.opts.Publisher.opts.ConfirmTimeout)
+	defer cancel()
+	now := time.Now()
+	var (
+		wg     sync.WaitGroup
+		nacked atomic.Int64
+	)
+	for _, d := range back {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cp := msg.ReturnCopy(d.m, msg.Read(d.m, c.opts.Queue, c.opts.DeadlineHeader, now))
+			if err := c.opts.Publisher.Publish(ctx, c.opts.Queue, cp); err != nil {
+				nacked.Add(1)
+				log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
+					"queue", c.opts.Queue, "message_id", d.m.MessageID, "error", err.Error())
+				if err := d.Nack(true); err != nil { // requeue
+					settleFailed(d, "nack", err)
+				}
+				return
+			}
+			if err := d.Ack(); err != nil {
+				// The copy exists and the original comes back: a duplicate.
+				settleFailed(d, "ack after return", err)
+			}
+		}()
+	}
+	wg.Wait()
+	log.Info("deliveries not yet handed over returned to the queue", "event", "SHUTDOWN_RETURNED",
+		"queue", c.opts.Queue, "count", len(back), "republished", int64(len(back))-nacked.Load())
 }
 
 // reconsume handles a consumer the broker cancelled (its queue was deleted,

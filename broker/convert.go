@@ -11,11 +11,13 @@ import (
 )
 
 func fromDelivery(d *amqp.Delivery) *msg.Message {
+	h := fromTable(d.Headers)
+	delete(h, headerPublishID) // the publisher's own bookkeeping
 	return &msg.Message{
 		Exchange:        d.Exchange,
 		RoutingKey:      d.RoutingKey,
 		Redelivered:     d.Redelivered,
-		Headers:         fromTable(d.Headers),
+		Headers:         h,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		DeliveryMode:    d.DeliveryMode,

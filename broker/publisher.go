@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/topology"
 )
 
 // Errors a move can end with. In every case the caller must nack the
@@ -37,6 +37,14 @@ type PublisherOptions struct {
 	// ConfirmTimeout bounds the wait for the broker's confirm; a blocked
 	// connection restarts it. Default 15s.
 	ConfirmTimeout time.Duration
+	// Topology lists the plans whose queues the publisher moves messages
+	// to. A copy the broker returns as unroutable from one of their queues
+	// (through the default exchange) means the queue was deleted: with the
+	// plan's Declare the queue is declared again with its planned arguments
+	// and the copy published once more; without it the queue is reported
+	// missing (MissingQueues, event QUEUE_MISSING) and the publish fails as
+	// returned. Default none.
+	Topology []*topology.Plan
 }
 
 // Publisher publishes moves on its own connection, in confirm mode,
@@ -63,6 +71,10 @@ type Publisher struct {
 	blocked    chan struct{}
 	blockedGen int
 	blockEpoch atomic.Int64 // bumped on every block
+
+	publishSeq atomic.Int64 // the last publish id handed out
+
+	planned *plannedQueues
 }
 
 // pubSlot holds one of the publisher's channels, reopened when it is lost.
@@ -89,7 +101,8 @@ type pubChannel struct {
 	// buffer is sized so that the client's reader never waits on it.
 	returns chan amqp.Return
 	mu      sync.Mutex
-	pending map[*pendingPublish]struct{}
+	// pending holds the publishes awaiting their confirm by publish id.
+	pending map[int64]*pendingPublish
 
 	// retired channels take no new publishes; the last publish in flight
 	// on one closes it.
@@ -98,10 +111,17 @@ type pubChannel struct {
 
 // pendingPublish is a publish awaiting its confirm.
 type pendingPublish struct {
-	exchange, key string
-	m             *msg.Message
-	returned      *amqp.Return
+	returned *amqp.Return
 }
+
+// headerPublishID carries a number unique to each publish of a Publisher.
+// A basic.return names no sequence number, and two copies in flight may
+// agree in everything else it carries (exchange, routing key, message id,
+// body: a message replayed twice, two moves of look-alike messages), so a
+// return is matched to its publish by this header alone. fromDelivery
+// drops it: the app and the tools never see it, and a copy of a delivered
+// message is published under a number of its own.
+const headerPublishID = "x-hopper-publish-id"
 
 // NewPublisher returns a publisher that connects on first use.
 func NewPublisher(o PublisherOptions) *Publisher {
@@ -117,7 +137,7 @@ func NewPublisher(o PublisherOptions) *Publisher {
 	if o.Name == "" {
 		o.Name = "hopper-publisher"
 	}
-	p := &Publisher{opts: o, slots: make([]pubSlot, o.Channels)}
+	p := &Publisher{opts: o, slots: make([]pubSlot, o.Channels), planned: newPlannedQueues(o.Topology)}
 	p.bo = backoff.Backoff{Min: o.ReconnectMin, Max: o.ReconnectMax}
 	unblocked := make(chan struct{})
 	close(unblocked)
@@ -134,6 +154,45 @@ func (p *Publisher) Publish(ctx context.Context, queue string, m *msg.Message) e
 
 // PublishTo is Publish to an exchange and routing key.
 func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.Message) error {
+	if exchange != "" {
+		return p.publishOnce(ctx, exchange, key, m)
+	}
+	pq, ok := p.planned.byName[key]
+	if !ok {
+		return p.publishOnce(ctx, exchange, key, m)
+	}
+	started := time.Now()
+	err := p.publishOnce(ctx, exchange, key, m)
+	if !errors.Is(err, ErrReturned) {
+		if err == nil {
+			p.planned.found(p.opts.logger(), key)
+		}
+		return err
+	}
+	// The default exchange routes to every queue by its name: one of the
+	// plan's queues was deleted under Hopper.
+	if !pq.plan.Declare || !pq.q.Owned {
+		p.planned.missing(p.opts.logger(), pq)
+		return fmt.Errorf("%w: %s queue %q does not exist, and with topology.declare false Hopper does not create it", err, pq.q.Role, key)
+	}
+	if derr := p.redeclare(ctx, pq, started); derr != nil {
+		p.planned.missing(p.opts.logger(), pq)
+		return errors.Join(err, fmt.Errorf("declare %s queue %q again: %w", pq.q.Role, key, derr))
+	}
+	// The copy was returned, so it exists nowhere: publishing it again
+	// makes no duplicate.
+	err = p.publishOnce(ctx, exchange, key, m)
+	switch {
+	case err == nil:
+		p.planned.found(p.opts.logger(), key)
+	case errors.Is(err, ErrReturned):
+		p.planned.missing(p.opts.logger(), pq)
+	}
+	return err
+}
+
+// publishOnce publishes m once and waits for its confirm.
+func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *msg.Message) error {
 	// While the broker blocks publishing (memory or disk alarm) the move
 	// waits, however long: failing it would only put the message back to be
 	// delivered and fail again. The confirm timeout starts after.
@@ -153,15 +212,16 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	case <-tctx.Done():
 		return fmt.Errorf("wait for room on a publish channel: %w", tctx.Err())
 	}
-	pp := &pendingPublish{exchange: exchange, key: key, m: m}
+	id := p.publishSeq.Add(1)
+	pp := &pendingPublish{}
 	pc.mu.Lock()
-	pc.pending[pp] = struct{}{}
+	pc.pending[id] = pp
 	pc.mu.Unlock()
 	returned := func() *amqp.Return {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
 		pc.matchReturns()
-		delete(pc.pending, pp)
+		delete(pc.pending, id)
 		return pp.returned
 	}
 	defer func() {
@@ -172,10 +232,15 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 	epoch := p.blockEpoch.Load()
 	// The write itself may stall while the broker blocks the connection
 	// (it stops reading); the confirm wait below starts after it.
+	pub := toPublishing(m)
+	if pub.Headers == nil {
+		pub.Headers = amqp.Table{}
+	}
+	pub.Headers[headerPublishID] = id
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
 		true,  // mandatory: an unroutable copy must come back, not vanish
 		false, // immediate
-		toPublishing(m))
+		pub)
 	if err != nil {
 		returned()
 		return fmt.Errorf("publish to %q: %w", key, err)
@@ -245,10 +310,9 @@ func (pc *pubChannel) closeIfRetired() {
 }
 
 // matchReturns hands each return in the buffer to the pending publish it
-// belongs to. A return carries no sequence number, so it is matched by
-// exchange, routing key, message id and body; the first unmatched publish
-// alike takes it. A return whose publish has already gone (given up on) is
-// dropped. Called with pc.mu held.
+// belongs to, by the publish id it carries back (headerPublishID), never
+// to a publish that merely looks alike. A return whose publish has
+// already gone (given up on) is dropped. Called with pc.mu held.
 func (pc *pubChannel) matchReturns() {
 	for {
 		select {
@@ -256,12 +320,9 @@ func (pc *pubChannel) matchReturns() {
 			if !ok {
 				return // the channel is closed
 			}
-			for pp := range pc.pending {
-				if pp.returned == nil && pp.exchange == r.Exchange && pp.key == r.RoutingKey &&
-					pp.m.MessageID == r.MessageId && bytes.Equal(pp.m.Body, r.Body) {
-					pp.returned = &r
-					break
-				}
+			id, _ := r.Headers[headerPublishID].(int64)
+			if pp := pc.pending[id]; pp != nil {
+				pp.returned = &r
 			}
 		default:
 			return
@@ -330,7 +391,7 @@ func (p *Publisher) openChannel(ctx context.Context) (*pubChannel, error) {
 		// Returns of publishes given up on may wait here beside one per
 		// publish in flight until the next publish drains them.
 		returns: ch.NotifyReturn(make(chan amqp.Return, 4*n)),
-		pending: make(map[*pendingPublish]struct{}, n),
+		pending: make(map[int64]*pendingPublish, n),
 	}
 	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {

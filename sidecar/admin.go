@@ -66,10 +66,9 @@ func (s *Sidecar) queueStates() string {
 	var b strings.Builder
 	for _, sub := range s.subs {
 		state := "consuming"
-		c := sub.cons.Load()
 		switch {
 		case sub.paused():
-			state = "paused: " + strings.Join(c.PauseReasons(), ", ")
+			state = "paused: " + strings.Join(s.pauseReasons(sub), ", ")
 		case !sub.consuming():
 			state = "reconnecting"
 		}

@@ -54,6 +54,7 @@ type Sidecar struct {
 	breaker   atomic.Pointer[app.Breaker]
 	app       atomic.Pointer[app.Client]
 	limiter   atomic.Pointer[app.Limiter]
+	pub       atomic.Pointer[broker.Publisher]
 	adminAddr atomic.Value // string
 }
 
@@ -232,11 +233,7 @@ func (s *Sidecar) Paused() bool {
 func (s *Sidecar) PauseReasons() []string {
 	var out []string
 	for _, sub := range s.subs {
-		c := sub.cons.Load()
-		if c == nil {
-			continue
-		}
-		for _, r := range c.PauseReasons() {
+		for _, r := range s.pauseReasons(sub) {
 			if len(s.subs) > 1 {
 				r = sub.name() + ": " + r
 			}
@@ -244,6 +241,51 @@ func (s *Sidecar) PauseReasons() []string {
 		}
 	}
 	return out
+}
+
+// pauseReasons lists why one queue's consuming is paused. Moves failing
+// because a queue of its topology is gone (deleted while topology.declare
+// is false, or not declarable) name that queue: the operator has to
+// declare it again.
+func (s *Sidecar) pauseReasons(sub *subscription) []string {
+	c := sub.cons.Load()
+	if c == nil {
+		return nil
+	}
+	out := c.PauseReasons()
+	missing := s.missingQueues(sub)
+	if len(missing) == 0 {
+		return out
+	}
+	for i, r := range out {
+		if r == broker.PauseMoves {
+			out[i] = r + " (" + missingText(missing) + ")"
+		}
+	}
+	return out
+}
+
+// missingQueues lists the queues of sub's topology that moves found
+// missing.
+func (s *Sidecar) missingQueues(sub *subscription) []string {
+	pub := s.pub.Load()
+	if pub == nil {
+		return nil
+	}
+	var out []string
+	for _, name := range pub.MissingQueues() {
+		if slices.ContainsFunc(sub.plan.Queues(), func(q topology.Queue) bool { return q.Name == name }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func missingText(queues []string) string {
+	if len(queues) == 1 {
+		return "queue " + queues[0] + " does not exist"
+	}
+	return "queues " + strings.Join(queues, ", ") + " do not exist"
 }
 
 // ConcurrencyLimit is the adaptive limit on concurrent requests to the app
@@ -354,7 +396,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		Options:        broker.ConfigOptions(cfg.Broker, log, "hopper-publisher "+s.label()),
 		Channels:       cfg.Broker.PublishChannels,
 		ConfirmTimeout: cfg.Broker.ConfirmTimeout.D(),
+		// A move that finds a queue of the topology deleted declares it
+		// again (topology.declare) or names it in the pause it causes.
+		Topology: s.Plans(),
 	})
+	s.pub.Store(pub)
 	defer func() {
 		if err := pub.Close(); err != nil {
 			log.Warn("close publisher", "error", err.Error())
@@ -372,6 +418,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			Queue:    sub.name(),
 			Prefetch: sub.prefetch(),
 			Topology: &sub.plan,
+			// What the consumer took but never handed to the loop when it
+			// stops goes back as the loop gives back: a republished copy on
+			// a quorum queue.
+			Quorum:         sub.cfg.Queue.Type == "quorum",
+			Publisher:      pub,
+			DeadlineHeader: sub.cfg.Retry.DeadlineHeader,
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
@@ -502,7 +554,11 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		OnMovesFailing: func(failing bool) {
 			cons := sub.cons.Load()
 			if failing {
-				log.Warn("moves failing: consuming paused until they go through", "event", "CONSUMER_PAUSED_MOVES", "queue", sub.name())
+				attrs := []any{"event", "CONSUMER_PAUSED_MOVES", "queue", sub.name()}
+				if missing := s.missingQueues(sub); len(missing) > 0 {
+					attrs = append(attrs, "missing_queues", missing)
+				}
+				log.Warn("moves failing: consuming paused until they go through", attrs...)
 				cons.PauseFor(broker.PauseMoves)
 			} else {
 				log.Info("moves going through again: consuming resumed", "event", "CONSUMER_RESUMED_MOVES", "queue", sub.name())
