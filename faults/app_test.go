@@ -154,6 +154,9 @@ type faultApp struct {
 
 	inFlight atomic.Int64
 	busy     atomic.Int64 // requests being served within capacity
+	// injected counts requests that carried a header no request may
+	// carry: one a message smuggled in through CR/LF in its values.
+	injected atomic.Int64
 	maxBusy  atomic.Int64
 }
 
@@ -242,6 +245,9 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 	a.inFlight.Add(1)
 	defer a.inFlight.Add(-1)
 	_, _ = io.Copy(io.Discard, r.Body)
+	if r.Header.Get("X-Injected") != "" {
+		a.injected.Add(1)
+	}
 	id := r.Header.Get("Hopper-Message-Id")
 	attempt, _ := strconv.Atoi(r.Header.Get("Hopper-Attempt"))
 	requeues, _ := strconv.Atoi(r.Header.Get("Hopper-Requeue-Count"))

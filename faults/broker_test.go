@@ -72,6 +72,16 @@ type publishStats struct {
 // retried until it is confirmed or ctx ends. Only confirmed ids count as
 // published.
 func publishPaced(ctx context.Context, t *testing.T, queue string, ids []string, window time.Duration) publishStats {
+	return publishPacedWith(ctx, t, queue, ids, window, func(id string) *msg.Message {
+		return &msg.Message{MessageID: id, ContentType: "text/plain", DeliveryMode: 2,
+			Headers: map[string]any{}, Body: []byte("fault-suite " + id)}
+	})
+}
+
+// publishPacedWith is publishPaced with the message for each id made by
+// build.
+func publishPacedWith(ctx context.Context, t *testing.T, queue string, ids []string, window time.Duration,
+	build func(id string) *msg.Message) publishStats {
 	const workers = 8
 	pub := broker.NewPublisher(broker.PublisherOptions{
 		Options:        brokerOptions("faults-publisher"),
@@ -108,8 +118,7 @@ func publishPaced(ctx context.Context, t *testing.T, queue string, ids []string,
 		go func() {
 			defer wg.Done()
 			for id := range todo {
-				m := &msg.Message{MessageID: id, ContentType: "text/plain", DeliveryMode: 2,
-					Headers: map[string]any{}, Body: []byte("fault-suite " + id)}
+				m := build(id)
 				for ctx.Err() == nil {
 					if err := pub.Publish(ctx, queue, m); err == nil {
 						mu.Lock()

@@ -281,13 +281,14 @@ func (h *hopperProc) countLines(subs ...string) int {
 }
 
 // logProblems returns log lines that must never appear: a panic, a data
-// race report, a fatal Go runtime error.
+// race report, a fatal Go runtime error, or an internal error Hopper
+// recovered from (a panic caught at the worker is still a bug).
 func (h *hopperProc) logProblems() []string {
 	data, _ := os.ReadFile(h.logPath)
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
 		if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") ||
-			strings.Contains(line, "WARNING: DATA RACE") {
+			strings.Contains(line, "WARNING: DATA RACE") || strings.Contains(line, "HOPPER_INTERNAL_ERROR") {
 			out = append(out, line)
 		}
 	}
