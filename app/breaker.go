@@ -375,7 +375,11 @@ func (b *Breaker) trip() {
 func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
 	done, err := b.cb.Allow()
 	if err != nil {
-		return retry.Outcome{Kind: retry.Unavailable, Error: "circuit breaker " + b.State() + ": app marked unavailable", Refused: true}
+		why := "circuit breaker open: app unavailable"
+		if errors.Is(err, gobreaker.ErrTooManyRequests) {
+			why = "circuit breaker half-open: one delivery at a time until the app answers"
+		}
+		return retry.Outcome{Kind: retry.Unavailable, Error: why, Refused: true}
 	}
 	if in.Suspect {
 		b.isolating.Add(1)

@@ -1,11 +1,14 @@
 package app
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
+	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
@@ -96,4 +99,27 @@ func TestBreakerHalfOpenResumesWithPrefetchOne(t *testing.T) {
 		defer r.gate.mu.Unlock()
 		return r.gate.resume[len(r.gate.resume)-1] == 50
 	})
+}
+
+// A delivery refused because half-open lets one through at a time says so:
+// the app is not "unavailable" then, it is being tried.
+func TestBreakerHalfOpenRefusalSaysWhy(t *testing.T) {
+	r := newRig(t)
+	r.app.set(refused)
+	r.deliver(5)
+	r.waitState(t, "open")
+	release := make(chan struct{})
+	inFlight := make(chan struct{})
+	r.b.next = deliverFunc(func(context.Context, *msg.Message, msg.Info) retry.Outcome {
+		close(inFlight)
+		<-release
+		return retry.Outcome{Kind: retry.Response, Status: 200}
+	})
+	go r.b.Deliver(context.Background(), &msg.Message{}, msg.Info{})
+	<-inFlight
+	o := r.b.Deliver(context.Background(), &msg.Message{}, msg.Info{})
+	close(release)
+	if !o.Refused || !strings.Contains(o.Error, "half-open") || strings.Contains(o.Error, "unavailable") {
+		t.Fatalf("refusal in half-open: %+v, want it to say half-open, not unavailable", o)
+	}
 }

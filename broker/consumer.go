@@ -412,6 +412,15 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			if t != tag || deliveries == nil {
 				continue // an earlier consumer of this channel, already replaced
 			}
+			if ctx.Err() != nil {
+				// Shutting down cancels the consumer too (the select does
+				// not prefer ctx): this is Hopper stopping, not the broker
+				// cancelling.
+				if err := stop(false); err != nil {
+					c.opts.logger().Warn("cancel consumer", "error", err.Error())
+				}
+				return "shutdown"
+			}
 			if reason := c.reconsume(ctx, s, t, &deliveries, handle); reason != "" {
 				return reason
 			}

@@ -21,6 +21,9 @@ var (
 	ErrReturned    = errors.New("broker returned the message as unroutable (no such queue)")
 	ErrNacked      = errors.New("broker refused the message (publisher nack, e.g. queue full with overflow=reject-publish)")
 	ErrConfirmWait = errors.New("no publisher confirm in time")
+	// ErrChannelClosed: the publish channel closed before the confirm came
+	// (connection lost, channel error); the broker did not refuse the copy.
+	ErrChannelClosed = errors.New("publish channel closed before the confirm")
 )
 
 // PublisherOptions configure a Publisher. Zero values take the defaults
@@ -284,8 +287,14 @@ func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *ms
 	if !dc.Acked() {
 		select {
 		case <-pc.closed: // the library fails what was in flight on a closed channel
-			return fmt.Errorf("publish channel closed before confirm: %w", pc.err)
+			return fmt.Errorf("publish to %q: %w: %w", key, ErrChannelClosed, pc.err)
 		default:
+		}
+		if pc.ch.IsClosed() {
+			// Closed, and the close not yet seen on pc.closed: the library
+			// marks a channel closed before it fails what was in flight,
+			// so this is the close, not the queue refusing the message.
+			return fmt.Errorf("publish to %q: %w", key, ErrChannelClosed)
 		}
 		// A channel a queue has refused may go on being refused by it
 		// after the queue has room again (a quorum queue with

@@ -52,14 +52,23 @@ func moved(m *Message, in Info, retries, requeues int) *Message {
 // app's answer (0 when there was none).
 func RetryCopy(m *Message, in Info, retries, status int, now time.Time) *Message {
 	cp := moved(m, in, retries, in.Requeues)
-	h := cp.Headers
+	RecordFailure(cp.Headers, retries, status, now)
+	return cp
+}
+
+// RecordFailure writes a failed attempt into headers: the failed attempts
+// so far (this one included), the last failure's time and status, and the
+// first failure's time when none is recorded yet. A retry's copy carries
+// them; an ordered retry held in place writes them on the delivery it
+// keeps, so both paths tell the app and the DLQ the same history.
+func RecordFailure(h map[string]any, retries, status int, now time.Time) {
 	stamp := now.UTC().Format(time.RFC3339Nano)
-	if m.String(HeaderFirstFailureTime) == "" {
+	if (&Message{Headers: h}).String(HeaderFirstFailureTime) == "" {
 		h[HeaderFirstFailureTime] = stamp
 	}
+	h[HeaderRetryCount] = int64(retries)
 	h[HeaderLastFailureTime] = stamp
 	h[HeaderLastStatusCode] = int64(status)
-	return cp
 }
 
 // RequeueCopy is the copy sent back to the work queue (or through a tier)

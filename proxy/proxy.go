@@ -433,7 +433,7 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
 		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
 	}
 	if p.o.InPlace && dec.Action == retry.Retry {
-		switch p.holdInPlace(ctx, d, m, in, dec, since) {
+		switch p.holdInPlace(ctx, d, m, in, dec, out, since) {
 		case held:
 			p.record(out, called, dec, latency)
 			return true
@@ -468,7 +468,7 @@ const (
 // under the broker's consumer_timeout. A shutdown during the hold gives the
 // delivery back.
 func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
-	dec retry.Decision, since time.Time) holdResult {
+	dec retry.Decision, out retry.Outcome, since time.Time) holdResult {
 	now := p.o.Now()
 	if now.Add(dec.Tier).Sub(since) >= p.o.MoveHoldMax {
 		p.log.Warn("ordered retry would hold the message too long; retrying it through its tier queue", "event", "ORDERED_HOLD_EXHAUSTED",
@@ -478,7 +478,9 @@ func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in m
 	if m.Headers == nil {
 		m.Headers = map[string]any{}
 	}
-	m.Headers[msg.HeaderRetryCount] = int64(dec.Retries)
+	// The failed attempt is written as a retry's copy would carry it, so
+	// the next attempt and a later DLQ copy see the same history.
+	msg.RecordFailure(m.Headers, dec.Retries, out.Status, now)
 	// The next attempt's span follows this one, as it would after a move.
 	propagator.Inject(ctx, headerCarrier(m.Headers))
 	if !p.wait(dec.Tier) {
@@ -720,11 +722,24 @@ func (p *Loop) movesFailing(delta int64) {
 // it is a republish (counters, origin and deadline kept) → confirm → ack,
 // so the queue's delivery limit is not spent.
 func (p *Loop) giveBack(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) {
-	if !p.o.Quorum {
+	if !p.o.Quorum && !unpinnedDeadline(m, in) {
 		p.nack(d)
 		return
 	}
 	p.republish(ctx, d, m, in)
+}
+
+// unpinnedDeadline says whether in's deadline was counted from m's AMQP
+// expiration at this receipt and is written nowhere yet: a nack would
+// bring the message back as it came, and the next receipt would count the
+// expiration again, later. Such a give-back republishes with the deadline
+// pinned, also on a classic queue.
+func unpinnedDeadline(m *msg.Message, in msg.Info) bool {
+	if in.Deadline.IsZero() || m.Expiration == "" {
+		return false
+	}
+	_, pinned := m.Headers[msg.HeaderDeadline]
+	return !pinned
 }
 
 // republish puts a copy of m, with the history in, back in the work queue,
