@@ -44,7 +44,39 @@ func moved(m *Message, in Info, retries, requeues int) *Message {
 	} else {
 		delete(h, HeaderCrashSuspect)
 	}
+	KeepDeathReadable(h)
 	return cp
+}
+
+// HeaderInvalidDeath holds an x-death header a publisher wrote that is not
+// a list of tables, set aside under this name on every copy Hopper makes.
+const HeaderInvalidDeath = "x-hopper-invalid-x-death"
+
+// KeepDeathReadable moves an x-death that is not a list of tables out of
+// the way. The broker extends x-death when it dead-letters a message (a
+// delay tier's TTL running out), and one it cannot read stops that
+// dead-lettering: the message never comes back from the tier and the tier
+// queue stalls. The value is kept, under HeaderInvalidDeath, for whoever
+// wants to see what was sent.
+func KeepDeathReadable(h map[string]any) {
+	v, ok := h[HeaderDeath]
+	if !ok {
+		return
+	}
+	if list, isList := v.([]any); isList {
+		readable := true
+		for _, e := range list {
+			if _, isTable := e.(map[string]any); !isTable {
+				readable = false
+				break
+			}
+		}
+		if readable {
+			return
+		}
+	}
+	delete(h, HeaderDeath)
+	h[HeaderInvalidDeath] = v
 }
 
 // RetryCopy is the copy sent to a delay tier after a failed attempt:

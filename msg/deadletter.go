@@ -162,6 +162,7 @@ func ReplayCopy(m *Message, dlq string, now time.Time, resetAttempts, clearDeadl
 			cp.Headers[HeaderOriginalRoutingKey] = rk
 		}
 	}
+	KeepDeathReadable(cp.Headers)
 	cp.Headers[HeaderReplayCount] = int64(min(ReplayCount(m)+1, MaxCount))
 	cp.Headers[HeaderReplayTime] = now.UTC().Format(time.RFC3339Nano)
 	if dlq != "" {

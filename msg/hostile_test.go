@@ -90,3 +90,34 @@ func TestCopiesWriteCountersAsInt64(t *testing.T) {
 		t.Errorf("replay count after a replay of a saturated count = %d, want %d", n, msg.MaxCount)
 	}
 }
+
+// The broker extends x-death when a delay tier's TTL dead-letters a copy;
+// an x-death it cannot read (a list of strings a publisher wrote) stops
+// that, and the message never leaves the tier. Every copy moves such a
+// value aside and keeps a readable one as it is.
+func TestCopiesKeepDeathReadable(t *testing.T) {
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	bad := []any{"not a table", int32(7)}
+	good := []any{map[string]any{"queue": "q", "reason": "expired", "count": int64(1)}}
+	for _, tc := range []struct {
+		v        any
+		readable bool
+	}{{bad, false}, {"junk", false}, {good, true}, {[]any{}, true}} {
+		m := &msg.Message{Headers: map[string]any{msg.HeaderDeath: tc.v}}
+		in := msg.Read(m, "q", "", now)
+		for kind, cp := range map[string]*msg.Message{
+			"retry": msg.RetryCopy(m, in, 1, 500, now), "return": msg.ReturnCopy(m, in),
+			"dlq":    msg.DLQCopy(m, in, msg.DeadLetter{Reason: "max-attempts", Now: now}),
+			"replay": msg.ReplayCopy(m, "q.dlq", now, false, false),
+		} {
+			_, has := cp.Headers[msg.HeaderDeath]
+			_, aside := cp.Headers[msg.HeaderInvalidDeath]
+			if has != tc.readable || aside == tc.readable {
+				t.Errorf("%s copy of x-death %#v: kept %v, set aside %v", kind, tc.v, has, aside)
+			}
+		}
+		if _, still := m.Headers[msg.HeaderDeath]; !still {
+			t.Errorf("the delivered message's own headers were changed")
+		}
+	}
+}

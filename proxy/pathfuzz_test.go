@@ -104,6 +104,17 @@ func checkPath(t *testing.T, m *msg.Message, deadlineHeader string, out retry.Ou
 		if string(cp.Body) != string(m.Body) || cp.MessageID != m.MessageID {
 			t.Errorf("copy to %s changed the message's body or id", pub.to[i])
 		}
+		if v, ok := cp.Headers[msg.HeaderDeath]; ok {
+			list, isList := v.([]any)
+			for _, e := range list {
+				if _, isTable := e.(map[string]any); !isTable {
+					isList = false
+				}
+			}
+			if !isList {
+				t.Errorf("copy to %s carries an x-death the broker cannot extend: %#v", pub.to[i], v)
+			}
+		}
 		if pub.to[i] == plan.DLQ.Name && cp.String(msg.HeaderDeadLetterReason) == "" {
 			t.Errorf("DLQ copy without a reason")
 		}
