@@ -145,6 +145,10 @@ type faultApp struct {
 	// killers are ids whose delivery kills the app: the request is cut and
 	// the app stays down until the test restarts it. Set before serving.
 	killers map[string]bool
+	// cutters are ids whose every request the app resets without an
+	// answer while it stays up (a handler that dies on that input). Set
+	// before serving.
+	cutters map[string]bool
 
 	mu      sync.Mutex
 	srv     *http.Server
@@ -252,6 +256,13 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 	attempt, _ := strconv.Atoi(r.Header.Get("Hopper-Attempt"))
 	requeues, _ := strconv.Atoi(r.Header.Get("Hopper-Requeue-Count"))
 
+	if a.cutters[id] {
+		a.mu.Lock()
+		a.records = append(a.records, record{ID: id, Attempt: attempt, Requeues: requeues, Status: statusReset, At: time.Now()})
+		a.mu.Unlock()
+		a.hangUp(w, true)
+		return
+	}
 	if a.killers[id] {
 		a.mu.Lock()
 		a.records = append(a.records, record{ID: id, Attempt: attempt, Requeues: requeues, Status: statusCrash, At: time.Now()})

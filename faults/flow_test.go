@@ -232,3 +232,46 @@ func overloadRun(t *testing.T, name string, app *faultApp, n int, extra string) 
 	}
 	return float64(n) / took.Seconds(), a, share
 }
+
+// TestFaultCutWhileHealthy: the app resets the connection for one message
+// every time (its handler dies on that input) while its health check keeps
+// passing, with one message at a time, on classic and quorum queues. The
+// message ends in the DLQ after its attempt budget, every message behind it
+// is acked, and the breaker never opens.
+func TestFaultCutWhileHealthy(t *testing.T) {
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run(qt, func(t *testing.T) {
+			n := flowSize(t, 40, 400)
+			ids := makeIDs("cut-"+qt, n)
+			cutter := ids[0]
+			app := startApp(t, nil)
+			app.cutters = map[string]bool{cutter: true}
+			r := beginApp(t, "cut-"+qt, app, hopperConfig{QueueType: qt,
+				Extra: "consumer:\n  prefetch: 1\n  workers: 1\n"})
+			pubDone := make(chan publishStats, 1)
+			go func() { pubDone <- publishAll(t, r.q.work, ids) }()
+			// The cutter goes round its delay tiers long after the others
+			// are done: wait for its last attempt to be settled before the
+			// queues are read as settled.
+			waitfor.Until(t, 2*time.Minute, "the cutter dead-lettered", func() bool {
+				return r.hopper.countLines("message_id="+cutter, "event=RABBITMQ_MESSAGE_MAX_RETRIES_EXCEEDED") > 0
+			})
+			a := r.finish(pubDone)
+			a.report(t)
+			if got := a.inDLQ[cutter]; len(got) != 1 || got[0] != "max-attempts" {
+				t.Errorf("%s: DLQ reasons %v, want max-attempts: %s", cutter, got, a.history(cutter))
+			}
+			if a.maxTried[cutter] != maxAttempts {
+				t.Errorf("%s: last attempt the app saw %d, want %d", cutter, a.maxTried[cutter], maxAttempts)
+			}
+			for _, id := range ids[1:] {
+				if a.okCount[id] == 0 || len(a.inDLQ[id]) > 0 {
+					t.Errorf("%s: not acked, or dead-lettered: %s", id, a.history(id))
+				}
+			}
+			if opens := r.hopper.countLines("event=BREAKER_OPEN"); opens != 0 {
+				t.Errorf("the breaker opened %d times on a message cutting its connection", opens)
+			}
+		})
+	}
+}
