@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -18,14 +19,30 @@ import (
 //
 //	taken ─(replayed: copy published and confirmed)→ acked: gone from the DLQ
 //	  │
-//	  └─(filtered out, kept, publish failed, dry run, browse)→ held unacked
-//	                                    until the run ends, then returned in place
+//	  └─(filtered out, kept, publish failed, dry run, browse)→ handed back:
+//	       classic DLQ: held unacked until the run ends, then returned in place
+//	       quorum DLQ:  rotated at once (see Rotation)
 //
 // Holding instead of requeueing at once is what bounds a run: a requeued
 // message would be delivered again at the head of the queue and processed
 // twice. Nothing is acked before its copy is confirmed (or, for export
 // --remove, before its line is on disk), so killing a tool at any point
 // loses nothing: the broker takes back every unacked message.
+//
+// A quorum queue counts every return of a message — a nack with requeue,
+// or a channel closing with it unacked — in x-delivery-count, and drops or
+// dead-letters it once the count passes the queue's delivery limit (20 by
+// default on RabbitMQ 4.x, or whatever a policy sets). Handing messages
+// back by returning them would make each look at the DLQ spend part of
+// that budget, until a stats run deletes what it counts. So on a quorum
+// DLQ nothing is returned: each message handed back is rotated — an exact
+// copy published to the DLQ's tail, confirmed, then the original acked —
+// and a run takes every message present at start, so that one full pass
+// leaves the DLQ in its order.
+//
+// A message the tool cannot process (a panic while reading its headers,
+// filtering or encoding it) is a bad message: reported, counted, handed
+// back like a kept one, and the run goes on.
 
 // Delivery is one message taken from the DLQ. It is settled at most once,
 // on the channel it came from.
@@ -54,6 +71,69 @@ func (f SourceFunc) Next(ctx context.Context) (Delivery, bool, error) { return f
 // broker has confirmed it (and did not return it as unroutable).
 type Publisher interface {
 	PublishTo(ctx context.Context, exchange, key string, m *msg.Message) error
+}
+
+// Rotation hands messages back to a quorum DLQ without spending their
+// delivery count: Keep publishes msg.KeepCopy of the message to Queue
+// (persistent, mandatory, confirmed) and only then acks the original. A nil
+// *Rotation holds the message instead, for the caller's closing the source
+// to return it in place, which is what a classic queue does for free.
+type Rotation struct {
+	// Queue is the DLQ itself.
+	Queue string
+	Pub   Publisher
+}
+
+// ErrNotKept means a message could not be rotated: its copy was not
+// confirmed. The original is left unacked, so it returns to the DLQ when
+// the source closes, spending one delivery of its count: nacking it would
+// spend the same, and acking it without a confirmed copy would lose it.
+// The tool stops rather than spend more.
+var ErrNotKept = errors.New("could not hand the message back to the quorum DLQ (copy not confirmed); it returns to the DLQ when the tool ends, spending one delivery of the queue's delivery limit")
+
+// Keep hands d (whose message is m) back to the DLQ: nothing to do for a
+// nil Rotation; else the copy, its confirm, then the ack.
+func (r *Rotation) Keep(ctx context.Context, d Delivery, m *msg.Message) error {
+	if r == nil {
+		return nil
+	}
+	// Not ctx: a copy the broker may have taken is seen through to its
+	// confirm (bounded by the publisher's confirm timeout), so that the
+	// original is acked and not left beside its copy.
+	if err := r.Pub.PublishTo(context.WithoutCancel(ctx), "", r.Queue, msg.KeepCopy(m)); err != nil {
+		return fmt.Errorf("message %q: %w: %w", m.MessageID, ErrNotKept, err)
+	}
+	if err := d.Ack(); err != nil {
+		return fmt.Errorf("message %q: ack after its copy was confirmed failed (it is now in the DLQ twice): %w", m.MessageID, err)
+	}
+	return nil
+}
+
+// ErrBadMessage marks a message a tool could not process.
+var ErrBadMessage = errors.New("bad message")
+
+// guard runs fn for one message and turns a panic into an ErrBadMessage
+// error, so that one message nothing anticipated cannot end a run (or
+// leave it with messages held).
+func guard(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrBadMessage, p)
+		}
+	}()
+	return fn()
+}
+
+// message reads d's message under guard.
+func message(d Delivery) (m *msg.Message, err error) {
+	err = guard(func() error {
+		m = d.Message()
+		if m == nil {
+			return fmt.Errorf("%w: no message", ErrBadMessage)
+		}
+		return nil
+	})
+	return m, err
 }
 
 // Unknown labels a message whose original queue, reason or status is not

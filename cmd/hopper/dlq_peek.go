@@ -38,7 +38,7 @@ as one line of the export format.`,
 			}
 			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
-			src, depth, closeFn, err := t.browse(ctx)
+			src, depth, rot, closeFn, err := t.browse(ctx)
 			if err != nil {
 				return err
 			}
@@ -46,7 +46,7 @@ as one line of the export format.`,
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			now := time.Now()
 			i := 0
-			_, err = dlq.Browse(ctx, src, min(n, depth), func(m *msg.Message) error {
+			res, err := dlq.Browse(ctx, src, dlq.BrowseOptions{Limit: min(n, depth), Bound: depth, Rotate: rot, OnBad: reportBad(cmd.ErrOrStderr())}, func(m *msg.Message) error {
 				i++
 				if output == "json" {
 					line, err := dlq.MarshalLine(m, t.dlq)
@@ -63,6 +63,9 @@ as one line of the export format.`,
 			}
 			if output != "json" {
 				fmt.Fprintf(out, "--- %d of %d message(s) in %s shown ---\n", i, depth, t.dlq)
+				if res.Bad > 0 {
+					fmt.Fprintf(out, "--- %d bad message(s) could not be shown (left in the DLQ) ---\n", res.Bad)
+				}
 			}
 			if err := out.Flush(); err != nil {
 				return fmt.Errorf("write: %w", err)

@@ -29,12 +29,14 @@ x-dead-letter-time, else the AMQP timestamp.`,
 			}
 			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
-			src, depth, closeFn, err := t.browse(ctx)
+			src, depth, rot, closeFn, err := t.browse(ctx)
 			if err != nil {
 				return err
 			}
 			st := dlq.NewStats(t.dlq, depth, time.Now())
-			_, err = dlq.Browse(ctx, src, depth, func(m *msg.Message) error { st.Add(m); return nil })
+			res, err := dlq.Browse(ctx, src, dlq.BrowseOptions{Limit: depth, Bound: depth, Rotate: rot, OnBad: reportBad(cmd.ErrOrStderr())},
+				func(m *msg.Message) error { st.Add(m); return nil })
+			st.Bad = res.Bad
 			closeFn()
 			if err != nil {
 				return t.explain(err)
