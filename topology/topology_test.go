@@ -161,6 +161,13 @@ func TestFromConfigQuorum(t *testing.T) {
 			t.Errorf("quorum queue %s has the classic x-queue-version", q.Name)
 		}
 	}
+	// What nothing but the operator's tools consume must not be dropped by
+	// the broker's delivery limit; the work queue keeps the configured one.
+	for _, q := range p.Queues() {
+		if q.Unbounded != (q.Role != topology.RoleWork) {
+			t.Errorf("%s queue %s: unbounded %t", q.Role, q.Name, q.Unbounded)
+		}
+	}
 	if w := p.Warnings(); len(w) != 0 {
 		t.Errorf("warnings with a delivery limit: %q", w)
 	}
