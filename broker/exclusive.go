@@ -252,7 +252,7 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 		m, got, err := e.s.ch.Get(e.queue, false) // autoAck=false
 		if err != nil {
 			e.s.dead.Store(true)
-			return nil, false, fmt.Errorf("get from %q: %w", e.queue, err)
+			return nil, false, fmt.Errorf("get from %q: %w", e.queue, undecodable(err))
 		}
 		if got {
 			return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&m), tag: m.DeliveryTag, s: e.s}, e: e}, true, nil
@@ -275,6 +275,15 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 
 func (e *Exclusive) pushed(del amqp.Delivery, open bool) (*ExclusiveDelivery, bool, error) {
 	if !open {
+		// The client closes consumers after it has told the close
+		// listeners why the connection or channel ended: say why.
+		select {
+		case err := <-e.connClosed:
+			return nil, false, e.lost("connection closed", err)
+		case err := <-e.chClosed:
+			return nil, false, e.lost("channel closed", err)
+		default:
+		}
 		return nil, false, e.lost("consumer closed", nil)
 	}
 	e.outstanding.Add(1)
@@ -284,7 +293,7 @@ func (e *Exclusive) pushed(del amqp.Delivery, open bool) (*ExclusiveDelivery, bo
 func (e *Exclusive) lost(what string, err *amqp.Error) error {
 	e.s.dead.Store(true)
 	if err != nil {
-		return fmt.Errorf("queue %q: %s: %w; unacked messages went back to the queue", e.queue, what, err)
+		return fmt.Errorf("queue %q: %s: %w; unacked messages went back to the queue", e.queue, what, undecodable(err))
 	}
 	return fmt.Errorf("queue %q: %s; unacked messages went back to the queue", e.queue, what)
 }

@@ -40,7 +40,7 @@ func (i *Inspector) Get(queue string) (d *Delivery, ok bool, err error) {
 	m, ok, err := i.s.ch.Get(queue, false) // autoAck=false
 	if err != nil {
 		i.s.dead.Store(true)
-		return nil, false, fmt.Errorf("get from %q: %w", queue, err)
+		return nil, false, fmt.Errorf("get from %q: %w", queue, undecodable(err))
 	}
 	if !ok {
 		return nil, false, nil
@@ -79,6 +79,21 @@ func (i *Inspector) Close() error {
 		return fmt.Errorf("close inspector: %w", err)
 	}
 	return nil
+}
+
+// ErrUndecodable means the client could not decode the next message of a
+// queue: the connection ended, and the message went back to the head of
+// the queue, where the next reader meets it again.
+var ErrUndecodable = errors.New("the next message could not be decoded by the AMQP client (a header table nested deeper than 32 levels, or a field type it does not know), which ended the connection; the message is back at the head of the queue (on a quorum queue each such attempt spends one delivery of its delivery limit): take it out with a client that can read it, or purge")
+
+// undecodable marks the client's frame errors, which a message the broker
+// accepted but the client cannot parse causes.
+func undecodable(err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && (ae.Code == amqp.FrameError || ae.Code == amqp.SyntaxError) {
+		return fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	return err
 }
 
 // IsQuorum tells whether queue counts the returns of its messages, as a

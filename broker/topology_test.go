@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -69,5 +71,54 @@ func TestQuorumDLQHasNoDeliveryLimit(t *testing.T) {
 		if err := d.Nack(false, true); err != nil { // multiple=false, requeue=true
 			t.Fatal(err)
 		}
+	}
+}
+
+// The queue type probe tells quorum from classic queues, also while a tool
+// owns the classic one, and reads nothing away.
+func TestIsQuorum(t *testing.T) {
+	needBroker(t)
+	ctx := context.Background()
+	classic := declareTyped(t, "classic", 2)
+	quorum := declareTyped(t, "quorum", 2)
+	for _, tc := range []struct {
+		queue string
+		want  bool
+	}{{classic, false}, {quorum, true}} {
+		got, err := IsQuorum(ctx, opts(), tc.queue)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %t %v, want %t", tc.queue, got, err, tc.want)
+		}
+	}
+	owner, err := OpenExclusive(ctx, opts(), classic, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := IsQuorum(ctx, opts(), classic); err != nil || got {
+		t.Errorf("owned classic queue: %t %v", got, err)
+	}
+	if err := owner.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IsQuorum(ctx, opts(), "no-such-queue-"+t.Name()); !errors.Is(err, ErrNoQueue) {
+		t.Errorf("missing queue: %v", err)
+	}
+	for _, q := range []string{classic, quorum} {
+		if got := browse(t, q); !slices.Equal(got, []string{"0", "1"}) {
+			t.Errorf("%s after the probe: %v", q, got)
+		}
+	}
+	// The quorum queue's messages were never returned by the probe.
+	in, err := OpenInspector(ctx, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	d, ok, err := in.Get(quorum)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if n, _ := d.Message().Int(msg.HeaderDeliveryCount); n > 1 {
+		t.Errorf("delivery count %d after the probe and one browse", n)
 	}
 }

@@ -261,3 +261,70 @@ func TestCLIOddHeadersNeverCrashTools(t *testing.T) {
 		})
 	}
 }
+
+// A user who may read the DLQ but not publish cannot rotate: the tools
+// refuse before reading anything rather than return what they read, and
+// every message keeps its delivery count.
+func TestCLIQuorumDLQWithoutPublishPermissionRefuses(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(1)
+	e.fill(qdlq, deadMsg("p0", e.Work, "k", "max-attempts", 500, time.Hour), deadMsg("p1", e.Work, "k", "max-attempts", 500, time.Hour))
+	user := "reader" + strconv.FormatInt(seq.Add(1), 10)
+	for _, args := range [][]string{
+		{"add_user", user, "secret"},
+		{"set_permissions", user, ".*", "^$", ".*"}, // configure, write, read
+	} {
+		if out, err := e.rb.Ctl(args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	url := strings.Replace(e.rb.URL(), "guest:guest@", user+":secret@", 1)
+	for _, args := range [][]string{
+		{"stats", "--dlq", qdlq},
+		{"peek", "--dlq", qdlq},
+		{"export", "--dlq", qdlq, "--file", "-"},
+		{"replay", "--dlq", qdlq, "--dry-run"},
+	} {
+		cmd := e.command(args...)
+		cmd.Args[len(cmd.Args)-3] = url // --broker-url's value
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "delivery limit") || !strings.Contains(string(out), "quorum") {
+			t.Errorf("%v as a reader: %v\n%s", args, err, out)
+		}
+	}
+	e.settled(qdlq)
+	got := e.drain(qdlq)
+	if !slices.Equal(ids(got), []string{"p0", "p1"}) {
+		t.Fatalf("DLQ holds %v", ids(got))
+	}
+	for _, m := range got {
+		if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
+			t.Errorf("message %s: delivery count %d spent", m.MessageID, n)
+		}
+	}
+}
+
+// A header table the client cannot decode ends the connection: every tool
+// stops with an error that says so, and the message stays.
+func TestCLIUndecodableMessageStopsWithClearError(t *testing.T) {
+	e := newEnv(t)
+	deep := map[string]any{"leaf": "x"}
+	for range 40 {
+		deep = map[string]any{"d": deep}
+	}
+	e.fill(e.DLQ, &msg.Message{MessageID: "deep", Headers: map[string]any{"deep": deep}, Body: []byte("b")})
+	for _, args := range [][]string{
+		{"stats", "--dlq", e.DLQ},
+		{"peek", "--dlq", e.DLQ},
+		{"replay", "--dlq", e.DLQ},
+	} {
+		r := e.run(args...)
+		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "could not be decoded by the AMQP client") {
+			t.Errorf("%v: exit %d\n%s\n%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	e.settled(e.DLQ)
+	if n := e.depth(e.DLQ); n != 1 {
+		t.Errorf("DLQ holds %d, want the message", n)
+	}
+}
