@@ -195,7 +195,7 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 	if err := commit(); err != nil {
 		errs = append(errs, err)
 	}
-	return res, errors.Join(errs...)
+	return res, flushed(o.Rotate, errors.Join(errs...))
 }
 
 // ImportOptions configure Import.

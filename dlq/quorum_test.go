@@ -328,3 +328,28 @@ func TestCLIUndecodableMessageStopsWithClearError(t *testing.T) {
 		t.Errorf("DLQ holds %d, want the message", n)
 	}
 }
+
+// More messages than the rotation keeps in flight: every pass ends with
+// each message once, in order — no original left beside its copy.
+func TestCLIQuorumDLQManyMessagesNoDuplicates(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(3)
+	var want []*msg.Message
+	for i := range 150 {
+		want = append(want, deadMsg("n"+strconv.Itoa(i), e.Work, "k", "max-attempts", 500, time.Hour))
+	}
+	e.fill(qdlq, want...)
+	for range 2 {
+		e.ok("stats", "--dlq", qdlq)
+		e.ok("peek", "--dlq", qdlq, "-n", "3")
+		if res, r := e.replayJSON("--dlq", qdlq, "--dry-run"); r.code != 0 || res.WouldRecover != 150 {
+			t.Fatalf("dry run: exit %d %+v", r.code, res)
+		}
+		if res, r := e.replayJSON("--dlq", qdlq, "--reason", "expired"); r.code != 0 || res.Skipped != 150 {
+			t.Fatalf("filtered replay: exit %d %+v", r.code, res)
+		}
+	}
+	if got := ids(e.drain(qdlq)); !slices.Equal(got, ids(want)) {
+		t.Fatalf("DLQ holds %d messages %v…, want %d in order", len(got), got[:min(len(got), 5)], len(want))
+	}
+}

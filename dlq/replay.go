@@ -161,6 +161,10 @@ const (
 	EndNotKept     = "not kept"    // a message could not be handed back (see ErrNotKept)
 )
 
+// errHandBack wraps the failure that made a run stop handing messages
+// back to a quorum DLQ.
+var errHandBack = errors.New("hand-back to the DLQ failed")
+
 // ErrStalled ends a run that made no progress for the stall timeout.
 var ErrStalled = errors.New("replay stalled: no progress")
 
@@ -242,9 +246,9 @@ type replayer struct {
 	inflight int
 	// settled is signalled (without blocking) whenever a publish settles.
 	settled chan struct{}
-	// abort ends the taking of messages with a cause (a message that could
-	// not be handed back).
-	abort    context.CancelCauseFunc
+	// abort ends the taking of messages: a message could not be handed
+	// back.
+	abort    func(error)
 	progress atomic.Int64 // UnixNano of the last progress
 	began    time.Time
 }
@@ -296,7 +300,7 @@ func (r *replayer) run(parent context.Context) error {
 	// gets its ack and is not left behind as a duplicate.
 	fetchCtx, stop := context.WithCancelCause(parent)
 	defer stop(nil)
-	r.abort = stop
+	r.abort = func(err error) { stop(fmt.Errorf("%w: %w", errHandBack, err)) }
 
 	done := make(chan struct{})
 	var watch sync.WaitGroup
@@ -316,13 +320,20 @@ func (r *replayer) run(parent context.Context) error {
 
 	if end == "" {
 		switch cause := context.Cause(fetchCtx); {
-		case errors.Is(cause, ErrNotKept):
+		case errors.Is(cause, errHandBack):
 			end, endErr = EndNotKept, cause
 		case errors.Is(cause, ErrStalled):
 			end, endErr = EndStalled, fmt.Errorf("%w for %s", ErrStalled, r.o.StallTimeout)
 		case parent.Err() != nil:
 			end, endErr = EndInterrupted, fmt.Errorf("replay interrupted: %w", context.Cause(parent))
 		}
+	}
+	// The copies still in flight are settled before the source closes.
+	if ferr := flushed(r.o.Rotate, endErr); ferr != nil {
+		if endErr == nil || end == EndDone {
+			end = EndNotKept
+		}
+		endErr = ferr
 	}
 	r.mu.Lock()
 	r.res.End = end

@@ -48,6 +48,11 @@ type BrowseResult struct {
 // it is counted, reported and handed back like the others. An error from
 // fn ends the pass (after the message is handed back).
 func Browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Message) error) (BrowseResult, error) {
+	res, err := browse(ctx, src, o, fn)
+	return res, flushed(o.Rotate, err)
+}
+
+func browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Message) error) (BrowseResult, error) {
 	var res BrowseResult
 	want := o.Limit
 	if o.Rotate != nil {
