@@ -108,7 +108,8 @@ const GetOnly = 0
 
 // OpenExclusive connects once, reads the queue's ready count (Present) and
 // then takes exclusive ownership of the queue with a consumer whose window
-// is prefetch messages (GetOnly: the lock queue alone, and no consumer). The count is read before consuming so that it is
+// is prefetch messages (GetOnly: the lock queue alone, and no consumer).
+// The count is read before consuming so that it is
 // exactly the messages present at start, none of them pushed yet. When
 // another consumer is on the queue the error wraps ErrInUse; when the queue
 // does not exist it wraps ErrNoQueue.

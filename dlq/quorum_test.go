@@ -353,3 +353,39 @@ func TestCLIQuorumDLQManyMessagesNoDuplicates(t *testing.T) {
 		t.Fatalf("DLQ holds %d messages %v…, want %d in order", len(got), got[:min(len(got), 5)], len(want))
 	}
 }
+
+// export --remove on a quorum DLQ takes out what it wrote and rotates what
+// the filter skips, which keep their order and their delivery count.
+func TestCLIQuorumDLQExportRemove(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(1)
+	var all []*msg.Message
+	for i := range 40 {
+		reason := "max-attempts"
+		if i%4 == 0 {
+			reason = "expired"
+		}
+		all = append(all, deadMsg("x"+strconv.Itoa(i), e.Work, "k", reason, 500, time.Hour))
+	}
+	e.fill(qdlq, all...)
+	file := filepath.Join(t.TempDir(), "out.jsonl")
+	r := e.ok("export", "--dlq", qdlq, "--file", file, "--remove", "--reason", "expired", "--sync-every", "3")
+	if !strings.Contains(r.stdout, "exported 10 of 40") || !strings.Contains(r.stdout, "removed 10, skipped 30") {
+		t.Errorf("export: %s", r.stdout)
+	}
+	var want []string
+	for _, m := range all {
+		if msg.DeadLetterReason(m) != "expired" {
+			want = append(want, m.MessageID)
+		}
+	}
+	got := e.drain(qdlq)
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("DLQ holds %v, want %v", ids(got), want)
+	}
+	for _, m := range got {
+		if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
+			t.Errorf("message %s: delivery count %d", m.MessageID, n)
+		}
+	}
+}

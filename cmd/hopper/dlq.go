@@ -257,7 +257,7 @@ func (t *target) rotation(ctx context.Context) (*dlq.Rotation, func(), error) {
 	// A message to a queue that cannot exist goes through the same
 	// permission check as a copy to the DLQ (the default exchange's) and
 	// comes back unroutable, leaving nothing behind.
-	probe := broker.LockQueue(t.dlq) + ".publish-check"
+	probe := fmt.Sprintf("hopper.publish-check.%d", time.Now().UnixNano())
 	err = pub.PublishTo(ctx, "", probe, &msg.Message{MessageID: "hopper-publish-check", Headers: map[string]any{}})
 	if !errors.Is(err, broker.ErrReturned) {
 		closePub()
