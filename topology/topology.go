@@ -216,6 +216,9 @@ func (p *Plan) String() string {
 		for _, k := range sortedKeys(q.Args) {
 			fmt.Fprintf(&b, " %s=%v", k, q.Args[k])
 		}
+		if q.Unbounded {
+			b.WriteString(" (and x-delivery-limit=-1 on RabbitMQ 4.x)")
+		}
 		b.WriteByte('\n')
 	}
 	for _, e := range p.Exchanges {
@@ -275,6 +278,9 @@ type DocQueue struct {
 	Delay     string         `json:"delay,omitempty"`
 	Owned     bool           `json:"owned"`
 	Arguments map[string]any `json:"arguments"`
+	// UnlimitedDeliveries: declared with x-delivery-limit -1 as well on
+	// RabbitMQ 4.x (see Queue.Unbounded).
+	UnlimitedDeliveries bool `json:"unlimitedDeliveries,omitempty"`
 }
 
 // Document returns the plan as data.
@@ -284,7 +290,7 @@ func (p *Plan) Document() Document {
 		d.Warnings = []string{}
 	}
 	for _, q := range p.Queues() {
-		dq := DocQueue{Role: q.Role, Name: q.Name, Durable: true, Owned: q.Owned, Arguments: q.Args}
+		dq := DocQueue{Role: q.Role, Name: q.Name, Durable: true, Owned: q.Owned, Arguments: q.Args, UnlimitedDeliveries: q.Unbounded}
 		if q.Delay > 0 {
 			dq.Delay = config.FormatDuration(q.Delay)
 		}
