@@ -112,3 +112,22 @@ func TestReplayAndExportSurviveUnreadableMessages(t *testing.T) {
 		t.Errorf("DLQ after export %v", got)
 	}
 }
+
+// A rotating pass takes exactly the messages present at start, however
+// many are asked for: past them come its own copies.
+func TestBrowseRotationStopsAtTheBound(t *testing.T) {
+	q := newFakeQueue(t, plain("a", "b")...)
+	pub := newFakePub()
+	// The copies go back into the queue, as the DLQ's tail.
+	pub.after = func(_ string, m *msg.Message) { q.push(m) }
+	var shown []string
+	res, err := Browse(context.Background(), q, BrowseOptions{Limit: 10, Bound: 2, Rotate: &Rotation{Queue: "dlq", Pub: pub}},
+		func(m *msg.Message) error { shown = append(shown, m.MessageID); return nil })
+	if err != nil || res.Taken != 2 || !slices.Equal(shown, []string{"a", "b"}) {
+		t.Fatalf("%+v %v shown %v", res, err, shown)
+	}
+	q.Close()
+	if got := q.ids(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("queue after %v", got)
+	}
+}

@@ -133,15 +133,11 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		var line []byte
 		m, err := message(d)
 		if err == nil {
-			err = guard(func() error {
-				if match, _ := o.Filter.Match(m, o.Now()); !match {
-					return nil
+			err = guard(func() (err error) {
+				if match, _ := o.Filter.Match(m, o.Now()); match {
+					line, err = MarshalLine(m, o.DLQ)
 				}
-				var merr error
-				if line, merr = MarshalLine(m, o.DLQ); merr != nil {
-					return merr
-				}
-				return nil
+				return err
 			})
 		}
 		switch {

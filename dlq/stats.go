@@ -22,7 +22,7 @@ type BrowseOptions struct {
 	Limit int
 	// Bound is the number of messages present at start. With Rotate every
 	// one of them is taken and rotated, those past Limit without being
-	// shown, so that the DLQ ends in the order it had.
+	// shown, so that the DLQ ends in the order it had; none past it.
 	Bound int
 	// Rotate hands messages back to a quorum DLQ; nil holds them for the
 	// caller's closing the source.
@@ -56,7 +56,8 @@ func browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Messa
 	var res BrowseResult
 	want := o.Limit
 	if o.Rotate != nil {
-		want = max(o.Limit, o.Bound)
+		// Exactly the messages present: past them come the copies.
+		want = o.Bound
 	}
 	for res.Taken < want {
 		if err := ctx.Err(); err != nil {
