@@ -14,11 +14,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -387,5 +389,45 @@ func TestCLIQuorumDLQExportRemove(t *testing.T) {
 		if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
 			t.Errorf("message %s: delivery count %d", m.MessageID, n)
 		}
+	}
+}
+
+// SIGKILL mid-rotation loses nothing: a message is in the DLQ as its
+// original, its copy, or (for the copies in flight) both.
+func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	q := e.Work + ".qdlq"
+	e.declare(q, map[string]any{"x-queue-type": "quorum"})
+	const n = 20000
+	e.fillFast(q, "s", n, bytes.Repeat([]byte("x"), 64))
+	cmd := e.command("stats", "--dlq", q)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 60*time.Second, "the rotation under way", func() bool {
+		_, unacked, err := e.rb.QueueCounts(q)
+		return err == nil && unacked > 0
+	})
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait() //nolint:errcheck // killed
+	e.settled(q)
+	seen := map[string]int{}
+	for _, m := range e.drain(q) {
+		seen[m.MessageID]++
+	}
+	dups := 0
+	for i := range n {
+		switch c := seen["s"+strconv.Itoa(i)]; {
+		case c == 0:
+			t.Errorf("message s%d lost", i)
+		case c > 1:
+			dups += c - 1
+		}
+	}
+	t.Logf("after SIGKILL: %d messages, %d in twice", len(seen), dups)
+	if dups > 16 {
+		t.Errorf("%d duplicates, want at most the 16 copies in flight", dups)
 	}
 }
