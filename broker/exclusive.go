@@ -98,16 +98,23 @@ func (d *ExclusiveDelivery) done() {
 	}
 }
 
+// GetOnly, as the prefetch of OpenExclusive, takes every message with
+// basic.get and starts no consumer. A quorum DLQ needs it: a consumer's
+// window fills with messages pushed ahead of the tool, and whatever is
+// still there when the tool ends goes back to the queue, each return
+// spending a delivery of the queue's delivery limit. The lock queue still
+// keeps a second tool out.
+const GetOnly = 0
+
 // OpenExclusive connects once, reads the queue's ready count (Present) and
 // then takes exclusive ownership of the queue with a consumer whose window
-// is prefetch messages. The count is read before consuming so that it is
+// is prefetch messages (GetOnly: the lock queue alone, and no consumer).
+// The count is read before consuming so that it is
 // exactly the messages present at start, none of them pushed yet. When
 // another consumer is on the queue the error wraps ErrInUse; when the queue
 // does not exist it wraps ErrNoQueue.
 func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (*Exclusive, error) {
-	if prefetch < 1 {
-		prefetch = 1
-	}
+	prefetch = max(prefetch, GetOnly)
 	if o.Name == "" {
 		o.Name = "hopper-exclusive " + queue
 	}
@@ -141,9 +148,6 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 		}
 		return fail(fmt.Errorf("declare lock queue %q: %w", LockQueue(queue), err))
 	}
-	if err := ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
-		return fail(fmt.Errorf("set prefetch: %w", err))
-	}
 	e := &Exclusive{
 		queue:    queue,
 		prefetch: prefetch,
@@ -155,14 +159,19 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 	e.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	e.cancels = ch.NotifyCancel(make(chan string, 4))
 	go drain(conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
-	e.deliveries, err = ch.ConsumeWithContext(ctx, queue, e.tag,
-		false, // autoAck: every message is settled explicitly
-		true,  // exclusive: the broker refuses any other consumer while we run
-		false, // noLocal
-		false, // noWait
-		nil)
-	if err != nil {
-		return fail(queueError(queue, err))
+	if prefetch != GetOnly {
+		if err := ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
+			return fail(fmt.Errorf("set prefetch: %w", err))
+		}
+		e.deliveries, err = ch.ConsumeWithContext(ctx, queue, e.tag,
+			false, // autoAck: every message is settled explicitly
+			true,  // exclusive: the broker refuses any other consumer while we run
+			false, // noLocal
+			false, // noWait
+			nil)
+		if err != nil {
+			return fail(queueError(queue, err))
+		}
 	}
 	// A batch of a quarter of the window keeps acks waiting for their batch
 	// from filling the window the broker counts.
@@ -244,7 +253,7 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 		m, got, err := e.s.ch.Get(e.queue, false) // autoAck=false
 		if err != nil {
 			e.s.dead.Store(true)
-			return nil, false, fmt.Errorf("get from %q: %w", e.queue, err)
+			return nil, false, fmt.Errorf("get from %q: %w", e.queue, undecodable(err))
 		}
 		if got {
 			return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&m), tag: m.DeliveryTag, s: e.s}, e: e}, true, nil
@@ -267,6 +276,15 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 
 func (e *Exclusive) pushed(del amqp.Delivery, open bool) (*ExclusiveDelivery, bool, error) {
 	if !open {
+		// The client closes consumers after it has told the close
+		// listeners why the connection or channel ended: say why.
+		select {
+		case err := <-e.connClosed:
+			return nil, false, e.lost("connection closed", err)
+		case err := <-e.chClosed:
+			return nil, false, e.lost("channel closed", err)
+		default:
+		}
 		return nil, false, e.lost("consumer closed", nil)
 	}
 	e.outstanding.Add(1)
@@ -276,7 +294,7 @@ func (e *Exclusive) pushed(del amqp.Delivery, open bool) (*ExclusiveDelivery, bo
 func (e *Exclusive) lost(what string, err *amqp.Error) error {
 	e.s.dead.Store(true)
 	if err != nil {
-		return fmt.Errorf("queue %q: %s: %w; unacked messages went back to the queue", e.queue, what, err)
+		return fmt.Errorf("queue %q: %s: %w; unacked messages went back to the queue", e.queue, what, undecodable(err))
 	}
 	return fmt.Errorf("queue %q: %s; unacked messages went back to the queue", e.queue, what)
 }
@@ -299,8 +317,10 @@ func (e *Exclusive) Close() error {
 			errs = append(errs, fmt.Errorf("%d ack(s) did not reach the broker before the channel ended: those messages are back in %q although handled (duplicates, not losses)", n, e.queue))
 		}
 		if !e.s.dead.Load() && !e.s.ch.IsClosed() {
-			if err := e.s.ch.Cancel(e.tag, false); err != nil { // noWait=false
-				errs = append(errs, fmt.Errorf("cancel consumer: %w", err))
+			if e.deliveries != nil {
+				if err := e.s.ch.Cancel(e.tag, false); err != nil { // noWait=false
+					errs = append(errs, fmt.Errorf("cancel consumer: %w", err))
+				}
 			}
 			// Delivery tag 0 with multiple=true is every outstanding
 			// delivery of the channel, pushed or got.

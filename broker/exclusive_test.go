@@ -384,3 +384,60 @@ func TestExclusiveQuorumQueue(t *testing.T) {
 		t.Fatalf("quorum queue after close holds %v, want %v", ids, want)
 	}
 }
+
+// GetOnly takes from a quorum queue without a consumer window: closing
+// returns only the message taken and not settled, so only that one has a
+// return counted against the queue's delivery limit.
+func TestExclusiveGetOnlyReturnsOnlyWhatItTook(t *testing.T) {
+	needBroker(t)
+	q := declareTyped(t, "quorum", 6)
+	e, err := OpenExclusive(context.Background(), opts(), q, GetOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 2 {
+		d, ok, err := e.Next(ctx)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if i == 0 {
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := OpenInspector(context.Background(), opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	counts := map[string]int64{}
+	for {
+		d, ok, err := in.Get(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		n, _ := d.Message().Int(msg.HeaderDeliveryCount)
+		counts[d.Message().MessageID] = n
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]int64{"1": 1, "2": 0, "3": 0, "4": 0, "5": 0}
+	if len(counts) != len(want) {
+		t.Fatalf("queue after: %v", counts)
+	}
+	for id, n := range want {
+		if counts[id] != n {
+			t.Errorf("message %s: delivery count %d, want %d (all %v)", id, counts[id], n, counts)
+		}
+	}
+}

@@ -196,24 +196,34 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 
 // publishOnce publishes m once and waits for its confirm.
 func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *msg.Message) error {
+	return p.Send(ctx, exchange, key, m)()
+}
+
+// Send is PublishTo in two steps: it publishes m before it returns, so
+// that a caller's successive sends leave on the channel in the caller's
+// order (with Channels 1), and returns the wait for the broker's answer,
+// which must be called exactly once. A caller so keeps many copies in
+// flight in order, where PublishTo would wait for each confirm in turn.
+func (p *Publisher) Send(ctx context.Context, exchange, key string, m *msg.Message) (wait func() error) {
+	fail := func(err error) func() error { return func() error { return err } }
 	// While the broker blocks publishing (memory or disk alarm) the move
 	// waits, however long: failing it would only put the message back to be
 	// delivered and fail again. The confirm timeout starts after.
 	if err := p.waitUnblocked(ctx); err != nil {
-		return err
+		return fail(err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
 	defer cancel()
 	pc, err := p.channel(tctx)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	select {
 	case pc.room <- struct{}{}:
 	case <-pc.closed:
-		return fmt.Errorf("publish channel closed: %w", pc.err)
+		return fail(fmt.Errorf("publish channel closed: %w", pc.err))
 	case <-tctx.Done():
-		return fmt.Errorf("wait for room on a publish channel: %w", tctx.Err())
+		return fail(fmt.Errorf("wait for room on a publish channel: %w", tctx.Err()))
 	}
 	id := p.publishSeq.Add(1)
 	pp := &pendingPublish{}
@@ -227,10 +237,10 @@ func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *ms
 		delete(pc.pending, id)
 		return pp.returned
 	}
-	defer func() {
+	release := func() {
 		<-pc.room
 		pc.closeIfRetired()
-	}()
+	}
 
 	epoch := p.blockEpoch.Load()
 	// The write itself may stall while the broker blocks the connection
@@ -246,8 +256,17 @@ func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *ms
 		pub)
 	if err != nil {
 		returned()
-		return fmt.Errorf("publish to %q: %w", key, err)
+		release()
+		return fail(fmt.Errorf("publish to %q: %w", key, err))
 	}
+	return func() error {
+		defer release()
+		return p.confirm(ctx, pc, dc, key, epoch, returned)
+	}
+}
+
+// confirm waits for the broker's answer to one publish.
+func (p *Publisher) confirm(ctx context.Context, pc *pubChannel, dc *amqp.DeferredConfirmation, key string, epoch int64, returned func() *amqp.Return) error {
 	timer := time.NewTimer(p.opts.ConfirmTimeout)
 	defer timer.Stop()
 	for waiting := true; waiting; {
@@ -256,7 +275,7 @@ func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *ms
 			waiting = false
 		case <-pc.closed:
 			returned()
-			return fmt.Errorf("publish channel closed before confirm: %w", pc.err)
+			return fmt.Errorf("publish to %q: %w: %w", key, ErrChannelClosed, pc.err)
 		case <-ctx.Done():
 			returned()
 			return fmt.Errorf("publish to %q: %w", key, ctx.Err())

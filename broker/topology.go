@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -140,7 +143,49 @@ func exists(conn *amqp.Connection, name string) error {
 	return nil
 }
 
+// declare declares q (or, for a queue that exists, makes the broker check
+// its arguments). An Unbounded queue gets x-delivery-limit -1 where the
+// broker reads it as no limit (see unlimitedDeliveries); a queue that exists
+// without it, declared before Hopper added it, is accepted as it is, since
+// its arguments cannot change without deleting it.
 func declare(conn *amqp.Connection, q topology.Queue) error {
+	if q.Unbounded {
+		if v, ok := unlimitedDeliveries(serverVersion(conn)); ok {
+			args := maps.Clone(q.Args)
+			args[argDeliveryLimit] = v
+			err := declareWith(conn, q, args)
+			var ae *amqp.Error
+			if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+				return err
+			}
+		}
+	}
+	return declareWith(conn, q, q.Args)
+}
+
+const argDeliveryLimit = "x-delivery-limit"
+
+// unlimitedDeliveries is the x-delivery-limit that lifts a quorum queue's
+// delivery limit on a broker of that version: -1 on RabbitMQ 4.x and later,
+// where a negative limit means none and an absent one means 20; nothing on
+// 3.x (or an unknown version), which has no limit unless one is set and
+// drops a message at its first return under -1.
+func unlimitedDeliveries(version string) (int32, bool) {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n < 4 {
+		return 0, false
+	}
+	return -1, true
+}
+
+// serverVersion is the broker's version as it announced it.
+func serverVersion(conn *amqp.Connection) string {
+	v, _ := conn.Properties["version"].(string)
+	return v
+}
+
+func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
@@ -151,7 +196,7 @@ func declare(conn *amqp.Connection, q topology.Queue) error {
 		false, // autoDelete
 		false, // exclusive
 		false, // noWait
-		amqp.Table(q.Args)); err != nil {
+		amqp.Table(args)); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
 			return fmt.Errorf("%w: %s queue %q exists with other arguments than planned (%v); delete it or change the config: %w",

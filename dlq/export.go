@@ -40,6 +40,12 @@ type ExportOptions struct {
 	// Progress, when set, is told the number of messages taken so far
 	// after each one.
 	Progress func(taken int)
+	// Rotate hands the messages not removed back to a quorum DLQ; nil
+	// holds them for the caller's closing the source.
+	Rotate *Rotation
+	// OnBad, when set, is told about each bad message (n is its 1-based
+	// place in the pass).
+	OnBad func(n int, err error)
 }
 
 // ExportResult is an export's account.
@@ -52,8 +58,10 @@ type ExportResult struct {
 	Removed int `json:"removed"`
 	Skipped int `json:"skipped"`
 	// Failed could not be encoded (unsupported header type); they stay.
-	Failed int   `json:"failed"`
-	Bytes  int64 `json:"bytes"`
+	Failed int `json:"failed"`
+	// Bad could not be processed at all (see the package doc); they stay.
+	Bad   int   `json:"bad,omitempty"`
+	Bytes int64 `json:"bytes"`
 	// AckFailed were synced to the file but their ack was lost: they are
 	// in the file and still in the DLQ.
 	AckFailed int `json:"ackFailed,omitempty"`
@@ -122,40 +130,68 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		if o.Progress != nil {
 			o.Progress(res.Taken)
 		}
-		m := d.Message()
-		if match, _ := o.Filter.Match(m, o.Now()); !match {
-			res.Skipped++
-			continue
+		var line []byte
+		m, err := message(d)
+		if err == nil {
+			err = guard(func() (err error) {
+				if match, _ := o.Filter.Match(m, o.Now()); match {
+					line, err = MarshalLine(m, o.DLQ)
+				}
+				return err
+			})
 		}
-		line, err := MarshalLine(m, o.DLQ)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrBadMessage):
+			res.Bad++
+			if o.OnBad != nil {
+				o.OnBad(res.Taken, err)
+			}
+		case err != nil:
 			res.Failed++
 			if res.Failed == 1 {
 				errs = append(errs, err)
+			}
+		case line == nil:
+			res.Skipped++
+		}
+		if line == nil {
+			if m != nil {
+				if err := o.Rotate.Keep(ctx, d, m); err != nil {
+					errs = append(errs, err)
+					break
+				}
 			}
 			continue
 		}
 		if _, err := bw.Write(line); err != nil {
 			errs = append(errs, fmt.Errorf("write export: %w", err))
+			if err := o.Rotate.Keep(ctx, d, m); err != nil {
+				errs = append(errs, err)
+			}
 			break
 		}
 		res.Exported++
 		res.Bytes += int64(len(line))
-		if o.Remove {
-			pending = append(pending, d)
-			if len(pending) >= o.SyncEvery {
-				if err := commit(); err != nil {
-					errs = append(errs, err)
-					pending = nil // not acked: they return to the DLQ
-					break
-				}
+		if !o.Remove {
+			if err := o.Rotate.Keep(ctx, d, m); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			continue
+		}
+		pending = append(pending, d)
+		if len(pending) >= o.SyncEvery {
+			if err := commit(); err != nil {
+				errs = append(errs, err)
+				pending = nil // not acked: they return to the DLQ
+				break
 			}
 		}
 	}
 	if err := commit(); err != nil {
 		errs = append(errs, err)
 	}
-	return res, errors.Join(errs...)
+	return res, flushed(o.Rotate, errors.Join(errs...))
 }
 
 // ImportOptions configure Import.

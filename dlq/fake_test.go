@@ -164,6 +164,12 @@ func (p *fakePub) PublishTo(ctx context.Context, exchange, key string, m *msg.Me
 	return nil
 }
 
+// Send publishes at once; the wait only reports the outcome.
+func (p *fakePub) Send(ctx context.Context, exchange, key string, m *msg.Message) func() error {
+	err := p.PublishTo(ctx, exchange, key, m)
+	return func() error { return err }
+}
+
 func (p *fakePub) confirmedID(id string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

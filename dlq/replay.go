@@ -25,10 +25,11 @@ import (
 //	         └ skipped   └ kept         └ kept           └ failed (held)
 //
 // Everything not acked is held unacked until the run ends and then returns
-// to its place in the DLQ. That, with the bound (at most the number of
-// messages present at start), means one run handles each message at most
-// once even when a replayed message fails again at once and comes back to
-// the DLQ behind the others. The source is an exclusive consumer, so a
+// to its place in the DLQ (on a quorum DLQ it is rotated instead: see
+// Rotation). That, with the bound (at most the number of messages present
+// at start), means one run handles each message at most once even when a
+// replayed message fails again at once and comes back to the DLQ behind
+// the others. The source is an exclusive consumer, so a
 // second replayer of the same DLQ is refused instead of republishing the
 // same messages: two processes replaying one DLQ multiply its messages.
 //
@@ -86,6 +87,14 @@ type ReplayOptions struct {
 	ProgressEvery time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Rotate hands the messages not replayed back to a quorum DLQ; nil
+	// holds them for the caller's closing the source. With it a run that
+	// reaches Limit goes on rotating the rest of the messages present at
+	// start (kept: KeptLimit), so that the DLQ keeps its order.
+	Rotate *Rotation
+	// OnBad, when set, is told about each bad message (n is its 1-based
+	// place in the run).
+	OnBad func(n int, err error)
 }
 
 // Validate reports every problem with the options at once, each named by
@@ -138,6 +147,7 @@ func knownReason(r string) bool {
 const (
 	KeptNoDestination = "no destination (no x-original-queue; use --to)"
 	KeptMaxReplays    = "replay cap reached (x-replay-count >= --max-replays)"
+	KeptLimit         = "past --limit (handed back to keep the quorum DLQ's order)"
 )
 
 // Why a run ended.
@@ -148,7 +158,12 @@ const (
 	EndInterrupted = "interrupted" // signal or total timeout
 	EndStalled     = "stalled"     // no progress for the stall timeout
 	EndLost        = "source lost" // connection to the DLQ lost
+	EndNotKept     = "not kept"    // a message could not be handed back (see ErrNotKept)
 )
+
+// errHandBack wraps the failure that made a run stop handing messages
+// back to a quorum DLQ.
+var errHandBack = errors.New("hand-back to the DLQ failed")
 
 // ErrStalled ends a run that made no progress for the stall timeout.
 var ErrStalled = errors.New("replay stalled: no progress")
@@ -163,7 +178,7 @@ type QueueCounts struct {
 }
 
 // ReplayResult is a run's account. Every message taken is in exactly one
-// of Recovered, Failed, Kept, Skipped (or WouldRecover in a dry run).
+// of Recovered, Failed, Kept, Skipped, Bad (or WouldRecover in a dry run).
 type ReplayResult struct {
 	DLQ     string `json:"dlq"`
 	DryRun  bool   `json:"dryRun,omitempty"`
@@ -181,6 +196,8 @@ type ReplayResult struct {
 	Kept int `json:"kept"`
 	// Skipped did not match the filter.
 	Skipped int `json:"skipped"`
+	// Bad could not be processed (see the package doc); they stay.
+	Bad int `json:"bad,omitempty"`
 	// InFlight are taken and not yet decided (progress reports only).
 	InFlight int                     `json:"inFlight,omitempty"`
 	ByQueue  map[string]*QueueCounts `json:"byQueue"`
@@ -228,7 +245,10 @@ type replayer struct {
 	res      ReplayResult
 	inflight int
 	// settled is signalled (without blocking) whenever a publish settles.
-	settled  chan struct{}
+	settled chan struct{}
+	// abort ends the taking of messages: a message could not be handed
+	// back.
+	abort    func(error)
 	progress atomic.Int64 // UnixNano of the last progress
 	began    time.Time
 }
@@ -280,6 +300,7 @@ func (r *replayer) run(parent context.Context) error {
 	// gets its ack and is not left behind as a duplicate.
 	fetchCtx, stop := context.WithCancelCause(parent)
 	defer stop(nil)
+	r.abort = func(err error) { stop(fmt.Errorf("%w: %w", errHandBack, err)) }
 
 	done := make(chan struct{})
 	var watch sync.WaitGroup
@@ -299,11 +320,20 @@ func (r *replayer) run(parent context.Context) error {
 
 	if end == "" {
 		switch cause := context.Cause(fetchCtx); {
+		case errors.Is(cause, errHandBack):
+			end, endErr = EndNotKept, cause
 		case errors.Is(cause, ErrStalled):
 			end, endErr = EndStalled, fmt.Errorf("%w for %s", ErrStalled, r.o.StallTimeout)
 		case parent.Err() != nil:
 			end, endErr = EndInterrupted, fmt.Errorf("replay interrupted: %w", context.Cause(parent))
 		}
+	}
+	// The copies still in flight are settled before the source closes.
+	if ferr := flushed(r.o.Rotate, endErr); ferr != nil {
+		if endErr == nil || end == EndDone {
+			end = EndNotKept
+		}
+		endErr = ferr
 	}
 	r.mu.Lock()
 	r.res.End = end
@@ -322,7 +352,7 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		if taken >= r.o.Bound {
 			return EndDone, nil
 		}
-		if r.o.Limit > 0 && replaying >= r.o.Limit {
+		if r.o.Limit > 0 && replaying >= r.o.Limit && r.o.Rotate == nil {
 			if inflight == 0 {
 				return EndLimit, nil
 			}
@@ -355,12 +385,22 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			return EndEmpty, nil
 		}
 		r.touch()
-		m := d.Message()
-		dest, verdict := r.decide(m)
+		m, err := message(d)
+		var dest, verdict string
+		if err == nil {
+			err = guard(func() error {
+				dest, verdict = r.decide(m, replaying)
+				return nil
+			})
+		}
 
 		r.mu.Lock()
 		r.res.Taken++
+		n := r.res.Taken
 		switch {
+		case err != nil:
+			verdict = "bad"
+			r.res.Bad++
 		case verdict == "" && r.o.DryRun:
 			r.res.WouldRecover++
 			r.res.queue(msg.OriginalQueue(m)).WouldRecover++
@@ -375,9 +415,21 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			r.res.KeptWhy[verdict]++
 		}
 		r.mu.Unlock()
+		if err != nil && r.o.OnBad != nil {
+			r.o.OnBad(n, err)
+		}
 
 		if verdict != "" || r.o.DryRun {
-			// Held unacked: returned to its place when the source closes.
+			// Handed back: held unacked until the source closes, or
+			// rotated now on a quorum DLQ (in the loop, so in order; after
+			// the moves in flight, which rotate their message if they fail).
+			if m != nil && r.o.Rotate != nil {
+				r.awaitMoves()
+				if err := r.o.Rotate.Keep(ctx, d, m); err != nil {
+					<-slots
+					return EndNotKept, err
+				}
+			}
 			<-slots
 			continue
 		}
@@ -400,11 +452,28 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 	}
 }
 
+// awaitMoves waits until no move is in flight. Moves end on their own,
+// bounded by the publisher's confirm timeout.
+func (r *replayer) awaitMoves() {
+	for {
+		r.mu.Lock()
+		n := r.inflight
+		r.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		<-r.settled
+	}
+}
+
 // decide returns the destination, or why the message stays: "skip" when
 // the filter does not select it, else a Kept* reason.
-func (r *replayer) decide(m *msg.Message) (dest, verdict string) {
+func (r *replayer) decide(m *msg.Message, replaying int) (dest, verdict string) {
 	if ok, _ := r.o.Filter.Match(m, r.o.Now()); !ok {
 		return "", "skip"
+	}
+	if r.o.Limit > 0 && replaying >= r.o.Limit {
+		return "", KeptLimit
 	}
 	dest = r.o.To
 	if dest == "" {
@@ -421,18 +490,28 @@ func (r *replayer) decide(m *msg.Message) (dest, verdict string) {
 
 // move publishes the copy, waits for the confirm, then acks the original.
 // A failed publish leaves the original held (it returns to the DLQ at the
-// end of the run), never acked.
+// end of the run), or rotated on a quorum DLQ; never acked.
 func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest string) {
-	cp := msg.ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
-	// Not ctx: an interrupt must not abandon a publish the broker may
-	// already have taken; the publisher's confirm timeout bounds it.
-	err := r.pub.PublishTo(context.WithoutCancel(ctx), "", dest, cp)
+	var cp *msg.Message
+	err := guard(func() error {
+		cp = msg.ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+		return nil
+	})
+	published := false
 	if err == nil {
+		// Not ctx: an interrupt must not abandon a publish the broker may
+		// already have taken; the publisher's confirm timeout bounds it.
+		err = r.pub.PublishTo(context.WithoutCancel(ctx), "", dest, cp)
+		published = err == nil
+	}
+	if published {
 		if aerr := d.Ack(); aerr != nil {
 			// The copy is in dest and the original back in the DLQ: a
 			// duplicate, never a loss.
 			err = fmt.Errorf("ack after a confirmed publish failed (the message is now in both queues): %w", aerr)
 		}
+	} else if kerr := r.o.Rotate.Keep(ctx, d, m); kerr != nil {
+		r.abort(kerr)
 	}
 	r.touch()
 	defer func() {
@@ -551,6 +630,9 @@ func (r *ReplayResult) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%d\t\n", why, r.KeptWhy[why])
 	}
 	fmt.Fprintf(tw, "skipped by filter\t%d\t(still in the DLQ)\n", r.Skipped)
+	if r.Bad > 0 {
+		fmt.Fprintf(tw, "bad\t%d\t(could not be read; still in the DLQ)\n", r.Bad)
+	}
 	if len(r.ByQueue) > 0 {
 		col := "recovered"
 		if r.DryRun {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,30 +16,83 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
-// Browse reads up to limit messages from src, oldest first, and calls fn
-// with each. It never settles one: the caller closes the source afterwards,
-// which returns them all to their places, so the DLQ is left exactly as it
-// was (order included, in a classic queue). It stops early when the source
-// has nothing more ready.
-func Browse(ctx context.Context, src Source, limit int, fn func(*msg.Message) error) (int, error) {
-	n := 0
-	for n < limit {
+// BrowseOptions configure Browse.
+type BrowseOptions struct {
+	// Limit is the number of messages shown to fn.
+	Limit int
+	// Bound is the number of messages present at start. With Rotate every
+	// one of them is taken and rotated, those past Limit without being
+	// shown, so that the DLQ ends in the order it had; none past it.
+	Bound int
+	// Rotate hands messages back to a quorum DLQ; nil holds them for the
+	// caller's closing the source.
+	Rotate *Rotation
+	// OnBad, when set, is told about each bad message (n is its 1-based
+	// place in the pass).
+	OnBad func(n int, err error)
+}
+
+// BrowseResult is a pass's account.
+type BrowseResult struct {
+	// Taken messages were read; Shown of them went to fn; Bad could not be
+	// processed (reported through OnBad, still in the DLQ).
+	Taken, Shown, Bad int
+}
+
+// Browse reads messages from src, oldest first, and calls fn with each of
+// the first o.Limit. It removes none: without o.Rotate it never settles
+// one, and the caller closes the source afterwards, which returns them all
+// to their places (order included, in a classic queue); with o.Rotate each
+// is rotated once fn is done with it. It stops early when the source has
+// nothing more ready. A panic in fn makes that message bad, not the run:
+// it is counted, reported and handed back like the others. An error from
+// fn ends the pass (after the message is handed back).
+func Browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Message) error) (BrowseResult, error) {
+	res, err := browse(ctx, src, o, fn)
+	return res, flushed(o.Rotate, err)
+}
+
+func browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Message) error) (BrowseResult, error) {
+	var res BrowseResult
+	want := o.Limit
+	if o.Rotate != nil {
+		// Exactly the messages present: past them come the copies.
+		want = o.Bound
+	}
+	for res.Taken < want {
 		if err := ctx.Err(); err != nil {
-			return n, fmt.Errorf("browse stopped after %d messages: %w", n, err)
+			return res, fmt.Errorf("browse stopped after %d messages: %w", res.Taken, err)
 		}
 		d, ok, err := src.Next(ctx)
 		if err != nil {
-			return n, err
+			return res, err
 		}
 		if !ok {
-			return n, nil
+			return res, nil
 		}
-		n++
-		if err := fn(d.Message()); err != nil {
-			return n, err
+		res.Taken++
+		m, err := message(d)
+		if err == nil && res.Taken <= o.Limit {
+			res.Shown++
+			err = guard(func() error { return fn(m) })
+		}
+		if errors.Is(err, ErrBadMessage) {
+			res.Bad++
+			if o.OnBad != nil {
+				o.OnBad(res.Taken, err)
+			}
+			err = nil
+		}
+		if m != nil {
+			if kerr := o.Rotate.Keep(ctx, d, m); kerr != nil {
+				return res, errors.Join(err, kerr)
+			}
+		}
+		if err != nil {
+			return res, err
 		}
 	}
-	return n, nil
+	return res, nil
 }
 
 // Stats summarises a DLQ. Depth is the broker's ready count; the rest is
@@ -57,11 +111,15 @@ type Stats struct {
 	// (x-replay-count > 0): they failed again after a replay.
 	Replayed int `json:"replayed"`
 	// MaxDeliveryCount is the highest x-delivery-count seen. A quorum
-	// queue counts every return of a message — and reading without
-	// removing returns every message read — and RabbitMQ 4.x drops or
-	// dead-letters a message returned more often than the queue's
-	// delivery-limit (20 unless set), so operators must see it coming.
+	// queue counts every return of a message, and drops or dead-letters
+	// one returned more often than the queue's delivery limit (20 by
+	// default on RabbitMQ 4.x, or a policy's): the DLQ tools rotate
+	// instead of returning, but other readers of the DLQ (or a connection
+	// lost mid-run) spend it, so operators must see it coming.
 	MaxDeliveryCount int `json:"maxDeliveryCount,omitempty"`
+	// Bad counts messages that could not be read (see the package doc);
+	// they are in Depth but in no other count.
+	Bad int `json:"bad,omitempty"`
 	// Oldest and Newest are when the oldest and newest scanned messages
 	// entered the DLQ (x-dead-letter-time, else the AMQP timestamp); zero
 	// when no message has either. NoTime counts messages with neither.
@@ -140,8 +198,11 @@ func (s *Stats) WriteTable(w io.Writer) error {
 	if s.NoTime > 0 {
 		fmt.Fprintf(tw, "no time\t%d\t(neither x-dead-letter-time nor a timestamp)\n", s.NoTime)
 	}
+	if s.Bad > 0 {
+		fmt.Fprintf(tw, "bad\t%d\t(could not be read; left in the DLQ, see the warnings)\n", s.Bad)
+	}
 	if s.MaxDeliveryCount > 0 {
-		fmt.Fprintf(tw, "delivery count\tup to %d\t(a quorum DLQ counts every read that hands messages back; RabbitMQ 4.x drops a message past the queue's delivery-limit, 20 unless set)\n", s.MaxDeliveryCount)
+		fmt.Fprintf(tw, "delivery count\tup to %d\t(a quorum DLQ counts every return of a message; past the queue's delivery limit — 20 by default on RabbitMQ 4.x, or a policy's — the broker drops it)\n", s.MaxDeliveryCount)
 	}
 	if s.Replayed > 0 {
 		fmt.Fprintf(tw, "replayed before\t%d\t(x-replay-count > 0: failed again after a replay)\n", s.Replayed)

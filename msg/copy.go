@@ -118,6 +118,18 @@ func ReturnCopy(m *Message, in Info) *Message {
 	return moved(m, in, in.Retries, in.Requeues)
 }
 
+// KeepCopy is the copy that puts a message back at the tail of the queue it
+// was read from, for a tool that must hand it back without returning it
+// (see the dlq package): body, properties, message id and headers as they
+// were, but not the broker's x-delivery-count, which counts the returns of
+// the original; the copy was never returned. (Like every copy, it is
+// published without a per-message expiration: see the broker package.)
+func KeepCopy(m *Message) *Message {
+	cp := m.Clone()
+	delete(cp.Headers, HeaderDeliveryCount)
+	return cp
+}
+
 // MaxErrorLen bounds x-final-error: the DLQ is for diagnosis, not for
 // storing whole error pages.
 const MaxErrorLen = 256

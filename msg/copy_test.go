@@ -197,3 +197,26 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 		t.Fatal("a short string changed")
 	}
 }
+
+// A kept copy is the message as it was, less the broker's count of its
+// returns.
+func TestKeepCopy(t *testing.T) {
+	m := &msg.Message{MessageID: "m", CorrelationID: "c", ContentType: "text/plain", Priority: 2, Body: []byte("b"),
+		Headers: map[string]any{msg.HeaderDeliveryCount: int64(3), "tenant": "acme", msg.HeaderRetryCount: int32(2)}}
+	cp := msg.KeepCopy(m)
+	if _, ok := cp.Headers[msg.HeaderDeliveryCount]; ok {
+		t.Error("x-delivery-count carried on the copy")
+	}
+	if _, ok := m.Headers[msg.HeaderDeliveryCount]; !ok {
+		t.Error("the original lost its header")
+	}
+	want := map[string]any{"tenant": "acme", msg.HeaderRetryCount: int32(2)}
+	if !reflect.DeepEqual(cp.Headers, want) {
+		t.Errorf("headers %v, want %v", cp.Headers, want)
+	}
+	cp.Headers = nil
+	m.Headers = nil
+	if !reflect.DeepEqual(cp, m) {
+		t.Errorf("properties changed: %+v", cp)
+	}
+}

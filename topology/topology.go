@@ -27,6 +27,16 @@ type Queue struct {
 	// Owned queues are Hopper's; the work queue is the operator's unless
 	// topology.declare is true, and is then only checked for existence.
 	Owned bool
+	// Unbounded marks a quorum queue whose messages no delivery limit may
+	// drop: a tier and the DLQ, which nothing consumes but the operator's
+	// tools. RabbitMQ 4.x gives every quorum queue a delivery limit of 20
+	// unless x-delivery-limit says otherwise, and reads a negative one as
+	// no limit; RabbitMQ 3.x has no limit unless one is set, and drops a
+	// message at its first return under a negative one. So the broker
+	// package adds x-delivery-limit -1 when the broker is 4.x or later,
+	// and nothing on 3.x. A policy's delivery-limit still wins over -1
+	// (the broker takes the larger when either is negative).
+	Unbounded bool
 }
 
 // Exchange is an exchange the work queue is bound to.
@@ -104,6 +114,7 @@ func FromConfig(c *config.Config) Plan {
 		}
 		p.Tiers = append(p.Tiers, Queue{
 			Name: Name(c.Topology.RetryQueue, q, d), Role: RoleTier, Delay: d, Args: args, Owned: true,
+			Unbounded: c.Queue.Type == "quorum",
 		})
 	}
 	dargs := typeArgs()
@@ -113,7 +124,7 @@ func FromConfig(c *config.Config) Plan {
 		// stays in the work queue.
 		dargs["x-overflow"] = "reject-publish"
 	}
-	p.DLQ = Queue{Name: Name(c.Topology.DLQ, q, 0), Role: RoleDLQ, Args: dargs, Owned: true}
+	p.DLQ = Queue{Name: Name(c.Topology.DLQ, q, 0), Role: RoleDLQ, Args: dargs, Owned: true, Unbounded: c.Queue.Type == "quorum"}
 	if p.Work.Owned {
 		// What the broker itself drops from the work queue (a quorum queue's
 		// delivery limit, a per-message TTL running out while consuming is
@@ -205,6 +216,9 @@ func (p *Plan) String() string {
 		for _, k := range sortedKeys(q.Args) {
 			fmt.Fprintf(&b, " %s=%v", k, q.Args[k])
 		}
+		if q.Unbounded {
+			b.WriteString(" (and x-delivery-limit=-1 on RabbitMQ 4.x)")
+		}
 		b.WriteByte('\n')
 	}
 	for _, e := range p.Exchanges {
@@ -264,6 +278,9 @@ type DocQueue struct {
 	Delay     string         `json:"delay,omitempty"`
 	Owned     bool           `json:"owned"`
 	Arguments map[string]any `json:"arguments"`
+	// UnlimitedDeliveries: declared with x-delivery-limit -1 as well on
+	// RabbitMQ 4.x (see Queue.Unbounded).
+	UnlimitedDeliveries bool `json:"unlimitedDeliveries,omitempty"`
 }
 
 // Document returns the plan as data.
@@ -273,7 +290,7 @@ func (p *Plan) Document() Document {
 		d.Warnings = []string{}
 	}
 	for _, q := range p.Queues() {
-		dq := DocQueue{Role: q.Role, Name: q.Name, Durable: true, Owned: q.Owned, Arguments: q.Args}
+		dq := DocQueue{Role: q.Role, Name: q.Name, Durable: true, Owned: q.Owned, Arguments: q.Args, UnlimitedDeliveries: q.Unbounded}
 		if q.Delay > 0 {
 			dq.Delay = config.FormatDuration(q.Delay)
 		}

@@ -161,6 +161,21 @@ func TestFromConfigQuorum(t *testing.T) {
 			t.Errorf("quorum queue %s has the classic x-queue-version", q.Name)
 		}
 	}
+	// What nothing but the operator's tools consume must not be dropped by
+	// the broker's delivery limit; the work queue keeps the configured one.
+	for _, q := range p.Queues() {
+		if q.Unbounded != (q.Role != topology.RoleWork) {
+			t.Errorf("%s queue %s: unbounded %t", q.Role, q.Name, q.Unbounded)
+		}
+	}
+	if s := p.String(); strings.Count(s, "(and x-delivery-limit=-1 on RabbitMQ 4.x)") != 3 {
+		t.Errorf("plan text does not say which queues get no delivery limit:\n%s", s)
+	}
+	for _, q := range p.Document().Queues {
+		if q.UnlimitedDeliveries != (q.Role != topology.RoleWork) {
+			t.Errorf("document: %s queue %s: unlimited deliveries %t", q.Role, q.Name, q.UnlimitedDeliveries)
+		}
+	}
 	if w := p.Warnings(); len(w) != 0 {
 		t.Errorf("warnings with a delivery limit: %q", w)
 	}

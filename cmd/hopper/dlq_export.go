@@ -69,20 +69,31 @@ the output (and export without --remove first when in doubt).`,
 			var (
 				src     dlq.Source
 				depth   int
+				rot     *dlq.Rotation
 				closeFn func()
 			)
 			if remove {
-				ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, 2*max(syncEvery, 1))
+				var closeRot func()
+				if rot, closeRot, err = t.rotation(ctx); err != nil {
+					return err
+				}
+				prefetch := 2 * max(syncEvery, 1)
+				if rot != nil {
+					prefetch = broker.GetOnly // see replay
+				}
+				ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, prefetch)
 				if err != nil {
+					closeRot()
 					return t.explain(err)
 				}
 				src, depth, closeFn = exclusiveSource{ex}, ex.Present(), func() {
 					if err := ex.Close(); err != nil {
 						t.log.Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
 					}
+					closeRot()
 				}
 			} else {
-				if src, depth, closeFn, err = t.browse(ctx); err != nil {
+				if src, depth, rot, closeFn, err = t.browse(ctx); err != nil {
 					return err
 				}
 			}
@@ -116,6 +127,7 @@ the output (and export without --remove first when in doubt).`,
 			res, runErr := dlq.Export(ctx, src, w, dlq.ExportOptions{
 				DLQ: t.dlq, Bound: depth, Filter: filter, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
 				Progress: func(taken int) { rep.Set(int64(taken), int64(depth)) },
+				Rotate:   rot, OnBad: reportBad(cmd.ErrOrStderr()),
 			})
 			rep.Finish()
 			if err := closeFh(); err != nil && runErr == nil {
@@ -128,6 +140,9 @@ the output (and export without --remove first when in doubt).`,
 			} else {
 				fmt.Fprintf(summary, "exported %d of %d message(s) from %s to %s (%d bytes); removed %d, skipped %d, failed %d\n",
 					res.Exported, res.Present, t.dlq, file, res.Bytes, res.Removed, res.Skipped, res.Failed)
+				if res.Bad > 0 {
+					fmt.Fprintf(summary, "%d bad message(s) could not be read and were left in %s\n", res.Bad, t.dlq)
+				}
 			}
 			return runErr
 		},

@@ -22,7 +22,8 @@ func newDLQPeekCmd() *cobra.Command {
 		Short: "Show the first N messages (headers, body preview) without removing them",
 		Long: `Shows the first N messages of the DLQ. The body is shown as text when it is
 valid UTF-8 and printable, else as a hex dump. Nothing is removed: the
-messages are handed back in their places. --output json writes each message
+messages are handed back in their places (on a quorum DLQ every message is
+rotated, those past N unshown, so the order holds: see hopper dlq --help). --output json writes each message
 as one line of the export format.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -38,7 +39,7 @@ as one line of the export format.`,
 			}
 			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
-			src, depth, closeFn, err := t.browse(ctx)
+			src, depth, rot, closeFn, err := t.browse(ctx)
 			if err != nil {
 				return err
 			}
@@ -46,7 +47,7 @@ as one line of the export format.`,
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			now := time.Now()
 			i := 0
-			_, err = dlq.Browse(ctx, src, min(n, depth), func(m *msg.Message) error {
+			res, err := dlq.Browse(ctx, src, dlq.BrowseOptions{Limit: min(n, depth), Bound: depth, Rotate: rot, OnBad: reportBad(cmd.ErrOrStderr())}, func(m *msg.Message) error {
 				i++
 				if output == "json" {
 					line, err := dlq.MarshalLine(m, t.dlq)
@@ -63,6 +64,9 @@ as one line of the export format.`,
 			}
 			if output != "json" {
 				fmt.Fprintf(out, "--- %d of %d message(s) in %s shown ---\n", i, depth, t.dlq)
+				if res.Bad > 0 {
+					fmt.Fprintf(out, "--- %d bad message(s) could not be shown (left in the DLQ) ---\n", res.Bad)
+				}
 			}
 			if err := out.Flush(); err != nil {
 				return fmt.Errorf("write: %w", err)

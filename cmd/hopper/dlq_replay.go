@@ -28,7 +28,10 @@ func newDLQReplayCmd() *cobra.Command {
 Each copy is published persistent and mandatory, confirmed by the broker,
 and only then is the original acked. A message without a known destination,
 replayed --max-replays times already, not matching the filters, or whose
-publish failed stays in the DLQ, in its place.
+publish failed stays in the DLQ, in its place. On a quorum DLQ those are
+rotated (a copy published to the DLQ, confirmed, then the original acked)
+so that the queue's delivery limit is not spent, and a run with --limit
+goes on rotating the rest of the messages present, keeping their order.
 
 One run handles at most the messages present when it starts, each at most
 once: messages it does not move are held until the end, so a message that
@@ -90,9 +93,22 @@ skipped ones included), 1 otherwise.`,
 					return err
 				}
 			}
+			rot, closeRot, err := t.rotation(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeRot()
+			o.Rotate = rot
+			o.OnBad = reportBad(cmd.ErrOrStderr())
 			// The window is twice the publishes in flight, so the next
-			// message is already here when a publish settles.
-			ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, 2*o.Parallel)
+			// message is already here when a publish settles. A quorum DLQ
+			// gets no window: what the broker pushed ahead and the run did
+			// not take would go back at the end, spending delivery counts.
+			prefetch := 2 * o.Parallel
+			if rot != nil {
+				prefetch = broker.GetOnly
+			}
+			ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, prefetch)
 			if err != nil {
 				return t.explain(err)
 			}
@@ -143,8 +159,8 @@ skipped ones included), 1 otherwise.`,
 			if runErr != nil {
 				return runErr
 			}
-			if res.Failed > 0 {
-				return fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed, t.dlq)
+			if res.Failed+res.Bad > 0 {
+				return fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, t.dlq)
 			}
 			return nil
 		},

@@ -16,8 +16,9 @@ func newDLQStatsCmd() *cobra.Command {
 		Use:   "stats",
 		Short: "Depth, counts by original queue, reason and status, oldest and newest age",
 		Long: `Reads every message present (basic.get without ack) and hands them all back
-when done, so the DLQ is left as it was, order included. Ages come from
-x-dead-letter-time, else the AMQP timestamp.`,
+when done, so the DLQ is left as it was, order included (a quorum DLQ's are
+rotated: see hopper dlq --help). Ages come from x-dead-letter-time, else the
+AMQP timestamp.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -29,12 +30,14 @@ x-dead-letter-time, else the AMQP timestamp.`,
 			}
 			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
-			src, depth, closeFn, err := t.browse(ctx)
+			src, depth, rot, closeFn, err := t.browse(ctx)
 			if err != nil {
 				return err
 			}
 			st := dlq.NewStats(t.dlq, depth, time.Now())
-			_, err = dlq.Browse(ctx, src, depth, func(m *msg.Message) error { st.Add(m); return nil })
+			res, err := dlq.Browse(ctx, src, dlq.BrowseOptions{Limit: depth, Bound: depth, Rotate: rot, OnBad: reportBad(cmd.ErrOrStderr())},
+				func(m *msg.Message) error { st.Add(m); return nil })
+			st.Bad = res.Bad
 			closeFn()
 			if err != nil {
 				return t.explain(err)

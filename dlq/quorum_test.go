@@ -1,0 +1,433 @@
+package dlq_test
+
+// The DLQ tools on a quorum DLQ: a quorum queue counts every return of a
+// message (nack with requeue, or a channel closing with it unacked) and,
+// past its delivery limit, drops it. Every tool must leave the DLQ with
+// every message it had, whatever the limit and however often it runs.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// quorumDLQ declares a quorum DLQ under a policy that sets its delivery
+// limit to limit, the way an operator's policy would.
+func (e *env) quorumDLQ(limit int) string {
+	e.t.Helper()
+	name := e.Work + ".qdlq"
+	e.declare(name, map[string]any{"x-queue-type": "quorum"})
+	policy := "dl-" + strconv.FormatInt(seq.Add(1), 10)
+	if out, err := e.rb.Ctl("set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(name)+"$",
+		fmt.Sprintf(`{"delivery-limit":%d}`, limit)); err != nil {
+		e.t.Fatalf("set_policy: %v\n%s", err, out)
+	}
+	e.t.Cleanup(func() { e.rb.Ctl("clear_policy", policy) }) //nolint:errcheck // the node is private to the test run
+	return name
+}
+
+// drain takes every message of a queue for good (get and ack), so that
+// reading the result spends nothing a later look would need.
+func (e *env) drain(queue string) []*msg.Message {
+	e.t.Helper()
+	in, err := broker.OpenInspector(context.Background(), e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer in.Close()
+	var out []*msg.Message
+	for {
+		d, ok, err := in.Get(queue)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d.Message())
+		if err := d.Ack(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// exported runs `hopper dlq export --file -` and returns the messages of
+// its lines, in queue order.
+func (e *env) exported(queue string) []*msg.Message {
+	e.t.Helper()
+	r := e.ok("export", "--dlq", queue, "--file", "-")
+	var out []*msg.Message
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if l == "" {
+			continue
+		}
+		m, err := dlq.UnmarshalLine([]byte(l))
+		if err != nil {
+			e.t.Fatalf("export line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// sameMessage compares what a copy must keep: body, properties, message
+// id and every header but the broker's delivery count.
+func sameMessage(t *testing.T, want, got *msg.Message) {
+	t.Helper()
+	norm := func(m *msg.Message) []byte {
+		c := m.Clone()
+		delete(c.Headers, msg.HeaderDeliveryCount)
+		// Delivery fields, and the delivery mode every publish sets.
+		c.Redelivered, c.Exchange, c.RoutingKey, c.DeliveryMode = false, "", "", 0
+		line, err := dlq.MarshalLine(c, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return line
+	}
+	if a, b := norm(want), norm(got); !bytes.Equal(a, b) {
+		t.Errorf("message %s changed:\nwant %s\ngot  %s", want.MessageID, a, b)
+	}
+}
+
+func TestCLIQuorumDLQToolsLoseNothingUnderDeliveryLimit(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(2)
+	missing := "no-such-queue-" + e.Work
+	var want []*msg.Message
+	for i := range 6 {
+		m := deadMsg("q"+strconv.Itoa(i), e.Work, "k."+strconv.Itoa(i), "max-attempts", 500+i, time.Duration(i+1)*time.Minute)
+		m.Body = []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", i*10)))
+		m.Headers["tenant"] = "t" + strconv.Itoa(i)
+		m.Headers["n"] = int64(i)
+		m.Headers["nested"] = map[string]any{"i": int32(i), "list": []any{"a", int16(i)}}
+		m.CorrelationID = "corr-" + strconv.Itoa(i)
+		switch i {
+		case 4:
+			// Its original queue is gone: every replay fails to move it.
+			m.Headers[msg.HeaderOriginalQueue] = missing
+		case 5:
+			m.Headers[msg.HeaderReplayCount] = int32(3)
+		}
+		want = append(want, m)
+	}
+	e.fill(qdlq, want...)
+	wantIDs := ids(want)
+
+	for round := range 3 {
+		e.ok("stats", "--dlq", qdlq)
+		e.ok("peek", "--dlq", qdlq, "-n", "2")
+		e.ok("export", "--dlq", qdlq, "--file", filepath.Join(t.TempDir(), "x.jsonl"))
+		if res, r := e.replayJSON("--dlq", qdlq, "--dry-run", "--max-replays", "2"); r.code != 0 || res.WouldRecover != 5 || res.Kept != 1 {
+			t.Fatalf("round %d: dry run: exit %d %+v\n%s", round, r.code, res, r.stderr)
+		}
+		// A filter that selects nothing, a replay cap that keeps one.
+		if res, r := e.replayJSON("--dlq", qdlq, "--original-queue", "elsewhere"); r.code != 0 || res.Skipped != 6 {
+			t.Fatalf("round %d: filtered replay: exit %d %+v\n%s", round, r.code, res, r.stderr)
+		}
+		// Only the message whose destination is missing, and the one past
+		// the replay cap: one fails, one is kept, both stay.
+		if res, r := e.replayJSON("--dlq", qdlq, "--max-replays", "2", "--header", "tenant=t4"); r.code == 0 || res.Failed != 1 || res.Skipped != 5 {
+			t.Fatalf("round %d: replay to a missing queue: exit %d %+v\n%s", round, r.code, res, r.stderr)
+		}
+		if res, r := e.replayJSON("--dlq", qdlq, "--max-replays", "2", "--header", "tenant=t5"); r.code != 0 || res.Kept != 1 || res.Skipped != 5 {
+			t.Fatalf("round %d: replay past the cap: exit %d %+v\n%s", round, r.code, res, r.stderr)
+		}
+		// Everything is still there, in order (the failed replay moved its
+		// one message alone, so the order holds).
+		if got := ids(e.exported(qdlq)); !slices.Equal(got, wantIDs) {
+			t.Fatalf("round %d: DLQ holds %v, want %v", round, got, wantIDs)
+		}
+	}
+	if n := e.depth(e.Work); n != 0 {
+		t.Errorf("a browsing tool published %d message(s) to the work queue", n)
+	}
+	got := e.drain(qdlq)
+	if !slices.Equal(ids(got), wantIDs) {
+		t.Fatalf("DLQ holds %v, want %v", ids(got), wantIDs)
+	}
+	for i := range got {
+		sameMessage(t, want[i], got[i])
+		if n, ok := got[i].Int(msg.HeaderDeliveryCount); ok && n > 0 {
+			t.Errorf("message %s: delivery count %d spent", got[i].MessageID, n)
+		}
+	}
+}
+
+// A real replay of a quorum DLQ moves what it can and leaves the rest, with
+// its delivery count unspent, in order.
+func TestCLIQuorumDLQReplayMovesSome(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(1)
+	var all []*msg.Message
+	for i := range 8 {
+		m := deadMsg("r"+strconv.Itoa(i), e.Work, "k", "max-attempts", 500, time.Hour)
+		if i%2 == 1 {
+			m.Headers[msg.HeaderDeadLetterReason] = "expired"
+		}
+		all = append(all, m)
+	}
+	e.fill(qdlq, all...)
+	for range 2 {
+		if res, r := e.replayJSON("--dlq", qdlq, "--reason", "expired", "--limit", "2"); r.code != 0 || res.Recovered != 2 {
+			t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+		}
+	}
+	// Moves run in parallel: their order in the work queue is not kept.
+	moved := ids(e.drain(e.Work))
+	slices.Sort(moved)
+	if want := []string{"r1", "r3", "r5", "r7"}; !slices.Equal(moved, want) {
+		t.Errorf("work queue %v, want %v", moved, want)
+	}
+	got := e.drain(qdlq)
+	if want := []string{"r0", "r2", "r4", "r6"}; !slices.Equal(ids(got), want) {
+		t.Fatalf("DLQ %v, want %v", ids(got), want)
+	}
+	for i, m := range got {
+		sameMessage(t, all[2*i], m)
+	}
+}
+
+// Messages whose headers are legal AMQP but nothing Hopper wrote — the
+// broker's and Hopper's own headers of the wrong types, a table of
+// thousands of fields, deep nesting, a header near the frame size — go
+// through every tool without crashing one, and stay.
+func TestCLIOddHeadersNeverCrashTools(t *testing.T) {
+	e := newEnv(t)
+	big := map[string]any{}
+	for i := range 3000 {
+		big["k"+strconv.Itoa(i)] = int32(i)
+	}
+	deep := map[string]any{"leaf": "x"}
+	for i := range 14 {
+		if i%2 == 0 {
+			deep = map[string]any{"d": deep}
+		} else {
+			deep = map[string]any{"a": []any{deep}}
+		}
+	}
+	odd := []map[string]any{
+		{msg.HeaderDeath: "not a list", msg.HeaderOriginalQueue: int32(7), msg.HeaderFinalStatusCode: map[string]any{"x": "y"}},
+		{msg.HeaderDeath: []any{"a", int32(1), nil}, msg.HeaderDeadLetterTime: "garbage", msg.HeaderReplayCount: "many"},
+		{msg.HeaderDeath: []any{map[string]any{"queue": int64(1), "time": "x", "routing-keys": "k"}}, msg.HeaderDeadLetterReason: []byte{0xff, 0}},
+		{"big": big, msg.HeaderRetryCount: float64(1e300), msg.HeaderDeliveryCount: "x"},
+		{"deep": deep, "long": strings.Repeat("z", 60_000)},
+		{"": nil, "dec": msg.Decimal{Scale: 255, Value: -1}, "ts": time.Unix(-1<<40, 0)},
+	}
+	for _, typ := range []string{"classic", "quorum"} {
+		t.Run(typ, func(t *testing.T) {
+			q := e.Work + ".odd." + typ
+			e.declare(q, map[string]any{"x-queue-type": typ})
+			var want []*msg.Message
+			for i, h := range odd {
+				want = append(want, &msg.Message{MessageID: "odd" + strconv.Itoa(i), Headers: h, Body: []byte{byte(i), 0xff}})
+			}
+			e.fill(q, want...)
+			for range 2 {
+				e.ok("stats", "--dlq", q)
+				e.ok("stats", "--dlq", q, "-o", "json")
+				e.ok("peek", "--dlq", q, "-n", "10")
+				e.ok("peek", "--dlq", q, "-n", "10", "-o", "json")
+				e.run("export", "--dlq", q, "--file", filepath.Join(t.TempDir(), "x.jsonl"))
+				if res, r := e.replayJSON("--dlq", q, "--dry-run"); res.Taken != len(odd) {
+					t.Fatalf("dry run: exit %d %+v\n%s", r.code, res, r.stderr)
+				}
+				// Every destination is unknown or missing: nothing moves.
+				if res, r := e.replayJSON("--dlq", q); res.Taken != len(odd) || res.Recovered != 0 {
+					t.Fatalf("replay: exit %d %+v\n%s", r.code, res, r.stderr)
+				}
+				e.settled(q)
+			}
+			got := e.drain(q)
+			if !slices.Equal(ids(got), ids(want)) {
+				t.Fatalf("%s holds %v, want %v", q, ids(got), ids(want))
+			}
+			for i := range got {
+				if !bytes.Equal(got[i].Body, want[i].Body) || len(got[i].Headers) < len(want[i].Headers)-1 {
+					t.Errorf("message %s changed: %d headers", got[i].MessageID, len(got[i].Headers))
+				}
+			}
+		})
+	}
+}
+
+// A user who may read the DLQ but not publish cannot rotate: the tools
+// refuse before reading anything rather than return what they read, and
+// every message keeps its delivery count.
+func TestCLIQuorumDLQWithoutPublishPermissionRefuses(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(1)
+	e.fill(qdlq, deadMsg("p0", e.Work, "k", "max-attempts", 500, time.Hour), deadMsg("p1", e.Work, "k", "max-attempts", 500, time.Hour))
+	user := "reader" + strconv.FormatInt(seq.Add(1), 10)
+	for _, args := range [][]string{
+		{"add_user", user, "secret"},
+		{"set_permissions", user, ".*", "^$", ".*"}, // configure, write, read
+	} {
+		if out, err := e.rb.Ctl(args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	url := strings.Replace(e.rb.URL(), "guest:guest@", user+":secret@", 1)
+	for _, args := range [][]string{
+		{"stats", "--dlq", qdlq},
+		{"peek", "--dlq", qdlq},
+		{"export", "--dlq", qdlq, "--file", "-"},
+		{"replay", "--dlq", qdlq, "--dry-run"},
+	} {
+		cmd := e.command(args...)
+		cmd.Args[len(cmd.Args)-3] = url // --broker-url's value
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "delivery limit") || !strings.Contains(string(out), "quorum") {
+			t.Errorf("%v as a reader: %v\n%s", args, err, out)
+		}
+	}
+	e.settled(qdlq)
+	got := e.drain(qdlq)
+	if !slices.Equal(ids(got), []string{"p0", "p1"}) {
+		t.Fatalf("DLQ holds %v", ids(got))
+	}
+	for _, m := range got {
+		if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
+			t.Errorf("message %s: delivery count %d spent", m.MessageID, n)
+		}
+	}
+}
+
+// A header table the client cannot decode ends the connection: every tool
+// stops with an error that says so, and the message stays.
+func TestCLIUndecodableMessageStopsWithClearError(t *testing.T) {
+	e := newEnv(t)
+	deep := map[string]any{"leaf": "x"}
+	for range 40 {
+		deep = map[string]any{"d": deep}
+	}
+	e.fill(e.DLQ, &msg.Message{MessageID: "deep", Headers: map[string]any{"deep": deep}, Body: []byte("b")})
+	for _, args := range [][]string{
+		{"stats", "--dlq", e.DLQ},
+		{"peek", "--dlq", e.DLQ},
+		{"replay", "--dlq", e.DLQ},
+	} {
+		r := e.run(args...)
+		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "could not be decoded by the AMQP client") {
+			t.Errorf("%v: exit %d\n%s\n%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	e.settled(e.DLQ)
+	if n := e.depth(e.DLQ); n != 1 {
+		t.Errorf("DLQ holds %d, want the message", n)
+	}
+}
+
+// More messages than the rotation keeps in flight: every pass ends with
+// each message once, in order — no original left beside its copy.
+func TestCLIQuorumDLQManyMessagesNoDuplicates(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(3)
+	var want []*msg.Message
+	for i := range 150 {
+		want = append(want, deadMsg("n"+strconv.Itoa(i), e.Work, "k", "max-attempts", 500, time.Hour))
+	}
+	e.fill(qdlq, want...)
+	for range 2 {
+		e.ok("stats", "--dlq", qdlq)
+		e.ok("peek", "--dlq", qdlq, "-n", "3")
+		if res, r := e.replayJSON("--dlq", qdlq, "--dry-run"); r.code != 0 || res.WouldRecover != 150 {
+			t.Fatalf("dry run: exit %d %+v", r.code, res)
+		}
+		if res, r := e.replayJSON("--dlq", qdlq, "--reason", "expired"); r.code != 0 || res.Skipped != 150 {
+			t.Fatalf("filtered replay: exit %d %+v", r.code, res)
+		}
+	}
+	if got := ids(e.drain(qdlq)); !slices.Equal(got, ids(want)) {
+		t.Fatalf("DLQ holds %d messages %v…, want %d in order", len(got), got[:min(len(got), 5)], len(want))
+	}
+}
+
+// export --remove on a quorum DLQ takes out what it wrote and rotates what
+// the filter skips, which keep their order and their delivery count.
+func TestCLIQuorumDLQExportRemove(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(1)
+	var all []*msg.Message
+	for i := range 40 {
+		reason := "max-attempts"
+		if i%4 == 0 {
+			reason = "expired"
+		}
+		all = append(all, deadMsg("x"+strconv.Itoa(i), e.Work, "k", reason, 500, time.Hour))
+	}
+	e.fill(qdlq, all...)
+	file := filepath.Join(t.TempDir(), "out.jsonl")
+	r := e.ok("export", "--dlq", qdlq, "--file", file, "--remove", "--reason", "expired", "--sync-every", "3")
+	if !strings.Contains(r.stdout, "exported 10 of 40") || !strings.Contains(r.stdout, "removed 10, skipped 30") {
+		t.Errorf("export: %s", r.stdout)
+	}
+	var want []string
+	for _, m := range all {
+		if msg.DeadLetterReason(m) != "expired" {
+			want = append(want, m.MessageID)
+		}
+	}
+	got := e.drain(qdlq)
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("DLQ holds %v, want %v", ids(got), want)
+	}
+	for _, m := range got {
+		if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
+			t.Errorf("message %s: delivery count %d", m.MessageID, n)
+		}
+	}
+}
+
+// SIGKILL mid-rotation loses nothing: a message is in the DLQ as its
+// original, its copy, or (for the copies in flight) both.
+func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	q := e.Work + ".qdlq"
+	e.declare(q, map[string]any{"x-queue-type": "quorum"})
+	const n = 20000
+	e.fillFast(q, "s", n, bytes.Repeat([]byte("x"), 64))
+	cmd := e.command("stats", "--dlq", q)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 60*time.Second, "the rotation under way", func() bool {
+		_, unacked, err := e.rb.QueueCounts(q)
+		return err == nil && unacked > 0
+	})
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait() //nolint:errcheck // killed
+	e.settled(q)
+	seen := map[string]int{}
+	for _, m := range e.drain(q) {
+		seen[m.MessageID]++
+	}
+	dups := 0
+	for i := range n {
+		switch c := seen["s"+strconv.Itoa(i)]; {
+		case c == 0:
+			t.Errorf("message s%d lost", i)
+		case c > 1:
+			dups += c - 1
+		}
+	}
+	t.Logf("after SIGKILL: %d messages, %d in twice", len(seen), dups)
+	if dups > 16 {
+		t.Errorf("%d duplicates, want at most the 16 copies in flight", dups)
+	}
+}
