@@ -432,13 +432,13 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
 		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
 		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
 	}
-	if p.o.InPlace && dec.Action == retry.Retry {
+	if p.o.InPlace {
 		switch p.holdInPlace(ctx, d, m, in, dec, out, since) {
 		case held:
 			p.record(out, called, dec, latency)
 			return true
 		case heldThenGivenBack:
-			p.record(out, called, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: in.Requeues}, latency)
+			p.record(out, called, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: dec.Requeues}, latency)
 			return false
 		}
 	}
@@ -460,36 +460,67 @@ const (
 	heldThenGivenBack                   // shutdown cut the hold short
 )
 
-// holdInPlace carries out a retry of an ordered delivery in place: the
-// delivery stays held (unacked, so the messages behind it wait) for the
-// tier's delay, and the failed attempt is written into its headers so the
-// next attempt is counted as such. It leaves the retry to the tier queue
-// (notHeld) when the hold would keep the delivery unacked past MoveHoldMax,
-// under the broker's consumer_timeout. A shutdown during the hold gives the
-// delivery back.
+// holdInPlace carries out a decision of an ordered delivery in place, so
+// that no later message overtakes it: a retry waits out its tier's delay, a
+// 425 its hold, a message the app could not take (down, or the breaker
+// refusing) the unavailable backoff, with the delivery held unacked (the
+// messages behind it wait), and is then delivered again. What the decision
+// counts is written into the delivery's headers first, so the next attempt
+// sees it as a moved copy would carry it. It leaves the decision to the
+// usual path (notHeld) when the hold would keep the delivery unacked past
+// MoveHoldMax, under the broker's consumer_timeout, and always at shutdown.
+// A shutdown during the hold gives the delivery back.
 func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
 	dec retry.Decision, out retry.Outcome, since time.Time) holdResult {
+	var wait time.Duration
+	switch dec.Action {
+	case retry.Retry:
+		wait = dec.Tier
+	case retry.Requeue:
+		wait = max(dec.Hold, dec.Tier)
+	case retry.Return:
+		if out.CutOff || p.stopped() {
+			return notHeld // Hopper is letting go of it
+		}
+		// Never spin on an app that refuses at once.
+		wait = max(p.o.UnavailableBackoff, minUnavailableHold)
+	default:
+		return notHeld
+	}
 	now := p.o.Now()
-	if now.Add(dec.Tier).Sub(since) >= p.o.MoveHoldMax {
-		p.log.Warn("ordered retry would hold the message too long; retrying it through its tier queue", "event", "ORDERED_HOLD_EXHAUSTED",
-			"message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(), "tier", dec.Tier.String())
+	if now.Add(wait).Sub(since) >= p.o.MoveHoldMax {
+		p.log.Warn("ordered message would be held too long in place; it takes the usual way", "event", "ORDERED_HOLD_EXHAUSTED",
+			"message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(), "wait", wait.String(), "decision", dec.Action.String())
 		return notHeld
 	}
 	if m.Headers == nil {
 		m.Headers = map[string]any{}
 	}
-	// The failed attempt is written as a retry's copy would carry it, so
-	// the next attempt and a later DLQ copy see the same history.
-	msg.RecordFailure(m.Headers, dec.Retries, out.Status, now)
+	switch dec.Action {
+	case retry.Retry:
+		// The failed attempt is written as a retry's copy would carry it,
+		// so the next attempt and a later DLQ copy see the same history.
+		msg.RecordFailure(m.Headers, dec.Retries, out.Status, now)
+	case retry.Requeue:
+		m.Headers[msg.HeaderRequeueCount] = int64(dec.Requeues)
+	case retry.Return:
+		if dec.Crashes > in.Crashes {
+			m.Headers[msg.HeaderCrashCount] = int64(dec.Crashes)
+		}
+	}
 	// The next attempt's span follows this one, as it would after a move.
 	propagator.Inject(ctx, headerCarrier(m.Headers))
-	if !p.wait(dec.Tier) {
-		in.Retries = dec.Retries
+	if !p.wait(wait) {
+		in.Retries, in.Requeues, in.Crashes = dec.Retries, dec.Requeues, dec.Crashes
 		p.giveBack(ctx, d, m, in)
 		return heldThenGivenBack
 	}
 	return held
 }
+
+// minUnavailableHold is the least an ordered delivery the app could not
+// take waits before it goes again.
+const minUnavailableHold = 10 * time.Millisecond
 
 // record counts a settled delivery, once, as what happened: in Stats and
 // through the Observer. It is the only place either is told of a decision.

@@ -481,6 +481,8 @@ func newInPlaceProxy(t *testing.T, app Deliverer, tiers []time.Duration, holdMax
 	cfg.Queue.Name = "orders"
 	cfg.Consumer.Ordered = true
 	cfg.Retry.MaxAttempts = 4
+	cfg.Requeue.MinHold = config.Duration(time.Millisecond)
+	cfg.Requeue.MaxHold = config.Duration(2 * time.Millisecond)
 	cfg.Retry.Tiers = nil
 	for _, d := range tiers {
 		cfg.Retry.Tiers = append(cfg.Retry.Tiers, config.Duration(d))
