@@ -40,9 +40,7 @@ func TestBreakerCutWhileHealthy(t *testing.T) {
 // good with the app healthy.
 func TestBreakerCloseWithoutProbeResumes(t *testing.T) {
 	r := newRig(t)
-	r.app.set(refused)
-	r.deliver(5)
-	r.waitState(t, "open")
+	r.open(t)
 	waitfor.Until(t, 10*time.Second, "the consumer paused", r.gate.isPaused)
 	// No clock tick: the probe never runs. A delivery after the open
 	// timeout (1ns here) is let through half-open and answered.
@@ -57,9 +55,7 @@ func TestBreakerCloseWithoutProbeResumes(t *testing.T) {
 // request gets to answer) rather than closing on it.
 func TestBreakerHalfOpenTimeoutIsNoSuccess(t *testing.T) {
 	r := newRig(t)
-	r.app.set(refused)
-	r.deliver(5)
-	r.waitState(t, "open")
+	r.open(t)
 	r.app.set(retry.Outcome{Kind: retry.Timeout, Error: "timeout"})
 	if o := r.deliver(1); o.Kind != retry.Timeout {
 		t.Fatalf("outcome %+v, want the timeout passed on", o)
@@ -79,9 +75,7 @@ func TestBreakerHalfOpenTimeoutIsNoSuccess(t *testing.T) {
 func TestBreakerHalfOpenResumesWithPrefetchOne(t *testing.T) {
 	r := newRig(t)
 	r.health.set(errors.New("down"))
-	r.app.set(refused)
-	r.deliver(5)
-	r.waitState(t, "open")
+	r.open(t)
 	r.health.set(nil)
 	r.clock.tick(time.Second)
 	waitfor.Until(t, 10*time.Second, "the probe resumed consuming", func() bool { return !r.gate.isPaused() })
@@ -105,9 +99,7 @@ func TestBreakerHalfOpenResumesWithPrefetchOne(t *testing.T) {
 // the app is not "unavailable" then, it is being tried.
 func TestBreakerHalfOpenRefusalSaysWhy(t *testing.T) {
 	r := newRig(t)
-	r.app.set(refused)
-	r.deliver(5)
-	r.waitState(t, "open")
+	r.open(t)
 	release := make(chan struct{})
 	inFlight := make(chan struct{})
 	r.b.next = deliverFunc(func(context.Context, *msg.Message, msg.Info) retry.Outcome {

@@ -165,6 +165,15 @@ func (r *breakerRig) waitState(t *testing.T, want string) {
 
 var refused = retry.Outcome{Kind: retry.Unavailable, Error: "connection refused"}
 
+// open opens the breaker the way an app that went away does: Failures
+// refused connections in a row.
+func (r *breakerRig) open(t *testing.T) {
+	t.Helper()
+	r.app.set(refused)
+	r.deliver(5)
+	r.waitState(t, "open")
+}
+
 // Failing messages from an app whose health check passes never open the
 // breaker: the health check is asked, at most once per probe interval.
 func TestBreakerMessagesFailingHealthyApp(t *testing.T) {

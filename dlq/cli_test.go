@@ -193,6 +193,13 @@ func (e *env) fillFast(queue, prefix string, n int, body []byte) {
 // a SIGKILL or a broker restart, call settled first.)
 func (e *env) browse(queue string) []*msg.Message {
 	e.t.Helper()
+	return e.getAll(queue, false)
+}
+
+// getAll gets every message of a queue in order, acking each when ack is
+// set.
+func (e *env) getAll(queue string, ack bool) []*msg.Message {
+	e.t.Helper()
 	in, err := broker.OpenInspector(context.Background(), e.opts)
 	if err != nil {
 		e.t.Fatal(err)
@@ -208,6 +215,11 @@ func (e *env) browse(queue string) []*msg.Message {
 			return out
 		}
 		out = append(out, d.Message())
+		if ack {
+			if err := d.Ack(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
 	}
 }
 

@@ -43,25 +43,7 @@ func (e *env) quorumDLQ(limit int) string {
 // reading the result spends nothing a later look would need.
 func (e *env) drain(queue string) []*msg.Message {
 	e.t.Helper()
-	in, err := broker.OpenInspector(context.Background(), e.opts)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer in.Close()
-	var out []*msg.Message
-	for {
-		d, ok, err := in.Get(queue)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d.Message())
-		if err := d.Ack(); err != nil {
-			e.t.Fatal(err)
-		}
-	}
+	return e.getAll(queue, true)
 }
 
 // exported runs `hopper dlq export --file -` and returns the messages of
