@@ -7,7 +7,6 @@ package dlq_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"path/filepath"
 	"regexp"
