@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
