@@ -403,7 +403,7 @@ func TestCLIPeekShowsWithoutRemoving(t *testing.T) {
 	before := ids(e.browse(e.DLQ))
 	out := e.ok("peek", "--dlq", e.DLQ, "-n", "2").stdout
 	for _, want := range []string{
-		"--- message 1 ---", "message-id:       1", "x-dead-letter-reason: max-attempts", "x-final-status-code: 503 (int32)",
+		"--- message 1 ---", "message-id:       1", "x-dead-letter-reason: max-attempts", "x-final-status-code: 503 (int64)",
 		`body (10 bytes, text):`, `{"id":"1"}`,
 		"--- message 2 ---", "body (4 bytes, binary)", "00 01 02 ff", "n: 7 (int16)",
 		"2 of 3 message(s)",

@@ -72,7 +72,7 @@ func TestReplayMovesKeepsAndCounts(t *testing.T) {
 			t.Errorf("copy still has %s", h)
 		}
 	}
-	if cp.Headers[msg.HeaderReplayCount] != int32(1) || cp.Headers[msg.HeaderReplayedFrom] != "orders.dlq" || cp.Headers[msg.HeaderRetryCount] != int32(10) {
+	if cp.Headers[msg.HeaderReplayCount] != int64(1) || cp.Headers[msg.HeaderReplayedFrom] != "orders.dlq" || cp.Headers[msg.HeaderRetryCount] != int32(10) {
 		t.Errorf("copy headers %v", cp.Headers)
 	}
 	if cp.Headers[msg.HeaderOriginalQueue] != "orders" || cp.Headers[msg.HeaderOriginalRoutingKey] != "order.created" {
@@ -346,7 +346,7 @@ func TestReplayCopyHeaders(t *testing.T) {
 				t.Errorf("%s: %s removed", tc.name, k)
 			}
 		}
-		if cp.Headers[msg.HeaderReplayCount] != int32(3) || cp.Headers[msg.HeaderReplayTime] != t0.Format(time.RFC3339Nano) {
+		if cp.Headers[msg.HeaderReplayCount] != int64(3) || cp.Headers[msg.HeaderReplayTime] != t0.Format(time.RFC3339Nano) {
 			t.Errorf("%s: replay headers %v %v", tc.name, cp.Headers[msg.HeaderReplayCount], cp.Headers[msg.HeaderReplayTime])
 		}
 		if cp.MessageID != m.MessageID || string(cp.Body) != string(m.Body) {
