@@ -74,7 +74,7 @@ func setMemoryLimit(cfg *config.Config, log *slog.Logger) {
 	if !ok {
 		return
 	}
-	container, _ := memlimit.Container("/sys/fs/cgroup")
+	container, _ := memlimit.Container("/")
 	limit, capped := memlimit.Fit(want, container)
 	debug.SetMemoryLimit(limit)
 	if capped {
