@@ -102,21 +102,30 @@ func (c *Config) MemoryLimit() (limit int64, ok bool) {
 // the app answers.
 const heldCost = 2
 
+// RuntimeReserve is what a container's limit keeps for what holds no
+// message before PrefetchBudget shares out the rest: the binary's pages
+// (about 10 MiB of text), the Go runtime's own memory, and what the heap
+// runs over its soft limit while the collector catches up (about 10 MiB
+// measured with 8 MiB messages).
+const RuntimeReserve = 32 << 20
+
 // PrefetchBudget is the message bytes the consumers together may hold in
-// a container whose memory limit is container: a quarter of it, so that
-// held messages, at twice their bodies, take at most half the limit. The
-// other half is for what holds no message: the binary's pages, the Go
-// runtime, the connections' buffers and the collector's room. Measured
-// in a memory cgroup with 8 MiB messages, Hopper's peak was 45 MiB of a
-// 64 MiB limit and 92 MiB of 128 MiB.
+// a container whose memory limit is container: a quarter of what
+// RuntimeReserve leaves, at least 1 byte (one message at a time). A held
+// message costs about twice its body (the broker client grows the body as
+// frames arrive, and the collector needs room for what was freed), so the
+// held messages take at most half of what is left, and the collector the
+// other half. In a memory cgroup of 64 MiB that is 8 MiB, of 128 MiB 24
+// MiB.
 func PrefetchBudget(container int64) int64 {
-	return container / (2 * heldCost)
+	return max(1, (container-RuntimeReserve)/(2*heldCost))
 }
 
 // FitPrefetchBytes lowers the byte budget of every queue whose prefetch
 // follows the limit to an equal share of PrefetchBudget(container) where
 // it is higher: the default of 64 MiB, made for a machine without a
-// limit, lets 128 MiB of messages in once each is counted twice. It
+// limit, costs about 128 MiB once held, the whole of the chart's default
+// limit. It
 // returns the share and whether a budget was lowered. A budget of 0 (the
 // operator's "no bound") and a fixed prefetch, which the operator sized,
 // stay as they are.

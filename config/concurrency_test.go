@@ -60,10 +60,11 @@ func TestFitPrefetchBytes(t *testing.T) {
 		lowered   bool
 		budgets   []int // each queue's consumer.prefetchBytes afterwards
 	}{
-		{"the chart's 128Mi", func(*config.Config) {}, 128 * mib, 32 * mib, true, []int{32 * mib}},
-		{"64Mi", func(*config.Config) {}, 64 * mib, 16 * mib, true, []int{16 * mib}},
-		{"a large container keeps the default", func(*config.Config) {}, 1024 * mib, 256 * mib, false, []int{config.DefaultPrefetchBytes}},
-		{"an operator's smaller budget stands", func(c *config.Config) { c.Consumer.PrefetchBytes = 4 * mib }, 128 * mib, 32 * mib, false, []int{4 * mib}},
+		{"the chart's 128Mi", func(*config.Config) {}, 128 * mib, 24 * mib, true, []int{24 * mib}},
+		{"64Mi", func(*config.Config) {}, 64 * mib, 8 * mib, true, []int{8 * mib}},
+		{"below the reserve: one byte, one message at a time", func(*config.Config) {}, 16 * mib, 1, true, []int{1}},
+		{"a large container keeps the default", func(*config.Config) {}, 1024 * mib, 248 * mib, false, []int{config.DefaultPrefetchBytes}},
+		{"an operator's smaller budget stands", func(c *config.Config) { c.Consumer.PrefetchBytes = 4 * mib }, 128 * mib, 24 * mib, false, []int{4 * mib}},
 		{"no container limit", func(*config.Config) {}, 0, 0, false, []int{config.DefaultPrefetchBytes}},
 		{"0 bounds nothing, and stays", func(c *config.Config) { c.Consumer.PrefetchBytes = 0 }, 128 * mib, 0, false, []int{0}},
 		{"a fixed prefetch stays", func(c *config.Config) { c.Consumer.Prefetch = 50 }, 128 * mib, 0, false, []int{config.DefaultPrefetchBytes}},
@@ -75,7 +76,7 @@ func TestFitPrefetchBytes(t *testing.T) {
 				{Queue: config.Queue{Name: "c"}, Consumer: config.SubscriptionConsumer{PrefetchBytes: ptr(1 * mib)}},
 				{Queue: config.Queue{Name: "d"}, Consumer: config.SubscriptionConsumer{Prefetch: ptr(10)}},
 			}
-		}, 192 * mib, 16 * mib, true, []int{16 * mib, 16 * mib, 1 * mib, 16 * mib}}, // d inherits the top level's, unused by its fixed prefetch
+		}, 224 * mib, 16 * mib, true, []int{16 * mib, 16 * mib, 1 * mib, 16 * mib}}, // d inherits the top level's, unused by its fixed prefetch
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -213,19 +213,29 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// Share is the part of a container's limit the Go runtime may use: the
-// rest is for what the limit counts and the runtime does not, the
-// binary's pages above all.
-const Share = 0.9
+// Share is the part of a container's limit the Go runtime may use, and
+// Reserve what it leaves at the least: the rest is for what the limit
+// counts and the runtime's soft limit does not, the binary's pages (about
+// 10 MiB of text), and for the heap running past the soft limit while the
+// collector catches up (about 10 MiB with 8 MiB messages). In a 64 MiB
+// container 10% was too little: with 8 MiB messages the runtime grew to
+// its soft limit and the cgroup's usage reached 63.4 of its 64 MiB, held
+// off only by the kernel dropping the binary's pages.
+const (
+	Share   = 0.9
+	Reserve = 24 << 20
+)
 
-// Fit returns want, or Share of the container's limit when that is lower
-// (capped true): a soft limit above the container's would let the heap
-// grow until the container is killed.
+// Fit returns want, or what the container's limit leaves the runtime when
+// that is lower (capped true): Share of it, at most the limit less
+// Reserve, never below half of it. A soft limit above the container's
+// would let the heap grow until the container is killed.
 func Fit(want, container int64) (limit int64, capped bool) {
 	if container <= 0 {
 		return want, false
 	}
-	if c := int64(float64(container) * Share); c < want {
+	c := min(int64(float64(container)*Share), max(container-Reserve, container/2))
+	if c < want {
 		return c, true
 	}
 	return want, false

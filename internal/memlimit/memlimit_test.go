@@ -204,7 +204,10 @@ func TestFit(t *testing.T) {
 	}{
 		{"no container limit", 128 * mib, 0, 128 * mib, false},
 		{"room under the container's", 128 * mib, 512 * mib, 128 * mib, false},
-		{"the chart's 128Mi", 128 * mib, 128 * mib, 120795955, true},
+		{"the chart's 128Mi: 24 MiB left", 128 * mib, 128 * mib, 104 * mib, true},
+		{"64Mi: 24 MiB left", 128 * mib, 64 * mib, 40 * mib, true},
+		{"1Gi: 10% left", 2048 * mib, 1024 * mib, 966367641, true},
+		{"32Mi: half of it", 128 * mib, 32 * mib, 16 * mib, true},
 	}
 	for _, tc := range cases {
 		limit, capped := Fit(tc.want, tc.container)
