@@ -310,7 +310,7 @@ func (c *Consumer) Requested() int {
 	return c.prefetch
 }
 
-// room is how many deliveries fit in PrefetchBytes at the size of recent
+// roomLocked is how many deliveries fit in PrefetchBytes at the size of recent
 // bodies: 1 before any body was seen, at least 1 always, 0 without a
 // budget (no bound).
 func (c *Consumer) roomLocked() int {
