@@ -97,13 +97,6 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 	return nil
 }
 
-// held is the number of deliveries registered and not yet settled.
-func (a *acker) held() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.order) - len(a.settled)
-}
-
 // heldOver returns the deliveries not yet settled and, when there are more
 // than most, arranges for wake to be told of the next settle, so that a
 // consumer waiting for room learns of it without polling. Checking and

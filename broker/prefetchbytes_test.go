@@ -182,3 +182,43 @@ func TestConsumerHoldsWithinBytes(t *testing.T) {
 		}
 	}
 }
+
+// A consumer waiting for room is told of the next settle, once; while
+// enough room is left it is not asked to wait.
+func TestAckerHeldOver(t *testing.T) {
+	w := newWire()
+	a := newAcker(w)
+	for tag := uint64(1); tag <= 3; tag++ {
+		w.deliver(tag)
+		a.register(tag)
+	}
+	wake := make(chan struct{}, 1)
+	if held, over := a.heldOver(1, wake); held != 3 || !over {
+		t.Fatalf("heldOver(1) = %d, %v; want 3, true", held, over)
+	}
+	if err := a.ack(2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	default:
+		t.Fatal("a settle while waiting for room did not wake the consumer")
+	}
+	if err := a.nack(1, true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+		t.Fatal("woken again without waiting again")
+	default:
+	}
+	if held, over := a.heldOver(1, wake); held != 1 || over {
+		t.Fatalf("heldOver(1) after two settles = %d, %v; want 1, false", held, over)
+	}
+	if err := a.flush(time.Now(), true); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := a.heldOver(0, wake); held != 1 {
+		t.Fatalf("held %d after the flush, want 1: tag 3 is still outstanding", held)
+	}
+}

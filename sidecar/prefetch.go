@@ -44,9 +44,9 @@ func initialLimit(subs []*subscription) int {
 // followLimit keeps each following queue's prefetch at about twice its
 // share of the concurrency limit until ctx ends. The limit is shared by all
 // queues, each gets an equal share of it. What the prefetch may hold in
-// bytes is the consumer's to bound (prefetchBytes): it caps
-// whatever it is asked for here, by the breaker's Resume, or at its start,
-// so no path can raise it above the budget.
+// bytes is the consumer's to bound (prefetchBytes): it caps whatever it is
+// asked for here, by the breaker's Resume, or at its start, so no path can
+// raise it above the budget.
 func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subscription) {
 	type following struct {
 		sub     *subscription
