@@ -178,7 +178,9 @@ type ConsumerOptions struct {
 // the consumer waits for settles. The bound holds exactly for bodies no
 // larger than those seen recently; a body larger than any before lowers
 // the prefetch at once, and only the deliveries already pushed can exceed
-// it.
+// it. Deliveries of a lost connection are not counted on the new one: the
+// broker has requeued them, and they are dropped as their workers find
+// the channel gone, but until then they are still in memory.
 type Consumer struct {
 	opts  ConsumerOptions
 	group atomic.Pointer[Group]
