@@ -38,6 +38,8 @@ type acker struct {
 	settled map[uint64]bool // settled tags still in order
 	pending []pendingAck    // acked, not sent, ascending tags
 	err     error           // first send error: the channel is gone
+	// wake, when set, is told of the next settle (see heldOver).
+	wake chan<- struct{}
 }
 
 type pendingAck struct {
@@ -64,6 +66,7 @@ func (a *acker) ack(tag uint64, now time.Time) error {
 		return a.err
 	}
 	a.settled[tag] = true
+	a.notifyLocked()
 	// Keep pending sorted: acks mostly arrive in order.
 	i := len(a.pending)
 	for i > 0 && a.pending[i-1].tag > tag {
@@ -90,7 +93,34 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 		return err
 	}
 	a.settled[tag] = true
+	a.notifyLocked()
 	return nil
+}
+
+// heldOver returns the deliveries not yet settled and, when there are more
+// than most, arranges for wake to be told of the next settle, so that a
+// consumer waiting for room learns of it without polling. Checking and
+// arranging under one lock means no settle falls between them.
+func (a *acker) heldOver(most int, wake chan<- struct{}) (held int, over bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	held = len(a.order) - len(a.settled)
+	if held > most {
+		a.wake = wake
+		return held, true
+	}
+	return held, false
+}
+
+func (a *acker) notifyLocked() {
+	if a.wake == nil {
+		return
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	a.wake = nil
 }
 
 // flush sends what can be sent; all=true sends every pending ack (before the

@@ -141,6 +141,10 @@ type ConsumerOptions struct {
 	// Prefetch is the per-consumer QoS until Resume sets another. Default 0
 	// (unlimited): callers always set it.
 	Prefetch int
+	// PrefetchBytes bounds the message bytes the consumer's unsettled
+	// deliveries may take, whatever prefetch it is asked for (see
+	// Consumer). Default 0: the prefetch alone bounds them.
+	PrefetchBytes int
 	// Topology is declared or verified (as it says) on every new connection
 	// before consuming, so a queue deleted under Hopper comes back. An error
 	// is retried with backoff.
@@ -173,6 +177,22 @@ type ConsumerOptions struct {
 // down without dropping the connection: a paused consumer is cancelled on
 // the broker, so prefetched messages are not pushed to Hopper and returned
 // messages stay in the queue for other consumers or for later.
+//
+// With PrefetchBytes set, the bytes held are bounded from the first
+// delivery on, whatever prefetch SetPrefetch or Resume ask for. The broker
+// counts messages, not bytes (RabbitMQ does not implement a prefetch
+// size), so the consumer turns the budget into a count: 1 until it has
+// seen a body, then the budget over the size of recent bodies (at least
+// 1: a message larger than the whole budget is delivered alone, never
+// refused). A new prefetch needs a new broker consumer, and the old one's
+// deliveries are still held when it starts, so a new consumer starts only
+// once those and its own prefetch fit in the budget together; until then
+// the consumer waits for settles. The bound holds exactly for bodies no
+// larger than those seen recently; a body larger than any before lowers
+// the prefetch at once, and only the deliveries already pushed can exceed
+// it. Deliveries of a lost connection are not counted on the new one: the
+// broker has requeued them, and they are dropped as their workers find
+// the channel gone, but until then they are still in memory.
 type Consumer struct {
 	opts  ConsumerOptions
 	group atomic.Pointer[Group]
@@ -180,7 +200,8 @@ type Consumer struct {
 	mu       sync.Mutex
 	cur      *session
 	paused   map[string]bool // why consuming is paused; empty when it is not
-	prefetch int
+	prefetch int             // asked for by the caller; capped by bytes in want
+	sizes    bodySize        // recent bodies, for PrefetchBytes
 	wake     chan struct{}
 	active   atomic.Bool
 	started  atomic.Bool // a consumer was registered at least once
@@ -260,8 +281,8 @@ func (c *Consumer) ResumeFor(reason string) {
 func (c *Consumer) Pause() { c.PauseFor(PauseBreaker) }
 
 // Resume ends the circuit breaker's pause and consumes with the given
-// prefetch (0 keeps the configured one). The breaker resumes with a small
-// prefetch to probe the app, then with the full one.
+// prefetch (0 keeps the configured one), capped by PrefetchBytes like any
+// other: a paused consumer comes back no larger than the budget allows.
 func (c *Consumer) Resume(prefetch int) {
 	if prefetch <= 0 {
 		prefetch = c.opts.Prefetch
@@ -287,11 +308,95 @@ func (c *Consumer) SetPrefetch(prefetch int) {
 	c.poke()
 }
 
-// Prefetch is the prefetch the consumer runs (or will run) with.
+// Prefetch is the prefetch the consumer runs (or will run) with: the one
+// asked for, capped by PrefetchBytes.
 func (c *Consumer) Prefetch() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.cappedLocked()
+}
+
+// Requested is the prefetch last asked for by SetPrefetch or Resume (or
+// the configured one), before PrefetchBytes caps it.
+func (c *Consumer) Requested() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.prefetch
+}
+
+// roomLocked is how many deliveries fit in PrefetchBytes at the size of recent
+// bodies: 1 before any body was seen, at least 1 always, 0 without a
+// budget (no bound).
+func (c *Consumer) roomLocked() int {
+	budget := c.opts.PrefetchBytes
+	if budget <= 0 {
+		return 0
+	}
+	if !c.sizes.seen {
+		return 1
+	}
+	return max(1, int(float64(budget)/c.sizes.est))
+}
+
+// cappedLocked is the prefetch asked for, bounded by room.
+func (c *Consumer) cappedLocked() int {
+	if room := c.roomLocked(); room > 0 {
+		return min(c.prefetch, room)
+	}
+	return c.prefetch
+}
+
+// received notes a delivery's body size. The consume loop is woken when
+// the room it gives changes enough to start a new consumer: at the first
+// body (the prefetch of 1 taken before any size was known grows to what
+// the budget holds), when a larger body lowers it (at once: memory is the
+// risk), or when smaller bodies raised it half again.
+func (c *Consumer) received(body int) {
+	if c.opts.PrefetchBytes <= 0 {
+		return
+	}
+	c.mu.Lock()
+	seen, before := c.sizes.seen, c.roomLocked()
+	c.sizes.observe(body)
+	after := c.roomLocked()
+	c.mu.Unlock()
+	if !seen || after < before || after >= before+before/2 && after > before {
+		c.poke()
+	}
+}
+
+// bodySize follows the size of recent bodies from above: it takes a larger
+// body at once (memory is the risk) and drifts down toward smaller ones,
+// 1/32 of the way per delivery, so a run of small messages after large
+// ones regains the prefetch over a few dozen deliveries while a single
+// small one does not let a burst of large ones in.
+type bodySize struct {
+	est  float64 // bytes; at least 1 once seen
+	seen bool
+}
+
+func (b *bodySize) observe(n int) {
+	s := float64(max(n, 1))
+	if !b.seen || s > b.est {
+		b.est, b.seen = s, true
+		return
+	}
+	b.est += (s - b.est) / 32
+}
+
+// replace says whether a consumer running with cur must make way for one
+// with prefetch: always when prefetch is lower (the budget or the caller
+// asks for less); when higher, if the caller asked for exactly that, or if
+// it is half again as large, so that a body-size estimate drifting down
+// does not start a new consumer for every step.
+func replace(cur, prefetch, requested int) bool {
+	switch {
+	case prefetch < cur:
+		return true
+	case prefetch > cur:
+		return prefetch == requested || prefetch >= cur+cur/2
+	}
+	return false
 }
 
 func (c *Consumer) poke() {
@@ -301,10 +406,13 @@ func (c *Consumer) poke() {
 	}
 }
 
-func (c *Consumer) want() (paused bool, prefetch int) {
+// want is what the consume loop should do: pause, or run with prefetch;
+// requested is the uncapped prefetch, room the deliveries the byte budget
+// holds (0: no budget).
+func (c *Consumer) want() (paused bool, prefetch, requested, room int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.paused) > 0, c.prefetch
+	return len(c.paused) > 0, c.cappedLocked(), c.prefetch, c.roomLocked()
 }
 
 // Run consumes until ctx is done, calling handle for each delivery from the
@@ -361,8 +469,8 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 		return err
 	}
 	for {
-		paused, prefetch := c.want()
-		if deliveries != nil && (paused || prefetch != curPrefch) {
+		paused, prefetch, requested, room := c.want()
+		if deliveries != nil && (paused || replace(curPrefch, prefetch, requested)) {
 			if err := stop(true); err != nil {
 				return fmt.Sprintf("cancel consumer: %v", err)
 			}
@@ -370,7 +478,14 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				c.opts.logger().Info("consumer paused", "event", "CONSUMER_PAUSED", "queue", c.opts.Queue)
 			}
 		}
-		if deliveries == nil && !paused {
+		// The deliveries of earlier consumers on this channel are still
+		// held: a new consumer's prefetch comes on top of them, so under a
+		// byte budget it starts once both fit.
+		waitRoom := false
+		if deliveries == nil && !paused && room > 0 {
+			_, waitRoom = s.acker.heldOver(room-prefetch, c.wake)
+		}
+		if deliveries == nil && !paused && !waitRoom {
 			// RabbitMQ applies a per-consumer prefetch (global=false) to
 			// consumers started after it is set, so a new prefetch needs a
 			// new consumer.
@@ -451,6 +566,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				continue
 			}
 			s.acker.register(d.DeliveryTag)
+			c.received(len(d.Body))
 			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
 		}
 	}

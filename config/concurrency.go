@@ -23,19 +23,6 @@ const (
 	DefaultPrefetchBytes = 64 << 20
 )
 
-// CapPrefetch bounds a following prefetch by bytes: at most budget over the
-// average body size seen, never below 1. Without a budget or before any
-// message was seen (avgBytes 0) want stands.
-func CapPrefetch(want, budget int, avgBytes float64) int {
-	if budget <= 0 || avgBytes <= 0 {
-		return want
-	}
-	if limit := float64(budget) / avgBytes; limit < float64(want) {
-		return max(1, int(limit))
-	}
-	return want
-}
-
 // Concurrency is how a queue consumes: its initial prefetch, its workers
 // (the most deliveries at the app at once), and whether the prefetch
 // follows the concurrency limit while running.
@@ -108,4 +95,58 @@ func (c *Config) MemoryLimit() (limit int64, ok bool) {
 		limit += int64(sc.Consumer.PrefetchBytes)
 	}
 	return limit + MemoryHeadroom, limit > 0
+}
+
+// A held message costs about twice its body: the delivery the broker
+// client assembled and the request body built from it, both live until
+// the app answers.
+const heldCost = 2
+
+// RuntimeReserve is what a container's limit keeps for what holds no
+// message before PrefetchBudget shares out the rest: the binary's pages
+// (about 10 MiB of text), the Go runtime's own memory, and what the heap
+// runs over its soft limit while the collector catches up (about 10 MiB
+// measured with 8 MiB messages).
+const RuntimeReserve = 32 << 20
+
+// PrefetchBudget is the message bytes the consumers together may hold in
+// a container whose memory limit is container: a quarter of what
+// RuntimeReserve leaves, at least 1 byte (one message at a time). A held
+// message costs about twice its body (the broker client grows the body as
+// frames arrive, and the collector needs room for what was freed), so the
+// held messages take at most half of what is left, and the collector the
+// other half. In a memory cgroup of 64 MiB that is 8 MiB, of 128 MiB 24
+// MiB.
+func PrefetchBudget(container int64) int64 {
+	return max(1, (container-RuntimeReserve)/(2*heldCost))
+}
+
+// FitPrefetchBytes lowers the byte budget of every queue whose prefetch
+// follows the limit to an equal share of PrefetchBudget(container) where
+// it is higher: the default of 64 MiB, made for a machine without a
+// limit, costs about 128 MiB once held, the whole of the chart's default
+// limit. It
+// returns the share and whether a budget was lowered. A budget of 0 (the
+// operator's "no bound") and a fixed prefetch, which the operator sized,
+// stay as they are.
+func (c *Config) FitPrefetchBytes(container int64) (share int, lowered bool) {
+	n := 0
+	for _, sc := range c.SubscriptionConfigs() {
+		if _, _, follow := sc.Concurrency(); follow && sc.Consumer.PrefetchBytes > 0 {
+			n++
+		}
+	}
+	if n == 0 || container <= 0 {
+		return 0, false
+	}
+	share = int(max(1, PrefetchBudget(container)/int64(n)))
+	if c.Consumer.PrefetchBytes > share {
+		c.Consumer.PrefetchBytes, lowered = share, true
+	}
+	for i := range c.Subscriptions {
+		if p := c.Subscriptions[i].Consumer.PrefetchBytes; p != nil && *p > share {
+			c.Subscriptions[i].Consumer.PrefetchBytes, lowered = &share, true
+		}
+	}
+	return share, lowered
 }

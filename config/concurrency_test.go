@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/hopper-sidecar/hopper/config"
@@ -48,24 +49,55 @@ func TestFollowPrefetch(t *testing.T) {
 	}
 }
 
-func TestCapPrefetch(t *testing.T) {
+func TestFitPrefetchBytes(t *testing.T) {
+	const mib = 1 << 20
+	ptr := func(n int) *int { return &n }
 	cases := []struct {
-		want, budget int
-		avg          float64
-		got          int
+		name      string
+		set       func(c *config.Config)
+		container int64
+		share     int
+		lowered   bool
+		budgets   []int // each queue's consumer.prefetchBytes afterwards
 	}{
-		{128, 64 << 20, 256, 128},     // small messages: the limit rules
-		{128, 64 << 20, 1 << 20, 64},  // 1 MiB messages: 64 fit
-		{128, 64 << 20, 100 << 20, 1}, // larger than the budget: still one
-		{128, 0, 1 << 20, 128},        // no budget
-		{128, 64 << 20, 0, 128},       // nothing seen yet
-		{40, 1 << 20, 32 << 10, 32},   // 1 MiB / 32 KiB
-		{20, 1 << 20, 32 << 10, 20},   // under the cap
+		{"the chart's 128Mi", func(*config.Config) {}, 128 * mib, 24 * mib, true, []int{24 * mib}},
+		{"64Mi", func(*config.Config) {}, 64 * mib, 8 * mib, true, []int{8 * mib}},
+		{"below the reserve: one byte, one message at a time", func(*config.Config) {}, 16 * mib, 1, true, []int{1}},
+		{"a large container keeps the default", func(*config.Config) {}, 1024 * mib, 248 * mib, false, []int{config.DefaultPrefetchBytes}},
+		{"an operator's smaller budget stands", func(c *config.Config) { c.Consumer.PrefetchBytes = 4 * mib }, 128 * mib, 24 * mib, false, []int{4 * mib}},
+		{"no container limit", func(*config.Config) {}, 0, 0, false, []int{config.DefaultPrefetchBytes}},
+		{"0 bounds nothing, and stays", func(c *config.Config) { c.Consumer.PrefetchBytes = 0 }, 128 * mib, 0, false, []int{0}},
+		{"a fixed prefetch stays", func(c *config.Config) { c.Consumer.Prefetch = 50 }, 128 * mib, 0, false, []int{config.DefaultPrefetchBytes}},
+		{"following queues share the budget", func(c *config.Config) {
+			c.Queue.Name = ""
+			c.Subscriptions = []config.Subscription{
+				{Queue: config.Queue{Name: "a"}},
+				{Queue: config.Queue{Name: "b"}, Consumer: config.SubscriptionConsumer{PrefetchBytes: ptr(64 * mib)}},
+				{Queue: config.Queue{Name: "c"}, Consumer: config.SubscriptionConsumer{PrefetchBytes: ptr(1 * mib)}},
+				{Queue: config.Queue{Name: "d"}, Consumer: config.SubscriptionConsumer{Prefetch: ptr(10)}},
+			}
+		}, 224 * mib, 16 * mib, true, []int{16 * mib, 16 * mib, 1 * mib, 16 * mib}}, // d inherits the top level's, unused by its fixed prefetch
 	}
-	for _, c := range cases {
-		if got := config.CapPrefetch(c.want, c.budget, c.avg); got != c.got {
-			t.Errorf("CapPrefetch(%d, %d, %g) = %d, want %d", c.want, c.budget, c.avg, got, c.got)
-		}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			c.Queue.Name = "q"
+			tc.set(&c)
+			share, lowered := c.FitPrefetchBytes(tc.container)
+			if share != tc.share || lowered != tc.lowered {
+				t.Errorf("FitPrefetchBytes(%d) = %d, %v; want %d, %v", tc.container, share, lowered, tc.share, tc.lowered)
+			}
+			var got []int
+			for _, sc := range c.SubscriptionConfigs() {
+				got = append(got, sc.Consumer.PrefetchBytes)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.budgets) {
+				t.Errorf("budgets afterwards %v, want %v", got, tc.budgets)
+			}
+			if err := c.Validate(); err != nil {
+				t.Errorf("config invalid afterwards: %v", err)
+			}
+		})
 	}
 }
 

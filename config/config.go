@@ -250,11 +250,12 @@ type Consumer struct {
 	// limiter).
 	Workers int `yaml:"workers"`
 	// PrefetchBytes bounds the message bytes a following prefetch may
-	// hold: the prefetch is kept at most PrefetchBytes over the average
-	// body size of recent deliveries (at least 1), so an app that keeps up
-	// with large messages does not draw hundreds of them into memory.
-	// Applies only while the prefetch follows the limit. Default 64 MiB;
-	// 0 bounds nothing.
+	// hold: the consumer keeps its prefetch at most PrefetchBytes over the
+	// size of recent bodies (1 until it has seen one, at least 1), so an
+	// app that keeps up with large messages does not draw hundreds of
+	// them into memory. Applies only while the prefetch follows the limit.
+	// In a container with a memory limit, hopper run lowers it to fit
+	// (FitPrefetchBytes). Default 64 MiB; 0 bounds nothing.
 	PrefetchBytes int `yaml:"prefetchBytes"`
 	// Ordered delivers one message at a time (prefetch 1, one worker), and
 	// retries in place: a failed message is held and delivered again after

@@ -10,6 +10,12 @@
 // publishes — and finally accounts for every id: answered 2xx at least
 // once, or in the dead-letter queue with a reason. Nothing else is allowed.
 //
+// The big-messages scenario runs hopper at its defaults inside a memory
+// cgroup of a small container's size (64 and 128 MiB) against backlogs of 1
+// and 8 MiB messages: every message is acked and the kernel kills nothing.
+// It needs cgroup v1's memory controller and root: under CI=true it fails
+// without them, elsewhere it is skipped.
+//
 //	go test -count=1 -v -run TestFault ./faults/      # N=1000
 //	make faults                                       # N=5000, log in faults.log
 //

@@ -43,12 +43,14 @@ func initialLimit(subs []*subscription) int {
 
 // followLimit keeps each following queue's prefetch at about twice its
 // share of the concurrency limit until ctx ends. The limit is shared by all
-// queues, each gets an equal share of it.
+// queues, each gets an equal share of it. What the prefetch may hold in
+// bytes is the consumer's to bound (prefetchBytes): it caps whatever it is
+// asked for here, by the breaker's Resume, or at its start, so no path can
+// raise it above the budget.
 func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subscription) {
 	type following struct {
 		sub     *subscription
 		workers int
-		sizes   bodySizes
 	}
 	var follow []following
 	for _, sub := range subs {
@@ -74,39 +76,22 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 			if c == nil {
 				continue
 			}
-			if px := f.sub.px.Load(); px != nil {
-				f.sizes.observe(px.Stats.Received.Load(), px.Stats.ReceivedBytes.Load())
-			}
-			want := config.CapPrefetch(config.FollowPrefetch(share, f.workers), f.sub.cfg.Consumer.PrefetchBytes, f.sizes.avg)
-			if p, change := nextPrefetch(c.Prefetch(), want); change {
+			want := config.FollowPrefetch(share, f.workers)
+			if p, change := nextPrefetch(c.Requested(), want); change {
 				c.SetPrefetch(p)
 			}
 		}
 	}
 }
 
-// bodySizes follows the average body size of a queue's recent deliveries
-// from its running totals.
-type bodySizes struct {
-	count, bytes int64   // totals at the last observation
-	avg          float64 // bytes per message, 0 until one was seen
-}
-
-// observe takes the totals now. The average moves a quarter of the way to
-// the latest period's, so one odd message does not swing the prefetch,
-// and jumps at once when messages got larger: memory is the risk there.
-func (b *bodySizes) observe(count, bytes int64) {
-	dc, db := count-b.count, bytes-b.bytes
-	b.count, b.bytes = count, bytes
-	if dc <= 0 {
-		return
+// prefetchBytes is the byte budget of the queue's consumer: the
+// configured consumer.prefetchBytes while the prefetch follows the limit,
+// none for a fixed prefetch, which the operator sized.
+func (sub *subscription) prefetchBytes() int {
+	if _, _, follow := sub.cfg.Concurrency(); follow {
+		return sub.cfg.Consumer.PrefetchBytes
 	}
-	latest := float64(db) / float64(dc)
-	if b.avg == 0 || latest > b.avg {
-		b.avg = latest
-		return
-	}
-	b.avg += (latest - b.avg) / 4
+	return 0
 }
 
 // nextPrefetch says whether a consumer running with cur should move to

@@ -21,27 +21,3 @@ func TestNextPrefetch(t *testing.T) {
 		}
 	}
 }
-
-func TestBodySizes(t *testing.T) {
-	var b bodySizes
-	b.observe(0, 0)
-	if b.avg != 0 {
-		t.Fatalf("avg %g before any message, want 0", b.avg)
-	}
-	b.observe(10, 10_000) // 1000 bytes each
-	if b.avg != 1000 {
-		t.Fatalf("avg %g, want 1000", b.avg)
-	}
-	b.observe(10, 10_000) // nothing new: unchanged
-	if b.avg != 1000 {
-		t.Fatalf("avg %g with no new message, want 1000", b.avg)
-	}
-	b.observe(20, 10_000+10*5000) // larger: followed at once
-	if b.avg != 5000 {
-		t.Fatalf("avg %g after larger messages, want 5000 at once", b.avg)
-	}
-	b.observe(30, 60_000+10*1000) // smaller: a quarter of the way
-	if b.avg != 4000 {
-		t.Fatalf("avg %g after smaller messages, want 4000", b.avg)
-	}
-}

@@ -417,7 +417,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			Options:  broker.ConfigOptions(cfg.Broker, log, "hopper-consumer "+sub.name()),
 			Queue:    sub.name(),
 			Prefetch: sub.prefetch(),
-			Topology: &sub.plan,
+			// The consumer holds the byte budget so that every prefetch
+			// it is given (the start, the limit's, the breaker's Resume)
+			// is capped by it.
+			PrefetchBytes: sub.prefetchBytes(),
+			Topology:      &sub.plan,
 			// What the consumer took but never handed to the loop when it
 			// stops goes back as the loop gives back: a republished copy on
 			// a quorum queue.

@@ -63,25 +63,39 @@ second signal exits at once; nothing undelivered is acked.`,
 	return cmd
 }
 
-// setMemoryLimit gives the Go runtime a soft memory limit that follows the
-// prefetch byte budgets, fitted under the container's own limit. A
+// setMemoryLimit fits Hopper's memory to the container it runs in. The
+// byte budgets of following prefetches are lowered to what the container's
+// limit leaves room for (config.PrefetchBudget), so large messages cannot
+// draw more into memory than the limit holds; without a container limit
+// consumer.prefetchBytes stands. The Go runtime then gets a soft memory
+// limit that follows those budgets, fitted under the container's own. A
 // GOMEMLIMIT set by the operator stands.
 func setMemoryLimit(cfg *config.Config, log *slog.Logger) {
+	container, limited := memlimit.Container("/")
+	if limited {
+		if share, lowered := cfg.FitPrefetchBytes(container); lowered {
+			log.Info("consumer.prefetchBytes lowered to fit the container's memory limit", "event", "PREFETCH_BYTES_FITTED",
+				"bytes", share, "container_limit", container)
+		}
+	}
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
 	want, ok := cfg.MemoryLimit()
 	if !ok {
+		if limited {
+			limit, _ := memlimit.Fit(container, container)
+			debug.SetMemoryLimit(limit)
+			log.Info("soft memory limit from the container's", "event", "MEMORY_LIMIT", "bytes", limit, "container_limit", container)
+		}
 		return
 	}
-	container, _ := memlimit.Container("/sys/fs/cgroup")
 	limit, capped := memlimit.Fit(want, container)
 	debug.SetMemoryLimit(limit)
 	if capped {
-		log.Warn("the container's memory limit is below what consumer.prefetchBytes lets Hopper hold plus its headroom: "+
-			"with large messages the collector will work hard near the limit; lower consumer.prefetchBytes or raise the limit",
+		log.Info("soft memory limit from the container's: below consumer.prefetchBytes plus headroom",
 			"event", "MEMORY_LIMIT", "bytes", limit, "wanted", want, "container_limit", container)
 		return
 	}
-	log.Info("soft memory limit from consumer.prefetchBytes", "event", "MEMORY_LIMIT", "bytes", limit)
+	log.Info("soft memory limit from consumer.prefetchBytes", "event", "MEMORY_LIMIT", "bytes", limit, "container_limit", container)
 }
