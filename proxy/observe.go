@@ -88,6 +88,9 @@ func exchangeName(ex string) string {
 // deliveryAttrs are the consumer span's attributes: where the message came
 // from, which queue this consumer reads, and the delivery itself.
 func deliveryAttrs(d Delivery, m *msg.Message, in msg.Info) []attribute.KeyValue {
+	if u, ok := d.(interface{ Unwrap() Delivery }); ok {
+		d = u.Unwrap()
+	}
 	attrs := []attribute.KeyValue{
 		semconv.MessagingSystemRabbitMQ,
 		semconv.MessagingOperationName("process"),

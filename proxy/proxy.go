@@ -306,6 +306,10 @@ func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.
 func (d *settleOnce) Nack(requeue bool) error { d.settled.Store(true); return d.Delivery.Nack(requeue) }
 func (d *settleOnce) Alive() bool             { return alive(d.Delivery) }
 
+// Unwrap is the delivery as the consumer handed it, for what it tells
+// beyond the Delivery interface (its tag, the broker it came from).
+func (d *settleOnce) Unwrap() Delivery { return d.Delivery }
+
 // recoverDelivery turns a panic while handling d into a dead-lettering
 // with reason hopper-error: retrying would run into the same failure, and
 // giving the message back would crash-loop on it. A delivery already

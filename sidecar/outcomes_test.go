@@ -109,9 +109,9 @@ func TestDLQHeaders(t *testing.T) {
 		"x-original-queue":       r.cfg.Queue.Name,
 		"x-original-exchange":    "amq.topic",
 		"x-original-routing-key": "orders.created.eu",
-		"x-final-status-code":    int32(503),
-		"x-final-retry-count":    int32(3),
-		"x-retry-count":          int32(3),
+		"x-final-status-code":    int64(503),
+		"x-final-retry-count":    int64(3),
+		"x-retry-count":          int64(3),
 		"x-dead-letter-reason":   "max-attempts",
 		"tenant":                 "acme",
 	}
@@ -230,7 +230,7 @@ func TestTooEarlyCap(t *testing.T) {
 	if n := len(app.callsFor("early")); n != 4 {
 		t.Fatalf("app saw %d calls, want 4 (1 + 3 requeues)", n)
 	}
-	if m.Headers[msg.HeaderFinalRetryCount] != int32(0) {
+	if m.Headers[msg.HeaderFinalRetryCount] != int64(0) {
 		t.Fatalf("requeues must not count as attempts: %v", m.Headers[msg.HeaderFinalRetryCount])
 	}
 }
