@@ -87,7 +87,9 @@ type BreakerOptions struct {
 //	request cut, then the health check failing    opens; the message counts a crash when
 //	                                              it was alone at the app, else it becomes
 //	                                              a suspect, next delivered on its own
-//	request cut while the health check passes     a message outcome (Cut: an attempt)
+//	request cut while the health check passes     a message outcome (Cut: an attempt) when it
+//	                                              was alone at the app; cut with others (a
+//	                                              quick restart), a suspect
 //	timeout                                       a message outcome; no verdict on the app
 //	any answer from the app                       a success
 //
@@ -421,11 +423,22 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 			b.trip()
 			return o
 		}
-		// The app took the request and broke the connection, and it is up:
-		// this message is what failed (a handler that dies on one input, a
-		// server write timeout shorter than the handler). It spends an
-		// attempt like a timeout; the app is not down, so the breaker
-		// stays as it is.
+		if company {
+			// Several requests cut at once and the app up again: a
+			// restart quicker than the check, more likely than several
+			// messages breaking their connections together. Nobody is
+			// charged; each goes back to be delivered on its own, where a
+			// message that breaks its connection is caught alone.
+			o.CrashSuspect = true
+			o.Error += "; cut together with other requests, the app's health check passing (delivered again on its own)"
+			done(nil)
+			return o
+		}
+		// The app took the request alone and broke the connection, and it
+		// is up: this message is what failed (a handler that dies on one
+		// input, a server write timeout shorter than the handler). It
+		// spends an attempt like a timeout; the app is not down, so the
+		// breaker stays as it is.
 		o.Kind = retry.Cut
 		o.Error += "; the app's health check passes"
 		done(nil)

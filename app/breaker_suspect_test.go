@@ -131,3 +131,27 @@ func TestSuspectDeliveredInIsolation(t *testing.T) {
 		<-done
 	}
 }
+
+// Several requests cut at once while the health check passes look like a
+// restart quicker than the check, not like messages failing: none spends
+// an attempt, each goes back to be tried alone. One cut alone with the app
+// healthy is the message's doing.
+func TestCutTogetherWhileHealthyMakesSuspects(t *testing.T) {
+	health := &fakeHealth{}
+	app := &crashApp{crash: make(chan struct{}), health: health}
+	b := suspectRig(t, app, health)
+	outs := make(chan retry.Outcome, 2)
+	for range 2 {
+		go func() { outs <- b.Deliver(context.Background(), &msg.Message{}, msg.Info{Attempt: 1}) }()
+	}
+	waitfor.Until(t, 10*time.Second, "two requests in flight", func() bool { return app.started.Load() == 2 })
+	close(app.crash) // both cut; the health check keeps passing
+	for range 2 {
+		if o := <-outs; o.Kind == retry.Cut || !o.CrashSuspect || o.Crashed {
+			t.Fatalf("outcome %+v: cut together with another while healthy, want a suspect, no attempt", o)
+		}
+	}
+	if o := b.Deliver(context.Background(), &msg.Message{}, msg.Info{Attempt: 1, Suspect: true}); o.Kind != retry.Cut {
+		t.Fatalf("outcome %+v: cut alone while healthy, want a Cut (an attempt)", o)
+	}
+}
