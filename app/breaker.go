@@ -63,6 +63,12 @@ type BreakerOptions struct {
 	Prefetch int
 	// Health is the app's health check. Required.
 	Health Checker
+	// Restarted, when set, says whether the app's process ended since
+	// Hopper's idle connections to it were opened (the client can tell:
+	// a dying process closes them all). A request cut alone while the
+	// health check passes is then taken for a crash with a quick restart,
+	// not for the message failing. Default nil: never.
+	Restarted func() bool
 	// Gate pauses and resumes consuming. Required.
 	Gate Gate
 	// Limiter, when set, ramps concurrency up after an outage (slow start
@@ -482,6 +488,9 @@ func (b *Breaker) diedSince(ctx context.Context, sent uint64) (bool, string) {
 	}
 	if err := b.check(context.WithoutCancel(ctx), sent); err != nil {
 		return true, "the health check failed: " + err.Error()
+	}
+	if b.o.Restarted != nil && b.o.Restarted() {
+		return true, "the app closed its idle connections too (its process ended and came back)"
 	}
 	return false, ""
 }

@@ -155,3 +155,20 @@ func TestCutTogetherWhileHealthyMakesSuspects(t *testing.T) {
 		t.Fatalf("outcome %+v: cut alone while healthy, want a Cut (an attempt)", o)
 	}
 }
+
+// A request cut alone while the health check passes is a crash all the
+// same when the app's idle connections were closed too: its process ended
+// and came back quicker than the check.
+func TestCutAloneAfterRestartIsACrash(t *testing.T) {
+	health := &fakeHealth{}
+	app := &crashApp{crash: make(chan struct{}), health: health}
+	close(app.crash)
+	b := NewBreaker(app, BreakerOptions{Failures: 5, OpenTimeout: time.Hour, ProbeInterval: time.Second,
+		Health: health, Gate: &fakeGate{}, Clock: &fakeClock{now: time.Unix(0, 0)}, Restarted: func() bool { return true }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.Run(ctx)
+	if o := b.Deliver(context.Background(), &msg.Message{}, msg.Info{Attempt: 1}); !o.Crashed || o.Kind == retry.Cut {
+		t.Fatalf("outcome %+v: the app restarted, want a crash, not an attempt", o)
+	}
+}

@@ -147,7 +147,7 @@ type trackedConn struct {
 	// answered is set when the app has sent bytes since the last request
 	// was written: the next write starts a request on a connection that
 	// sat idle in the pool, which the app may have closed meanwhile.
-	answered bool
+	answered atomic.Bool
 }
 
 // errStaleConn is a keep-alive connection the app closed while it sat idle,
@@ -159,7 +159,7 @@ var errStaleConn = errors.New("idle keep-alive connection closed by the app")
 func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.answered = true
+		c.answered.Store(true)
 	}
 	return n, err
 }
@@ -170,8 +170,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 // is the app's doing (it took the message, then broke or died), and is
 // never sent again on Hopper's own initiative.
 func (c *trackedConn) Write(p []byte) (int, error) {
-	if c.answered {
-		c.answered = false
+	if c.answered.Swap(false) {
 		if peerClosed(c.Conn) {
 			return 0, errStaleConn
 		}
@@ -196,6 +195,40 @@ func (s *connSet) track(conn net.Conn) net.Conn {
 	s.mu.Unlock()
 	return tc
 }
+
+// anyClosedByApp reports whether the app has closed one of the connections
+// that answered before and sit idle now. A process that dies closes all of
+// its connections, idle ones included; a handler that breaks on one
+// message closes only its own. Bytes waiting on a connection (an answer
+// being read) say nothing and are not counted.
+func (s *connSet) anyClosedByApp() bool {
+	s.mu.Lock()
+	conns := make([]*trackedConn, 0, len(s.m))
+	for c := range s.m {
+		if c.answered.Load() {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		if peerGone(c.Conn) {
+			return true
+		}
+	}
+	return false
+}
+
+// count is the number of open connections.
+func (s *connSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// Restarted reports whether the app has closed an idle keep-alive
+// connection of Hopper's: the mark of the app's process ending, which a
+// quick restart leaves behind after the health check passes again.
+func (a *Client) Restarted() bool { return a.conns.anyClosedByApp() }
 
 // closeAll closes every connection; calls on them fail at once.
 func (s *connSet) closeAll() {

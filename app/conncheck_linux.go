@@ -11,7 +11,13 @@ import (
 // peek that finds end-of-file, an error, or bytes nobody asked for (an
 // idle HTTP/1.1 connection has nothing to read). It reports false when it
 // cannot tell.
-func peerClosed(c net.Conn) bool {
+func peerClosed(c net.Conn) bool { return peek(c, true) }
+
+// peerGone is peerClosed without counting bytes waiting to be read: only
+// end-of-file or a reset say the app closed the connection.
+func peerGone(c net.Conn) bool { return peek(c, false) }
+
+func peek(c net.Conn, unexpectedBytes bool) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return false
@@ -27,8 +33,10 @@ func peerClosed(c net.Conn) bool {
 		switch {
 		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
 			// Nothing to read: the connection is open and idle.
-		case err != nil, n == 0, n > 0:
+		case err != nil, n == 0:
 			closed = true
+		case n > 0:
+			closed = unexpectedBytes
 		}
 		return true // never wait for readiness: this is a peek, not a read
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -87,5 +88,44 @@ func TestCutByLiveAppIsNotResent(t *testing.T) {
 	// The app is still up: the next message is delivered normally.
 	if o := c.Deliver(context.Background(), &msg.Message{MessageID: "next", Headers: map[string]any{}}, msg.Info{Attempt: 1}); o.Status != 200 {
 		t.Fatalf("delivery after the cut: %+v", o)
+	}
+}
+
+// A dying app closes every connection it has, idle ones included; a
+// handler that breaks on one message closes only its own. Restarted tells
+// the two apart from the client's idle connections.
+func TestClientRestartedSeesIdleConnectionsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Hopper-Message-Id") == "slow" {
+			<-hold
+		}
+		w.WriteHeader(200)
+	})}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	c := NewClient(ClientOptions{URL: "http://" + ln.Addr().String() + "/", Timeout: 5 * time.Second, MaxConns: 4})
+	// Two connections: one held busy while a second request opens another.
+	done := make(chan retry.Outcome, 1)
+	go func() {
+		done <- c.Deliver(context.Background(), &msg.Message{MessageID: "slow", Headers: map[string]any{}}, msg.Info{Attempt: 1})
+	}()
+	waitfor.Until(t, 10*time.Second, "the slow request's connection open", func() bool { return c.conns.count() >= 1 })
+	if o := c.Deliver(context.Background(), &msg.Message{MessageID: "quick", Headers: map[string]any{}}, msg.Info{Attempt: 1}); o.Status != 200 {
+		t.Fatalf("quick delivery: %+v", o)
+	}
+	close(hold)
+	if o := <-done; o.Status != 200 {
+		t.Fatalf("slow delivery: %+v", o)
+	}
+	if c.Restarted() {
+		t.Fatal("Restarted with the app up and its connections open")
+	}
+	srv.Close() // the process ends: every connection closed
+	if !c.Restarted() {
+		t.Fatal("not Restarted after the app closed every connection")
 	}
 }

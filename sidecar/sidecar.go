@@ -460,6 +460,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			OpenTimeout:   cfg.Breaker.OpenTimeout.D(),
 			ProbeInterval: cfg.Breaker.ProbeInterval.D(),
 			Health:        gate,
+			Restarted:     client.Restarted,
 			Gate:          gates,
 			Limiter:       lim,
 			Logger:        log,
