@@ -27,7 +27,10 @@ func peek(c net.Conn, unexpectedBytes bool) bool {
 		return false
 	}
 	closed := false
-	err = rc.Read(func(fd uintptr) bool {
+	// Control, not Read: it takes no read lock, so a peek never waits for
+	// a read another goroutine has under way on the same connection; a
+	// non-blocking MSG_PEEK neither waits nor takes anything off it.
+	err = rc.Control(func(fd uintptr) {
 		var b [1]byte
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
@@ -38,7 +41,6 @@ func peek(c net.Conn, unexpectedBytes bool) bool {
 		case n > 0:
 			closed = unexpectedBytes
 		}
-		return true // never wait for readiness: this is a peek, not a read
 	})
 	return err == nil && closed
 }
