@@ -248,7 +248,7 @@ func (b *Breaker) changed(ctx context.Context, to gobreaker.State) {
 		b.o.Gate.Pause()
 		b.startProbe(ctx)
 	case gobreaker.StateHalfOpen:
-		b.log.Info("circuit breaker half-open: the app's health check passes; trying deliveries", "event", "BREAKER_HALF_OPEN")
+		b.log.Info("circuit breaker half-open: the open timeout has passed; one delivery at a time once the health check passes", "event", "BREAKER_HALF_OPEN")
 	case gobreaker.StateClosed:
 		b.failing.Store(0)
 		b.log.Info("circuit breaker closed: app answering", "event", "BREAKER_CLOSED")
