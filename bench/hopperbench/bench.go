@@ -283,6 +283,9 @@ func (cs consumerSetting) check(cfg *config.Config) error {
 	if cs.fixed && cfg.Limiter.Enabled {
 		return errors.New("limiter enabled, want it off")
 	}
+	if got, want := cfg.Consumer.Batch.Size(), max(1, cs.batch); got != want {
+		return fmt.Errorf("consumer batch of %d messages, want %d", got, want)
+	}
 	return nil
 }
 
