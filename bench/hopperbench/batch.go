@@ -16,6 +16,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
+
+	"github.com/hopper-sidecar/hopper/config"
 )
 
 // The batch path asks what delivering many messages per request buys, on
@@ -406,7 +408,7 @@ func floor(ctx context.Context, url, queue string, n, prefetch, every int, onFir
 
 // batchSetting is Hopper's setting on the batch path.
 func (o *options) batchSetting() consumerSetting {
-	return consumerSetting{prefetch: o.batchPrefetch, workers: o.batchWorkers, batch: o.batchSize}
+	return consumerSetting{prefetch: o.batchPrefetch, workers: o.batchWorkers, batch: o.batchSize, batchWait: o.batchWait}
 }
 
 // batching drains the backlog with each of batchWho per run.
@@ -499,8 +501,12 @@ func (rep *report) batchFigures() batchFigures {
 func (rep *report) printBatch(w io.Writer, o *options) {
 	fmt.Fprintf(w, "batch: %d messages per request; raw at prefetch %d/workers %d, one POST per message; floor: no app, a multiple-ack every %d deliveries at prefetch %d;\n",
 		o.batchSize, o.prefetch, o.workers, o.batchSize, o.batchPrefetch)
-	fmt.Fprintf(w, "rawbatch and hopper at prefetch %d/workers %d (batch requests in flight); hopper-retry: every %dth message answered 503 once, %s tier\n",
-		o.batchPrefetch, o.batchWorkers, batchRetryEvery, batchRetryTier)
+	wait := "not set"
+	if o.batchWait > 0 {
+		wait = config.FormatDuration(o.batchWait)
+	}
+	fmt.Fprintf(w, "rawbatch and hopper at prefetch %d/workers %d (batch requests in flight), hopper's maxWait %s; hopper-retry: every %dth message answered 503 once, %s tier\n",
+		o.batchPrefetch, o.batchWorkers, wait, batchRetryEvery, config.FormatDuration(batchRetryTier))
 	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %10s %10s %8s %9s %8s\n", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "per_req", "others")
 	for _, who := range batchWho {
 		rs := rep.batch[who]

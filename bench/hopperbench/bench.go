@@ -44,6 +44,7 @@ type options struct {
 	// batch path: messages per request, and Hopper's and the raw batching
 	// loop's prefetch and workers
 	batchSize, batchPrefetch, batchWorkers int
+	batchWait                              time.Duration // Hopper's consumer.batch.maxWait; 0 leaves it to Hopper
 }
 
 // The targets the benchmark checks against, as ratios to the raw loop.
@@ -71,8 +72,9 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
 	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once); fair, slow, big and batch alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
-	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 512, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
+	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
+	fs.DurationVar(&o.batchWait, "batch-wait", 0, "batch path: Hopper's consumer.batch.maxWait (0: not set, Hopper's default)")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
@@ -229,8 +231,10 @@ type consumerSetting struct {
 	// fixed turns the adaptive concurrency limit off, so that workers is
 	// the concurrency for the whole run rather than its ceiling.
 	fixed bool
-	// batch is consumer.batch.maxMessages, when more than 1.
-	batch int
+	// batch is consumer.batch.maxMessages, when more than 1, and
+	// batchWait its maxWait, when above 0.
+	batch     int
+	batchWait time.Duration
 }
 
 func (cs consumerSetting) isDefault() bool { return cs == consumerSetting{} }
@@ -263,6 +267,9 @@ func (cs consumerSetting) yaml() string {
 	s := fmt.Sprintf("consumer:\n  prefetch: %d\n  workers: %d\n", cs.prefetch, cs.workers)
 	if cs.batch > 1 {
 		s += fmt.Sprintf("  batch:\n    maxMessages: %d\n", cs.batch)
+		if cs.batchWait > 0 {
+			s += fmt.Sprintf("    maxWait: %s\n", config.FormatDuration(cs.batchWait))
+		}
 	}
 	if cs.fixed {
 		s += "limiter:\n  enabled: false\n"
@@ -285,6 +292,9 @@ func (cs consumerSetting) check(cfg *config.Config) error {
 	}
 	if got, want := cfg.Consumer.Batch.Size(), max(1, cs.batch); got != want {
 		return fmt.Errorf("consumer batch of %d messages, want %d", got, want)
+	}
+	if cs.batchWait > 0 && cfg.Consumer.Batch.MaxWait.D() != cs.batchWait {
+		return fmt.Errorf("consumer batch maxWait %s, want %s", cfg.Consumer.Batch.MaxWait.D(), cs.batchWait)
 	}
 	return nil
 }
