@@ -304,6 +304,8 @@ func (p *Loop) send(ctx context.Context, es []*entry) batchVerdict {
 			semconv.MessagingDestinationName(es[0].in.Queue), semconv.MessagingBatchMessageCount(len(es)))
 	}
 	p.obs.Batch(len(es))
+	p.Stats.Batches.Add(1)
+	p.Stats.BatchedMessages.Add(int64(len(es)))
 	start := time.Now()
 	a := p.o.App.DeliverBatch(bctx, r)
 	latency := time.Since(start)
