@@ -47,7 +47,11 @@ func profileMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
-	pathName := fs.String("path", "happy", "happy, retry or dlq")
+	pathName := fs.String("path", "happy", "happy, retry, dlq or batch (--batch-size messages per request)")
+	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request")
+	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch")
+	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight")
+	fs.DurationVar(&o.batchWait, "batch-wait", 0, "batch path: consumer.batch.maxWait (0: not set)")
 	out := fs.String("out", "bench-profile", "directory for the profiles")
 	usePerf := fs.Bool("perf", false, "profile the real binary with perf record instead of in-process pprof")
 	hopperBin := fs.String("hopper-bin", "", "Hopper binary for --perf (default: go build ./cmd/hopper)")
@@ -56,7 +60,7 @@ func profileMain(args []string) int {
 	_ = fs.Parse(args)
 	runtime.MemProfileRate = *memRate
 	m, err := parseMode(*pathName)
-	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ) {
+	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ && m != modeBatch) {
 		fmt.Fprintf(os.Stderr, "hopperbench profile: unknown path %q\n", *pathName)
 		return 2
 	}
@@ -93,7 +97,7 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 	defer b.Stop()
 
 	// The app runs in its own process: the profile is Hopper's alone.
-	appName := map[mode]string{modeOK: "ok", modeRetry: "retry", modeDLQ: "dlq"}[m]
+	appName := map[mode]string{modeOK: "ok", modeRetry: "retry", modeDLQ: "dlq", modeBatch: "batch"}[m]
 	appCmd := exec.Command(self, "app", "--mode", appName)
 	appCmd.Stderr = os.Stderr
 	appCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -116,7 +120,11 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 	e := &env{o: o, b: b, url: b.URL(), app: &app{url: strings.TrimSpace(appURL)}, dir: out,
 		quiet: slog.New(slog.DiscardHandler)}
 	queue := "profile-" + appName
-	cfgPath, plan, err := e.prepare(e.newSpec(queue, "hopper", m))
+	sp := e.newSpec(queue, "hopper", m)
+	if m == modeBatch {
+		sp.consumer = o.batchSetting()
+	}
+	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {
 		return err
 	}
