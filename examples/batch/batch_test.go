@@ -167,3 +167,34 @@ func start(t *testing.T, name string, args ...string) string {
 	}
 	return ""
 }
+
+// TestReadmeShowsTheseHandlers: the code the README's "Batch delivery"
+// section shows is these files' code, word for word, so the handlers the
+// tests above run are the ones a reader copies.
+func TestReadmeShowsTheseHandlers(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Batch delivery\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Batch delivery" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	files := map[string]string{"python": "python/app.py", "js": "node/app.js", "go": "go/main.go"}
+	for lang, file := range files {
+		src, err := os.ReadFile(filepath.FromSlash(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, block, ok := strings.Cut(section, "\n```"+lang+"\n")
+		if !ok {
+			t.Errorf("the Batch delivery section shows no %s block (for %s)", lang, file)
+			continue
+		}
+		block, _, _ = strings.Cut(block, "```\n")
+		if !strings.Contains(string(src), block) {
+			t.Errorf("the README's %s block is not a part of %s as it stands:\n%s", lang, file, block)
+		}
+	}
+}
