@@ -1,0 +1,168 @@
+package batch
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+)
+
+// Content types of a batch request.
+const (
+	// ContentTypeJSON is Hopper's envelope: {"entries":[…]}, each entry
+	// with the headers a single request would carry.
+	ContentTypeJSON = "application/json"
+	// ContentTypeCloudEvents is the CloudEvents batched content mode: a
+	// JSON array of structured events.
+	ContentTypeCloudEvents = "application/cloudevents-batch+json"
+)
+
+// Field is one header of an entry, as a single request would send it.
+type Field struct{ Name, Value string }
+
+// Entry is one message as written into a batch request.
+type Entry struct {
+	// ID names the entry in the app's answer; unique in the batch (IDs).
+	ID string
+	// Fields are the headers a request with this message alone would
+	// carry, already within the forwarding limits.
+	Fields      []Field
+	ContentType string
+	Body        []byte
+}
+
+// AppendJSON appends Hopper's envelope of entries to dst:
+//
+//	{"entries":[{"id":"…","headers":{"Hopper-Attempt":"1",…},
+//	  "datacontenttype":"application/json","data":{…}}]}
+//
+// A body whose content type is JSON and that is valid JSON is embedded as
+// data; any other body goes as data_base64, so no byte is lost to a text
+// encoding.
+func AppendJSON(dst []byte, entries []Entry) []byte {
+	dst = append(dst, `{"entries":[`...)
+	for i, e := range entries {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"id":`...)
+		dst = appendString(dst, e.ID)
+		dst = append(dst, `,"headers":{`...)
+		for j, f := range e.Fields {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, f.Name)
+			dst = append(dst, ':')
+			dst = appendString(dst, f.Value)
+		}
+		dst = append(dst, '}')
+		dst = appendData(dst, e)
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}"...)
+}
+
+// AppendCloudEvents appends entries as a CloudEvents batch to dst: a JSON
+// array of structured events. The ce-* fields become the event's
+// attributes under their own names (ce-source → source), trace context
+// keeps its names (the distributed tracing extension), and every other
+// header becomes an extension attribute named by its letters and digits in
+// lower case, as CloudEvents requires: Hopper-Attempt → hopperattempt. Two
+// headers that map to the same name keep the first.
+func AppendCloudEvents(dst []byte, entries []Entry) []byte {
+	dst = append(dst, '[')
+	seen := make(map[string]bool, 32)
+	var name []byte
+	for i, e := range entries {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		clear(seen)
+		dst = append(dst, `{"specversion":"1.0","id":`...)
+		dst = appendString(dst, e.ID)
+		seen["specversion"], seen["id"] = true, true
+		seen["data"], seen["data_base64"], seen["datacontenttype"] = true, true, true
+		for _, f := range e.Fields {
+			name = attributeName(name[:0], f.Name)
+			if len(name) == 0 || seen[string(name)] {
+				continue
+			}
+			seen[string(name)] = true
+			dst = append(dst, ',')
+			dst = appendString(dst, string(name))
+			dst = append(dst, ':')
+			dst = appendString(dst, f.Value)
+		}
+		dst = appendData(dst, e)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+// attributeName is the CloudEvents attribute a header maps to.
+func attributeName(dst []byte, header string) []byte {
+	h := strings.ToLower(header)
+	if rest, ok := strings.CutPrefix(h, "ce-"); ok {
+		h = rest
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+// appendData appends the entry's content type and body members.
+func appendData(dst []byte, e Entry) []byte {
+	if e.ContentType != "" {
+		dst = append(dst, `,"datacontenttype":`...)
+		dst = appendString(dst, e.ContentType)
+	}
+	if IsJSON(e.ContentType) && json.Valid(e.Body) {
+		dst = append(dst, `,"data":`...)
+		return append(dst, e.Body...)
+	}
+	dst = append(dst, `,"data_base64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, e.Body)
+	return append(dst, '"')
+}
+
+// IsJSON says whether a content type is JSON: application/json or a
+// structured suffix +json, parameters aside.
+func IsJSON(contentType string) bool {
+	t, _, _ := strings.Cut(contentType, ";")
+	t = strings.ToLower(strings.TrimSpace(t))
+	return t == "application/json" || strings.HasSuffix(t, "+json")
+}
+
+// appendString appends s as a JSON string. Bytes that are not UTF-8 are
+// written as U+FFFD, so the body is always valid JSON.
+func appendString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c < 0x20 || c == 0x7f:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, `\ufffd`...)
+		} else {
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
+}
