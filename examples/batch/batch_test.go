@@ -1,49 +1,49 @@
 // Package batch_test runs the batch handlers the README shows (Python,
 // Node.js and Go) as the programs they are and checks that each one reads
-// the request body Hopper sends in batch mode and answers with a results
-// body that settles every entry on its own.
+// the request body Hopper writes in batch mode and answers with a results
+// body Hopper reads into one outcome per entry.
 package batch_test
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hopper-sidecar/hopper/batch"
+	"github.com/hopper-sidecar/hopper/retry"
 )
 
 // startTimeout bounds a handler's start: an interpreter's first start on a
 // busy machine, not a wait for anything in particular.
 const startTimeout = time.Minute
 
-// envelope is a batch as Hopper sends it with app.cloudEvents false: the
-// first entry a valid order, the second one whose qty the handlers refuse.
-// Each entry carries the headers a single request would have.
-const envelope = `{"entries":[
- {"id":"m-1","headers":{"Hopper-Message-Id":"m-1","Hopper-Attempt":"1","Hopper-Requeue-Count":"0",
-   "Hopper-Queue":"orders","Hopper-Routing-Key":"order.created","Hopper-Header-Tenant":"acme"},
-  "datacontenttype":"application/json","data":{"sku":"A-1","qty":2}},
- {"id":"m-2","headers":{"Hopper-Message-Id":"m-2","Hopper-Attempt":"3","Hopper-Requeue-Count":"1",
-   "Hopper-Queue":"orders","Hopper-Routing-Key":"order.created"},
-  "datacontenttype":"application/json","data":{"sku":"B-7","qty":0}}
-]}`
+// now is the clock the answers are read with (a Retry-After date would be
+// measured from it).
+var now = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
-// notJSON is a batch of one message whose body is not JSON, so it comes
-// as data_base64 ("qty=5"): the handlers only take JSON orders.
-const notJSON = `{"entries":[{"id":"m-3","headers":{"Hopper-Message-Id":"m-3","Hopper-Attempt":"1",
- "Hopper-Requeue-Count":"0","Hopper-Queue":"orders"},"datacontenttype":"text/plain","data_base64":"cXR5PTU="}]}`
-
-// result is one entry of the Hopper results shape.
-type result struct {
-	ID     string `json:"id"`
-	Status int    `json:"status"`
-	Error  string `json:"error"`
+// entry is one message of a test batch as Hopper writes it: the headers a
+// single request would carry, then its body.
+func entry(id, attempt, contentType, body string) batch.Entry {
+	return batch.Entry{
+		ID: id,
+		Fields: []batch.Field{
+			{Name: "Hopper-Message-Id", Value: id}, {Name: "Hopper-Attempt", Value: attempt},
+			{Name: "Hopper-Requeue-Count", Value: "0"}, {Name: "Hopper-Queue", Value: "orders"},
+			{Name: "Hopper-Routing-Key", Value: "order.created"}, {Name: "Hopper-Header-Tenant", Value: "acme"},
+		},
+		ContentType: contentType,
+		Body:        []byte(body),
+	}
 }
 
 func TestPythonHandler(t *testing.T) {
@@ -75,51 +75,62 @@ func need(t *testing.T, name string) string {
 	return p
 }
 
-// check sends both batches and compares every entry's result.
+// check sends two batches written by Hopper's own encoder and reads each
+// answer as Hopper does, through the outcome table: a valid order is
+// acked, one with qty 0 dead-lettered as non-retriable, and a body that
+// is not JSON (sent as data_base64) dead-lettered too.
 func check(t *testing.T, url string) {
 	t.Helper()
-	got := post(t, url, envelope)
-	if len(got) != 2 {
-		t.Fatalf("two entries sent, %d results: %+v", len(got), got)
+	got := send(t, url, entry("m-1", "1", "application/json", `{"sku":"A-1","qty":2}`),
+		entry("m-2", "3", "application/json; charset=utf-8", `{"sku":"B-7","qty":0}`))
+	if want := []string{"ack m-1 200", "dlq m-2 422"}; !slices.Equal(got, want) {
+		t.Errorf("two orders: %q, want %q", got, want)
 	}
-	if got[0].ID != "m-1" || got[0].Status != http.StatusOK {
-		t.Errorf("first result %+v, want m-1 with status 200 (qty 2 is a valid order)", got[0])
-	}
-	if got[1].ID != "m-2" || got[1].Status != http.StatusUnprocessableEntity || got[1].Error == "" {
-		t.Errorf("second result %+v, want m-2 with status 422 and an error (qty 0)", got[1])
-	}
-
-	got = post(t, url, notJSON)
-	if len(got) != 1 || got[0].ID != "m-3" || got[0].Status != http.StatusUnprocessableEntity {
-		t.Errorf("a body sent as data_base64: results %+v, want m-3 with status 422", got)
+	got = send(t, url, entry("m-3", "1", "text/plain", "qty=5"))
+	if want := []string{"dlq m-3 422"}; !slices.Equal(got, want) {
+		t.Errorf("a body that is not JSON: %q, want %q", got, want)
 	}
 }
 
-// post sends one batch and decodes the answer strictly: a 2xx whose body
-// has the results shape and nothing else.
-func post(t *testing.T, url, body string) []result {
+// send POSTs one batch as Hopper would and returns, per entry, what
+// Hopper makes of the answer: "<action> <id> <status>". An answer Hopper
+// could not read fails the test.
+func send(t *testing.T, url string, entries ...batch.Entry) []string {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	body := batch.AppendJSON(nil, entries)
+	if !json.Valid(body) {
+		t.Fatalf("the envelope is not JSON: %s", body)
+	}
+	resp, err := http.Post(url, batch.ContentTypeJSON, bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("read the answer: %v", err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("answered %s, want 200 with a results body: %s", resp.Status, data)
+	if resp.StatusCode != http.StatusOK || len(bytes.TrimSpace(answer)) == 0 {
+		t.Fatalf("answered %s %q, want 200 with a results body", resp.Status, answer)
 	}
-	var out struct {
-		Results []result `json:"results"`
+	outs, err := batch.Read(retry.Outcome{Kind: retry.Response, Status: resp.StatusCode}, answer, ids, now)
+	if err != nil {
+		t.Fatalf("Hopper cannot read the answer %s: %v", answer, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&out); err != nil {
-		t.Fatalf("the answer is not a results body: %v: %s", err, data)
+	p := &retry.Policy{MaxAttempts: 5, Tiers: []time.Duration{time.Second}, Table: retry.DefaultTable(), MaxRequeues: 5, MaxHold: time.Second}
+	got := make([]string, len(outs))
+	for i, o := range outs {
+		d := retry.Decide(p, retry.State{}, o, now, func() float64 { return 0.5 })
+		got[i] = fmt.Sprintf("%s %s %d", d.Action, ids[i], o.Status)
+		if o.Status >= 400 && o.Error == "" {
+			t.Errorf("%s: status %d without an error saying why: %s", ids[i], o.Status, answer)
+		}
 	}
-	return out.Results
+	return got
 }
 
 // start runs a handler on a port of its choosing (PORT=0) and returns its
