@@ -32,14 +32,20 @@ const (
 //	prefetch unset, limiter on         follows: about 2 × the limit, from 20
 //	                                   up to 2 × workers (workers default 512)
 //	prefetch unset, limiter off        2 × workers (default 64)
+//
+// With batching on, workers count requests, each of up to
+// consumer.batch.maxMessages messages, and a prefetch Hopper picks is that
+// many times larger: an ordered queue takes one batch at a time, a fixed
+// prefetch gives one worker per batch it holds.
 func (c *Config) Concurrency() (prefetch, workers int, follow bool) {
+	per := c.Consumer.Batch.Size()
 	switch {
 	case c.Consumer.Ordered:
-		return 1, 1, false
+		return per, 1, false
 	case c.Consumer.Prefetch > 0:
 		workers = c.Consumer.Workers
 		if workers <= 0 {
-			workers = c.Consumer.Prefetch
+			workers = max(1, c.Consumer.Prefetch/per)
 		}
 		return c.Consumer.Prefetch, workers, false
 	case c.Limiter.Enabled:
@@ -47,13 +53,19 @@ func (c *Config) Concurrency() (prefetch, workers int, follow bool) {
 		if workers <= 0 {
 			workers = AutoWorkers
 		}
-		return FollowPrefetch(min(AutoInitial, workers), workers), workers, true
+		return c.FollowPrefetch(min(AutoInitial, workers), workers), workers, true
 	}
 	workers = c.Consumer.Workers
 	if workers <= 0 {
 		workers = FixedWorkers
 	}
-	return min(2*workers, 65535), workers, false
+	return min(2*workers*per, 65535), workers, false
+}
+
+// FollowPrefetch is FollowPrefetch(limit, workers) in messages: with
+// batching on, each request of the limit carries a batch.
+func (c *Config) FollowPrefetch(limit, workers int) int {
+	return min(FollowPrefetch(limit, workers)*c.Consumer.Batch.Size(), 65535)
 }
 
 // FollowPrefetch is the prefetch for a queue whose share of the

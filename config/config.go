@@ -65,6 +65,16 @@ type SubscriptionConsumer struct {
 	Ordered  *bool `yaml:"ordered,omitempty"`
 	// PrefetchBytes overrides consumer.prefetchBytes.
 	PrefetchBytes *int `yaml:"prefetchBytes,omitempty"`
+	// Batch overrides consumer.batch, key by key.
+	Batch SubscriptionBatch `yaml:"batch,omitempty"`
+}
+
+// SubscriptionBatch overrides consumer.batch for one subscription; a key
+// left out inherits.
+type SubscriptionBatch struct {
+	MaxMessages *int      `yaml:"maxMessages,omitempty"`
+	MaxBytes    *int      `yaml:"maxBytes,omitempty"`
+	MaxWait     *Duration `yaml:"maxWait,omitempty"`
 }
 
 // SubscriptionRetry overrides retry.* for one subscription; a key left out
@@ -261,7 +271,39 @@ type Consumer struct {
 	// retries in place: a failed message is held and delivered again after
 	// its tier's delay, so no later message overtakes it.
 	Ordered bool `yaml:"ordered"`
+	// Batch delivers several messages in one request, with a result per
+	// message. Off unless batch.maxMessages is above 1.
+	Batch Batch `yaml:"batch"`
 }
+
+// Batch sets batch delivery: one request carries up to MaxMessages
+// messages and the app answers a result for each. A batch is sent when it
+// holds MaxMessages, or MaxBytes of bodies, or its oldest message has
+// waited MaxWait, whichever comes first. With batching on, workers and the
+// concurrency limit count requests, not messages, and the prefetch is
+// scaled by MaxMessages so that full batches can form.
+type Batch struct {
+	// MaxMessages is the most messages in one request. Default 1: every
+	// message goes in a request of its own (batching off).
+	MaxMessages int `yaml:"maxMessages"`
+	// MaxBytes bounds the message bodies of one batch, in bytes. A single
+	// message larger than it goes alone. Default 1 MiB.
+	MaxBytes int `yaml:"maxBytes"`
+	// MaxWait is how long the oldest message of a batch may wait for the
+	// batch to fill. Default 0s: a batch is sent with what is at hand as
+	// soon as a worker is free, so batches grow only while the app is
+	// busy.
+	MaxWait Duration `yaml:"maxWait"`
+}
+
+// Size is the most messages in one request: 1 when batching is off.
+func (b Batch) Size() int { return max(1, b.MaxMessages) }
+
+// On says whether batching is on.
+func (b Batch) On() bool { return b.MaxMessages > 1 }
+
+// DefaultBatchMaxBytes is consumer.batch.maxBytes unless set.
+const DefaultBatchMaxBytes = 1 << 20
 
 // Retry is the default retry policy and the per-message policies.
 type Retry struct {
@@ -395,7 +437,7 @@ func Default() Config {
 			MaxBodyBytes:       64 << 10,
 			Forward:            Forward{MaxHeaders: 90, MaxHeaderBytes: 7 << 10, MaxValueBytes: 4096},
 		},
-		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes},
+		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes, Batch: Batch{MaxMessages: 1, MaxBytes: DefaultBatchMaxBytes}},
 		Retry: Retry{
 			MaxAttempts: 10,
 			Tiers: []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second),

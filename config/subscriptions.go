@@ -57,6 +57,15 @@ func (c *Config) subscription(s Subscription) Config {
 	if s.Consumer.PrefetchBytes != nil {
 		e.Consumer.PrefetchBytes = *s.Consumer.PrefetchBytes
 	}
+	if b := s.Consumer.Batch; b.MaxMessages != nil {
+		e.Consumer.Batch.MaxMessages = *b.MaxMessages
+	}
+	if b := s.Consumer.Batch; b.MaxBytes != nil {
+		e.Consumer.Batch.MaxBytes = *b.MaxBytes
+	}
+	if b := s.Consumer.Batch; b.MaxWait != nil {
+		e.Consumer.Batch.MaxWait = *b.MaxWait
+	}
 	r := s.Retry
 	if r.MaxAttempts != nil {
 		e.Retry.MaxAttempts = *r.MaxAttempts

@@ -18,6 +18,15 @@ import (
 // held longer makes the broker close the channel.
 const brokerConsumerTimeout = 30 * time.Minute
 
+// The bounds of consumer.batch. A batch is held unacked while it fills and
+// while the app works on it, so neither may grow without end: a thousand
+// messages is far past where the app's cost per message stops falling, and
+// five minutes is AWS Lambda's longest batching window.
+const (
+	MaxBatchMessages = 1000
+	MaxBatchWait     = 5 * time.Minute
+)
+
 // Validate reports every problem at once, each prefixed with its key path.
 func (c *Config) Validate() error {
 	errs := c.validateOne()
@@ -157,6 +166,18 @@ func (c *Config) validateOne() []error {
 	}
 	if c.Consumer.Workers > c.Consumer.Prefetch && c.Consumer.Prefetch > 0 && !c.Consumer.Ordered {
 		add("consumer.workers", "more workers (%d) than prefetch (%d) would sit idle", c.Consumer.Workers, c.Consumer.Prefetch)
+	}
+
+	if b := c.Consumer.Batch; b.MaxMessages < 1 || b.MaxMessages > MaxBatchMessages {
+		add("consumer.batch.maxMessages", "must be between 1 (batching off) and %d, got %d", MaxBatchMessages, b.MaxMessages)
+	} else if b.On() && c.Consumer.Prefetch > 0 && b.MaxMessages > c.Consumer.Prefetch {
+		add("consumer.batch.maxMessages", "a batch of %d can never fill with a prefetch of %d: raise consumer.prefetch or lower the batch", b.MaxMessages, c.Consumer.Prefetch)
+	}
+	if b := c.Consumer.Batch; b.MaxBytes < 1 {
+		add("consumer.batch.maxBytes", "must be at least 1 byte (a larger message goes alone), got %d", b.MaxBytes)
+	}
+	if b := c.Consumer.Batch; b.MaxWait < 0 || b.MaxWait.D() > MaxBatchWait {
+		add("consumer.batch.maxWait", "must be between 0s and %s, got %s", MaxBatchWait, b.MaxWait.D())
 	}
 
 	validateTiers("retry.tiers", c.Retry.Tiers, add)

@@ -19,7 +19,7 @@ const followEvery = 100 * time.Millisecond
 func (sub *subscription) maxPrefetch() int {
 	p, w, follow := sub.cfg.Concurrency()
 	if follow {
-		return config.FollowPrefetch(w, w)
+		return sub.cfg.FollowPrefetch(w, w)
 	}
 	return p
 }
@@ -76,7 +76,7 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 			if c == nil {
 				continue
 			}
-			want := config.FollowPrefetch(share, f.workers)
+			want := f.sub.cfg.FollowPrefetch(share, f.workers)
 			if p, change := nextPrefetch(c.Requested(), want); change {
 				c.SetPrefetch(p)
 			}
