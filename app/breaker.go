@@ -10,6 +10,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -18,6 +19,8 @@ import (
 // breaker and the limiter decorate one.
 type Deliverer interface {
 	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
+	// DeliverBatch sends several messages in one request.
+	DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer
 }
 
 // Gate starts and stops the flow of deliveries. The broker consumer
@@ -381,6 +384,24 @@ func (b *Breaker) trip() {
 // Deliver asks the breaker first; an open breaker answers "refused"
 // without calling the app.
 func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	return b.around(ctx, in.Suspect, func(ctx context.Context) retry.Outcome { return b.next.Deliver(ctx, m, in) })
+}
+
+// DeliverBatch is Deliver for a batch request: the breaker counts it as
+// one request, and what it makes of the request's end (a crash, a cut
+// while the app is healthy) is the outcome of every entry.
+func (b *Breaker) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
+	var a batch.Answer
+	whole := b.around(ctx, r.Alone, func(ctx context.Context) retry.Outcome {
+		a = b.next.DeliverBatch(ctx, r)
+		return a.Whole
+	})
+	return batch.Classified(a, whole, r.Len())
+}
+
+// around runs one request to the app through the breaker. suspect
+// requests run alone at the app.
+func (b *Breaker) around(ctx context.Context, suspect bool, call func(context.Context) retry.Outcome) retry.Outcome {
 	done, err := b.cb.Allow()
 	if err != nil {
 		why := "circuit breaker open: app unavailable"
@@ -389,7 +410,7 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 		}
 		return retry.Outcome{Kind: retry.Unavailable, Error: why, Refused: true}
 	}
-	if in.Suspect {
+	if suspect {
 		b.isolating.Add(1)
 		b.isolate.Lock()
 		defer func() { b.isolate.Unlock(); b.isolating.Add(-1) }()
@@ -399,7 +420,7 @@ func (b *Breaker) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	}
 	sent := b.seq.Add(1)
 	b.inflight.Add(1)
-	o := b.next.Deliver(ctx, m, in)
+	o := call(ctx)
 	company := o.Kind == retry.Unavailable && o.Cut && b.cutInCrowd(sent)
 	b.inflight.Add(-1)
 	switch {

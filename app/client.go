@@ -274,18 +274,17 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	propagator.Inject(ctx, &extra)
 
 	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, a.head(req, ct, len(m.Body)))
-	if om.Invalid > 0 {
-		a.HeadersSkipped.Add(int64(om.Invalid))
-	}
-	for i, n := range [...]int{om.ValueTooLong, om.MaxHeaders, om.MaxHeaderBytes} {
-		if n > 0 {
-			a.omitted[i].Add(int64(n))
-		}
-	}
+	a.countOmitted(om)
 	for _, h := range hdrs {
 		req.Header.Set(h.Name, h.Value)
 	}
 
+	return a.exchange(ctx, span, req, resp)
+}
+
+// exchange sends a request built by Deliver or DeliverBatch and classifies
+// what happened, recording it on the CLIENT span.
+func (a *Client) exchange(ctx context.Context, span trace.Span, req *fasthttp.Request, resp *fasthttp.Response) retry.Outcome {
 	deadline := time.Now().Add(a.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

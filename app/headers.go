@@ -336,18 +336,25 @@ const (
 	DefaultCloudEventType = "com.rabbitmq.message"
 )
 
+// CloudEventID is the CloudEvents id of a message: its message id, or for
+// a message without one an id derived from its content, so a redelivery
+// keeps the same id (consumers deduplicate on source + id).
+func CloudEventID(m *msg.Message, in msg.Info) string {
+	if m.MessageID != "" {
+		return m.MessageID
+	}
+	h := sha256.New()
+	h.Write([]byte(in.RoutingKey))
+	h.Write([]byte{0})
+	h.Write(m.Body)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // CloudEventHeaders appends the ce-* attributes of a message. ce-id is the
 // message id; a message without one gets an id derived from its content, so
 // a redelivery keeps the same id (consumers deduplicate on source + id).
 func CloudEventHeaders(dst []Header, m *msg.Message, in msg.Info) []Header {
-	id := m.MessageID
-	if id == "" {
-		h := sha256.New()
-		h.Write([]byte(in.RoutingKey))
-		h.Write([]byte{0})
-		h.Write(m.Body)
-		id = hex.EncodeToString(h.Sum(nil)[:16])
-	}
+	id := CloudEventID(m, in)
 	source := "/rabbitmq/queue/" + in.Queue
 	if in.Exchange != "" {
 		source = "/rabbitmq/exchange/" + in.Exchange

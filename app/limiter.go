@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -101,11 +102,26 @@ func (l *Limiter) InFlight() int {
 
 // Deliver waits for a slot, delivers, and adapts the limit to the outcome.
 func (l *Limiter) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
-	if err := l.acquire(ctx, in.Queue); err != nil {
+	return l.around(ctx, in.Queue, func(ctx context.Context) retry.Outcome { return l.next.Deliver(ctx, m, in) })
+}
+
+// DeliverBatch is Deliver for a batch request: it takes one slot, so the
+// limit counts requests, whatever their size.
+func (l *Limiter) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
+	var a batch.Answer
+	whole := l.around(ctx, r.Infos[0].Queue, func(ctx context.Context) retry.Outcome {
+		a = l.next.DeliverBatch(ctx, r)
+		return a.Whole
+	})
+	return batch.Classified(a, whole, r.Len())
+}
+
+func (l *Limiter) around(ctx context.Context, queue string, call func(context.Context) retry.Outcome) retry.Outcome {
+	if err := l.acquire(ctx, queue); err != nil {
 		return retry.Outcome{Kind: retry.Unavailable, CutOff: true, Error: fmt.Sprintf("waiting for a concurrency slot: %v", err)}
 	}
 	start := time.Now()
-	o := l.next.Deliver(ctx, m, in)
+	o := call(ctx)
 	l.release(o, time.Since(start))
 	return o
 }

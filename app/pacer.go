@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -132,13 +133,27 @@ func (p *Pacer) setPaced(paced bool, failing int) {
 // Deliver waits out the pause, if any, then delivers and records the
 // outcome.
 func (p *Pacer) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	return p.around(ctx, func(ctx context.Context) retry.Outcome { return p.next.Deliver(ctx, m, in) })
+}
+
+// DeliverBatch is Deliver for a batch request, paced and counted as one.
+func (p *Pacer) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
+	var a batch.Answer
+	whole := p.around(ctx, func(ctx context.Context) retry.Outcome {
+		a = p.next.DeliverBatch(ctx, r)
+		return a.Whole
+	})
+	return batch.Classified(a, whole, r.Len())
+}
+
+func (p *Pacer) around(ctx context.Context, call func(context.Context) retry.Outcome) retry.Outcome {
 	if d := p.Pause(); d > 0 {
 		select {
 		case <-p.o.Clock.After(d):
 		case <-ctx.Done():
 		}
 	}
-	o := p.next.Deliver(ctx, m, in)
+	o := call(ctx)
 	switch {
 	case o.Kind == retry.Response && o.Status >= 200 && o.Status <= 299:
 		p.failing.Store(0)

@@ -12,6 +12,8 @@ package batch
 import (
 	"strconv"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -90,4 +92,56 @@ func IDs(n int, base func(i int) string) []string {
 		ids[i] = id
 	}
 	return ids
+}
+
+// Request is one batch on its way to the app: messages of one queue, in
+// the order they were received.
+type Request struct {
+	Messages []*msg.Message
+	Infos    []msg.Info
+	// Traces are the trace context each entry carries to the app: the
+	// span of that message's attempt, so the app's work on one message
+	// joins that message's trace. A zero one carries the message's own.
+	Traces []trace.SpanContext
+	// Alone marks the request of a message that must go alone: the app
+	// may have died with it before, so no other request is in flight at
+	// the app while it is.
+	Alone bool
+}
+
+// Len is the number of messages in the batch.
+func (r *Request) Len() int { return len(r.Messages) }
+
+// Slice is the part [i, j) of the batch.
+func (r *Request) Slice(i, j int) *Request {
+	return &Request{Messages: r.Messages[i:j], Infos: r.Infos[i:j], Traces: r.Traces[i:j], Alone: r.Alone}
+}
+
+// Answer is what came of a batch request.
+type Answer struct {
+	// Whole is the request's own outcome, classified as a single request's
+	// would be: what the breaker, the limiter and the pacer count.
+	Whole retry.Outcome
+	// Entries are the outcomes of the messages, in the request's order.
+	Entries []retry.Outcome
+	// Unread says why the app's results body could not be read; every
+	// entry is then retried.
+	Unread error
+}
+
+// Classified is a with the request's outcome as a decorator of the call
+// saw it: whole replaces a.Whole (a breaker that refused the request, or
+// found that the app died under it), and when whole is no 2xx answer it is
+// the outcome of every entry, as Read would have made it.
+func Classified(a Answer, whole retry.Outcome, n int) Answer {
+	a.Whole = whole
+	if whole.Kind == retry.Response && whole.Status >= 200 && whole.Status <= 299 && len(a.Entries) == n {
+		return a
+	}
+	a.Entries = make([]retry.Outcome, n)
+	for i := range a.Entries {
+		a.Entries[i] = whole
+	}
+	a.Unread = nil
+	return a
 }

@@ -173,6 +173,9 @@ func (c *Config) validateOne() []error {
 	} else if b.On() && c.Consumer.Prefetch > 0 && b.MaxMessages > c.Consumer.Prefetch {
 		add("consumer.batch.maxMessages", "a batch of %d can never fill with a prefetch of %d: raise consumer.prefetch or lower the batch", b.MaxMessages, c.Consumer.Prefetch)
 	}
+	if b := c.Consumer.Batch; b.On() && strings.Contains(c.App.URL, "{routingKey}") {
+		add("consumer.batch.maxMessages", "a batch holds messages of many routing keys, so the app URL cannot hold {routingKey}: turn batching off or drop it from app.url")
+	}
 	if b := c.Consumer.Batch; b.MaxBytes < 1 {
 		add("consumer.batch.maxBytes", "must be at least 1 byte (a larger message goes alone), got %d", b.MaxBytes)
 	}

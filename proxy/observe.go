@@ -30,6 +30,8 @@ type Observer interface {
 	// InternalError is called for each panic recovered while handling a
 	// delivery.
 	InternalError()
+	// Batch is called for each batch request, with its number of messages.
+	Batch(size int)
 }
 
 type nopObserver struct{}
@@ -38,6 +40,7 @@ func (nopObserver) Decided(retry.Outcome, bool, retry.Decision, time.Duration) {
 func (nopObserver) MoveFailed(string)                                          {}
 func (nopObserver) InFlight(int)                                               {}
 func (nopObserver) InternalError()                                             {}
+func (nopObserver) Batch(int)                                                  {}
 
 // propagator reads and writes W3C trace context. It is used directly (not
 // the global one) so that, with tracing off, an incoming traceparent still
@@ -70,7 +73,11 @@ var (
 	keyAttempt  = attribute.Key("hopper.attempt")
 	keyDecision = attribute.Key("hopper.decision")
 	keyReason   = attribute.Key("hopper.reason")
-	keyMove     = attribute.Key("hopper.move")
+	// keyBatchAgain says why an attempt in a batch was not acted on: the
+	// message goes again (the batch split, refused, or behind a failed
+	// message of an ordered batch).
+	keyBatchAgain = attribute.Key("hopper.batch.again")
+	keyMove       = attribute.Key("hopper.move")
 )
 
 // defaultExchange is how the conventions name RabbitMQ's default exchange

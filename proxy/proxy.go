@@ -45,6 +45,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -68,6 +69,9 @@ type Publisher interface {
 // Deliverer sends a message to the app and classifies what happened.
 type Deliverer interface {
 	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
+	// DeliverBatch sends several messages in one request and reads the
+	// app's answer into an outcome per message.
+	DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer
 }
 
 // Options configure a Loop. Zero values take the defaults named.
@@ -109,6 +113,13 @@ type Options struct {
 	// The hold is bounded by MoveHoldMax; past it the retry goes through the
 	// tier queue. Default false.
 	InPlace bool
+	// Batch turns batch delivery on when Batch.MaxMessages is above 1:
+	// Workers then count batch requests. Default off.
+	Batch batch.Limits
+	// BatchWait is how long the oldest delivery of a batch waits for it
+	// to fill. Default 0: a batch goes with what is at hand as soon as a
+	// worker is free.
+	BatchWait time.Duration
 	// DeadlineHeader names an application header with an absolute
 	// deadline. Default "" (none).
 	DeadlineHeader string
@@ -163,6 +174,11 @@ type Loop struct {
 	hand    chan Delivery
 	ctx     context.Context
 	running atomic.Int64
+
+	// With batching, Handle queues deliveries on pending, collect forms
+	// them into batches and hands each on batches to a batch worker.
+	pending chan Delivery
+	batches chan []Delivery
 }
 
 // New returns a loop; Start launches its workers.
@@ -201,6 +217,10 @@ func New(o Options) *Loop {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	if p.batching() {
+		p.pending = make(chan Delivery, o.Queue)
+		p.batches = make(chan []Delivery)
+	}
 	return p
 }
 
@@ -209,6 +229,10 @@ func New(o Options) *Loop {
 // period.
 func (p *Loop) Start(ctx context.Context) {
 	p.ctx = ctx
+	if p.batching() {
+		p.wg.Add(1)
+		go p.collect(ctx)
+	}
 }
 
 // spawn starts a worker with d unless Workers already run.
@@ -244,6 +268,10 @@ func (p *Loop) spawn(d Delivery) bool {
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
+	if p.pending != nil {
+		p.pending <- d
+		return
+	}
 	select {
 	case p.hand <- d: // a worker was waiting for one
 		return
@@ -262,6 +290,9 @@ func (p *Loop) Shutdown(ctx context.Context) bool {
 	p.stopOnce.Do(func() {
 		close(p.stopping)
 		close(p.work)
+		if p.pending != nil {
+			close(p.pending)
+		}
 	})
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
@@ -315,10 +346,14 @@ func (d *settleOnce) Unwrap() Delivery { return d.Delivery }
 // giving the message back would crash-loop on it. A delivery already
 // settled stays as it is. The panic is logged with its stack and counted.
 func (p *Loop) recoverDelivery(ctx context.Context, d *settleOnce) {
-	r := recover()
-	if r == nil {
-		return
+	if r := recover(); r != nil {
+		p.internalError(ctx, d, r)
 	}
+}
+
+// internalError dead-letters d after the panic r while it was handled,
+// unless it was settled already.
+func (p *Loop) internalError(ctx context.Context, d *settleOnce, r any) {
 	p.Stats.InternalErrors.Add(1)
 	p.obs.InternalError()
 	m := d.Message()
@@ -365,8 +400,27 @@ func (p *Loop) safeHistory(m *msg.Message) (in msg.Info) {
 // has waited out its delay and the app is to be called again; since is
 // when the delivery was received.
 func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
+	if !p.ready(ctx, d) {
+		return false
+	}
+	p.inFlight(1)
+	defer p.inFlight(-1)
+
+	e := p.begin(ctx, d)
+	defer e.span.End()
+	if e.expired() {
+		return p.finish(e, p.expire(e), since, true)
+	}
+	start := time.Now()
+	out := p.o.App.Deliver(e.ctx, e.m, e.in)
+	return p.finish(e, p.judge(e, out, time.Since(start)), since, true)
+}
+
+// ready says whether a delivery is to be sent: not when its channel died
+// while it waited (the broker has requeued it), nor during shutdown, when
+// it is given back.
+func (p *Loop) ready(ctx context.Context, d Delivery) bool {
 	if !alive(d) {
-		// Its channel died while it waited: the broker has requeued it.
 		p.Stats.SettleFailed.Add(1)
 		return false
 	}
@@ -377,22 +431,37 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
 		p.giveBack(ctx, d, m, in)
 		return false
 	}
-	p.inFlight(1)
-	defer p.inFlight(-1)
+	return true
+}
 
+// entry is one attempt of one delivery: what its headers say, the policy
+// it falls under, and the attempt's span.
+type entry struct {
+	d    Delivery
+	m    *msg.Message
+	in   msg.Info
+	st   retry.State
+	now  time.Time
+	pol  *retry.Policy
+	ctx  context.Context
+	span trace.Span
+}
+
+// begin starts an attempt of d: it reads the history, starts the
+// attempt's CONSUMER span, parented on the context the message carries
+// (the publisher's, or the previous attempt's move), and selects the
+// policy.
+func (p *Loop) begin(ctx context.Context, d Delivery) *entry {
 	m := d.Message()
-	now := p.o.Now()
-	in, st := p.history(m, now)
-	// One CONSUMER span per attempt, parented on the context the message
-	// carries: the publisher's, or the previous attempt's move.
-	ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
-	ctx, span := p.tr.Start(ctx, "process "+in.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		span.SetAttributes(deliveryAttrs(d, m, in)...)
+	e := &entry{d: d, m: m, now: p.o.Now()}
+	e.in, e.st = p.history(m, e.now)
+	e.ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
+	e.ctx, e.span = p.tr.Start(e.ctx, "process "+e.in.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	if e.span.IsRecording() {
+		e.span.SetAttributes(deliveryAttrs(d, m, e.in)...)
 	}
-	defer span.End()
-	pol := p.o.Selector.Select(retry.Subject{
-		RoutingKey: in.RoutingKey,
+	e.pol = p.o.Selector.Select(retry.Subject{
+		RoutingKey: e.in.RoutingKey,
 		Type:       m.Type,
 		Header: func(name string) (string, bool) {
 			v, ok := m.Headers[name]
@@ -403,56 +472,88 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
 			return s, true
 		},
 	})
+	return e
+}
 
-	var (
-		dec     retry.Decision
-		out     retry.Outcome
-		latency time.Duration
-		called  bool
-	)
-	if !st.Deadline.IsZero() && now.After(st.Deadline) {
-		// Never deliver stale. A deadline of "now" (AMQP expiration 0:
-		// deliver at once or never) is still delivered on first receipt.
-		dec = retry.Expired(pol, st)
-		out.Error = "deadline passed before delivery"
-	} else {
-		start := time.Now()
-		out = p.o.App.Deliver(ctx, m, in)
-		latency, called = time.Since(start), !out.Refused
-		dec = retry.Decide(pol, st, out, p.o.Now(), p.o.Rand)
-		if p.log.Enabled(ctx, slog.LevelDebug) {
-			p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", m.MessageID,
-				"attempt", in.Attempt, "status", out.Status, "decision", dec.Action.String(),
-				"latency_ms", latency.Milliseconds(), "trace_id", traceID(span))
-		}
+// expired says whether the message is past its deadline: it is never
+// delivered stale. A deadline of "now" (AMQP expiration 0: deliver at once
+// or never) is still delivered on first receipt.
+func (e *entry) expired() bool {
+	return !e.st.Deadline.IsZero() && e.now.After(e.st.Deadline)
+}
+
+// verdict is what became of one attempt: the app's outcome (none when it
+// was not called) and the decision taken on it.
+type verdict struct {
+	out     retry.Outcome
+	dec     retry.Decision
+	called  bool
+	latency time.Duration
+}
+
+// expire is the verdict on a message past its deadline, not delivered.
+func (p *Loop) expire(e *entry) verdict {
+	return verdict{dec: retry.Expired(e.pol, e.st), out: retry.Outcome{Error: "deadline passed before delivery"}}
+}
+
+// judge decides on the app's outcome of an attempt.
+func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict {
+	v := verdict{out: out, latency: latency, called: !out.Refused}
+	v.dec = retry.Decide(e.pol, e.st, out, p.o.Now(), p.o.Rand)
+	if p.log.Enabled(e.ctx, slog.LevelDebug) {
+		p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", e.m.MessageID,
+			"attempt", e.in.Attempt, "status", out.Status, "decision", v.dec.Action.String(),
+			"latency_ms", latency.Milliseconds(), "trace_id", traceID(e.span))
 	}
-	if span.IsRecording() {
-		span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
+	return v
+}
+
+// finish carries out a verdict: it records it on the span, holds an
+// ordered delivery in place, or settles, and counts what happened. It
+// reports true when an in-place hold has waited out its delay and the app
+// is to be called again. backoff says whether a return of a message the
+// app could not take waits the unavailable backoff first (a batch waits it
+// once for all its messages).
+func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
+	out, dec := v.out, v.dec
+	if e.span.IsRecording() {
+		e.span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
 		if dec.Reason != "" {
-			span.SetAttributes(keyReason.String(dec.Reason))
+			e.span.SetAttributes(keyReason.String(dec.Reason))
 		}
 	}
 	if out.Error != "" && dec.Action != retry.Ack {
-		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
-		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
+		e.span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
+		e.span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
 	}
 	if p.o.InPlace {
-		switch p.holdInPlace(ctx, d, m, in, dec, out, since) {
+		switch p.holdInPlace(e.ctx, e.d, e.m, e.in, dec, out, since) {
 		case held:
-			p.record(out, called, dec, latency)
+			p.record(out, v.called, dec, v.latency)
 			return true
 		case heldThenGivenBack:
-			p.record(out, called, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: dec.Requeues}, latency)
+			p.record(out, v.called, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: dec.Requeues}, v.latency)
 			return false
 		}
 	}
+	if backoff && unavailable(dec, out) {
+		p.wait(p.o.UnavailableBackoff)
+	}
 	// Counted once, after the settle, as what actually happened: a decision
 	// the proxy had to let go of is counted as a return.
-	if !p.settle(ctx, d, m, in, dec, out) {
-		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
+	if !p.settle(e.ctx, e.d, e.m, e.in, dec, out) {
+		dec = retry.Decision{Action: retry.Return, Retries: e.in.Retries, Requeues: e.in.Requeues}
 	}
-	p.record(out, called, dec, latency)
+	p.record(out, v.called, dec, v.latency)
 	return false
+}
+
+// unavailable says whether a decision returns a message the app could not
+// take, which waits the unavailable backoff so that an app that is down
+// is not spun on. A refusal does not wait (the consumer is paused), nor
+// does a crash (the message goes back with its count).
+func unavailable(dec retry.Decision, out retry.Outcome) bool {
+	return dec.Action == retry.Return && !out.Given() && !out.Crashed
 }
 
 // holdResult is what holdInPlace did.
@@ -591,9 +692,6 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		return true
 
 	case retry.Return:
-		if !out.Given() && !out.Crashed {
-			p.wait(p.o.UnavailableBackoff)
-		}
 		if dec.Crashes > in.Crashes {
 			// The app died handling it: the new crash count must travel
 			// with the message, which a nack cannot do.

@@ -396,6 +396,7 @@ func (o *countingObserver) Decided(_ retry.Outcome, _ bool, dec retry.Decision, 
 }
 func (o *countingObserver) MoveFailed(string) {}
 func (o *countingObserver) InFlight(int)      {}
+func (o *countingObserver) Batch(int)         {}
 func (o *countingObserver) InternalError()    {}
 
 // TestDecisionCountedOnceAfterSettle: a decision is counted once, as what

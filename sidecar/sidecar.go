@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/hopper-sidecar/hopper/app"
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/backoff"
@@ -553,6 +554,8 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		MoveRetryMax:       cfg.Broker.MoveRetryMax.D(),
 		MoveHoldMax:        cfg.Broker.MoveHoldMax.D(),
 		InPlace:            cfg.Consumer.Ordered,
+		Batch:              batch.Limits{MaxMessages: cfg.Consumer.Batch.Size(), MaxBytes: cfg.Consumer.Batch.MaxBytes},
+		BatchWait:          cfg.Consumer.Batch.MaxWait.D(),
 		// Taking more messages while moves fail would only pile up held
 		// deliveries: pause this queue until every held move has gone
 		// through. Other queues, whose moves go elsewhere, carry on.

@@ -29,6 +29,7 @@ type Metrics struct {
 	returns      *family
 	movesFailed  *family
 	internal     *family
+	batchSize    *family
 	breaker      *family
 	breakerOpens *series
 	reconnects   *series
@@ -81,6 +82,9 @@ func NewMetrics(src Sources) *Metrics {
 		"Move publishes that failed (each retry counts); the original is held and the move retried.", "queue", "move")
 	m.internal = r.counter("hopper_internal_errors_total",
 		"Panics recovered while handling a message; each such message goes to the DLQ with reason hopper-error.", "queue")
+	m.batchSize = r.histogram("hopper_batch_size",
+		"Messages per batch request to the app (batch delivery only).",
+		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}, "queue")
 	m.breaker = r.gauge("hopper_breaker_state", "1 for the circuit breaker's current state.", "state")
 	m.breakerOpens = r.counter("hopper_breaker_opens_total", "Times the circuit breaker opened (the app unavailable).").with()
 	m.reconnects = r.counter("hopper_broker_reconnects_total", "Consumer reconnects after a lost connection, channel or consumer.").with()
@@ -187,6 +191,10 @@ type Queue struct {
 	name     string
 	latency  *series
 	inFlight *series
+	// batchSize is created on the first batch: a queue that never batches
+	// shows no histogram.
+	batchSize *series
+	batchOnce sync.Once
 	// deliveries is indexed by action and status class; a cell is filled
 	// the first time that pair happens.
 	deliveries [retry.Return + 1][len(classNames)]atomic.Pointer[series]
@@ -242,6 +250,12 @@ func (q *Queue) MoveFailed(move string) { q.m.movesFailed.with(q.name, move).inc
 // InternalError counts a panic recovered while handling a message.
 func (q *Queue) InternalError() { q.m.internal.with(q.name).inc() }
 
+// Batch records the size of a batch request.
+func (q *Queue) Batch(size int) {
+	q.batchOnce.Do(func() { q.batchSize = q.m.batchSize.with(q.name) })
+	q.m.batchSize.observe(q.batchSize, float64(size))
+}
+
 // InFlight implements proxy.Observer.
 func (q *Queue) InFlight(delta int) { q.inFlight.add(float64(delta)) }
 
@@ -255,6 +269,9 @@ func (m *Metrics) MoveFailed(move string) { m.first.MoveFailed(move) }
 
 // InFlight tracks the first queue's deliveries in flight.
 func (m *Metrics) InFlight(delta int) { m.first.InFlight(delta) }
+
+// Batch records a batch request of the first queue.
+func (m *Metrics) Batch(size int) { m.first.Batch(size) }
 
 // BreakerOpened counts the breaker opening.
 func (m *Metrics) BreakerOpened() { m.breakerOpens.inc() }

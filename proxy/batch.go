@@ -1,0 +1,456 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hopper-sidecar/hopper/batch"
+	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// Batch delivery. The consumer's deliveries go to a collector, which forms
+// batches and hands each to a worker; the worker sends it in one request
+// and settles every message on its own from the app's answer, by the same
+// decide → settle path a single delivery takes.
+//
+//	consumer ─Handle→ pending ─collect→ batch ─worker→ one request
+//	                                                   ├─ an outcome per message → decide → settle each
+//	                                                   └─ failed as a whole (no answer) → split in
+//	                                                      halves, each delivered again, down to one
+//
+// A batch holds no message that must go alone (a crash count or the
+// crash-suspect mark): such a message is delivered in a request of its own,
+// between the runs of its batch, so order is kept, still written as a
+// batch (of one), since that is what the app's handler takes.
+
+// batching says whether the loop delivers in batches.
+func (p *Loop) batching() bool { return p.o.Batch.MaxMessages > 1 }
+
+// collect forms batches from the deliveries Handle queues and hands them
+// to the workers, until Shutdown closes pending. A batch goes when it is
+// full (messages or bytes), when its oldest delivery has waited BatchWait,
+// or, with BatchWait 0, as soon as a worker is free: batches then grow
+// only while every worker is busy, and an idle app gets each message at
+// once.
+func (p *Loop) collect(ctx context.Context) {
+	defer p.wg.Done()
+	defer close(p.batches)
+	var (
+		cur   []Delivery
+		bytes int
+		// next is a delivery that did not fit in cur: it starts the next
+		// batch, and nothing more is taken until cur has gone.
+		next    Delivery
+		in      = p.pending
+		timer   *time.Timer
+		expired <-chan time.Time
+		waited  bool
+	)
+	add := func(d Delivery) {
+		if len(cur) == 0 {
+			waited = p.o.BatchWait <= 0
+			if !waited {
+				timer = time.NewTimer(p.o.BatchWait)
+				expired = timer.C
+			}
+		}
+		cur = append(cur, d)
+		bytes += len(d.Message().Body)
+		if mayCrash(d.Message()) {
+			// It goes in a request of its own, now: nothing it could
+			// wait for would join it.
+			waited = true
+		}
+	}
+	for {
+		ready := len(cur) > 0 && (waited || p.o.Batch.Full(len(cur), bytes))
+		var out chan []Delivery
+		if ready {
+			// A worker waiting takes it; else a new worker, while fewer
+			// than Workers run.
+			select {
+			case p.batches <- cur:
+				cur = nil
+			default:
+				if p.spawnBatch(ctx, cur) {
+					cur = nil
+				}
+			}
+			if cur == nil {
+				bytes, expired, waited = 0, nil, false
+				if timer != nil {
+					timer.Stop()
+				}
+				if next != nil {
+					add(next)
+					next, in = nil, p.pending
+				}
+				continue
+			}
+			out = p.batches
+		}
+		select {
+		case d, ok := <-in:
+			if !ok {
+				p.giveBackAll(ctx, append(cur, next))
+				return
+			}
+			if p.o.Batch.Fits(len(cur), bytes, len(d.Message().Body)) {
+				add(d)
+			} else {
+				next, in = d, nil
+			}
+		case out <- cur:
+			cur, bytes, expired, waited = nil, 0, nil, false
+			if timer != nil {
+				timer.Stop()
+			}
+			if next != nil {
+				add(next)
+				next, in = nil, p.pending
+			}
+		case <-expired:
+			expired, waited = nil, true
+		}
+	}
+}
+
+// mayCrash says whether a message carries a crash count or the
+// crash-suspect mark: it will go alone. Only the headers' presence is
+// looked at, which is all the collector needs.
+func mayCrash(m *msg.Message) bool {
+	_, crashed := m.Headers[msg.HeaderCrashCount]
+	_, suspect := m.Headers[msg.HeaderCrashSuspect]
+	return crashed || suspect
+}
+
+// spawnBatch starts a batch worker with b unless Workers already run.
+func (p *Loop) spawnBatch(ctx context.Context, b []Delivery) bool {
+	for {
+		n := p.running.Load()
+		if n >= int64(p.o.Workers) {
+			return false
+		}
+		if p.running.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for ok := true; ok; b, ok = <-p.batches {
+			p.handleBatch(ctx, b)
+		}
+	}()
+	return true
+}
+
+// giveBackAll returns deliveries that were never sent: shutdown.
+func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
+	for _, d := range ds {
+		if d == nil || !alive(d) {
+			continue
+		}
+		p.Stats.ReturnedOnShutdown.Add(1)
+		m := d.Message()
+		in, _ := p.history(m, p.o.Now())
+		p.giveBack(ctx, d, m, in)
+	}
+}
+
+// handleBatch delivers a batch: runs of messages that may share a request
+// go together, a message that must go alone goes by itself, in the order
+// received. A panic on the way is recovered: what is not yet settled goes
+// back marked as a crash suspect, to be delivered on its own, where the
+// single-message path sets the one that fails aside.
+func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
+	sds := make([]*settleOnce, 0, len(ds))
+	for _, d := range ds {
+		if p.ready(ctx, d) {
+			sds = append(sds, &settleOnce{Delivery: d})
+		}
+	}
+	defer p.recoverBatch(ctx, sds)
+	since := p.o.Now()
+	run := 0
+	for i, d := range sds {
+		in, _ := p.history(d.Message(), since)
+		if !batch.Alone(in) {
+			continue
+		}
+		p.deliverRun(ctx, sds[run:i], since)
+		// Still in the batch format: the app's handler takes batches.
+		p.deliverRun(ctx, sds[i:i+1], since)
+		run = i + 1
+	}
+	p.deliverRun(ctx, sds[run:], since)
+}
+
+// deliverRun delivers messages that go together, as one batch or, when it
+// fails as a whole, as halves of it; an ordered loop keeps their order.
+func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time) {
+	if len(ds) == 0 {
+		return
+	}
+	p.inFlight(len(ds))
+	defer p.inFlight(-len(ds))
+	if p.o.InPlace {
+		p.deliverOrdered(ctx, ds, since)
+		return
+	}
+	p.deliverSplit(ctx, ds, since, false)
+}
+
+// deliverSplit delivers ds in one request and settles each message from
+// the answer. A request that failed as a whole without an answer is split
+// in halves, each delivered the same way, down to single messages: the
+// message at fault ends up alone and is the only one charged. The halves
+// go one after the other, while every message is held unacked; a split
+// stops when the hold would reach MoveHoldMax, or at shutdown, and the
+// failure is then each message's outcome. splitting says ds is a half:
+// while the breaker refuses it (the app died under the whole), it waits
+// for the app rather than give up on the split.
+func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) {
+	es, v := p.deliverOnce(ctx, ds, since, splitting)
+	if es == nil {
+		return
+	}
+	if len(es) > 1 && batch.Splits(v.whole) && p.holdable(since) {
+		p.endUnsettled(es, "split")
+		h := batch.Half(len(ds))
+		p.log.Info("batch failed as a whole; delivering it again in halves", "event", "BATCH_SPLIT",
+			"size", len(ds), "halves", fmt.Sprintf("%d+%d", h, len(ds)-h), "error", msg.Truncate(v.whole.Error, msg.MaxErrorLen))
+		p.deliverSplit(ctx, ds[:h], since, true)
+		p.deliverSplit(ctx, ds[h:], since, true)
+		return
+	}
+	p.conclude(es, v, since)
+}
+
+// batchVerdict is what came of one batch request.
+type batchVerdict struct {
+	whole   retry.Outcome
+	entries []retry.Outcome
+	latency time.Duration
+}
+
+// deliverOnce sends ds as one request, starting an attempt of each. Messages
+// past their deadline are settled at once and not sent. It returns the
+// attempts sent, in order, and the answer; nil when nothing was sent.
+// While splitting, a request the breaker refuses is tried again after a
+// growing pause, as long as the messages may be held.
+func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) ([]*entry, batchVerdict) {
+	bo := backoff.Backoff{Min: max(p.o.UnavailableBackoff/8, minUnavailableHold), Max: max(p.o.UnavailableBackoff, minUnavailableHold)}
+	for {
+		var es []*entry
+		for _, d := range ds {
+			if d.settled.Load() {
+				continue
+			}
+			e := p.begin(ctx, d)
+			if e.expired() {
+				p.finish(e, p.expire(e), since, false)
+				e.span.End()
+				continue
+			}
+			es = append(es, e)
+		}
+		if len(es) == 0 {
+			return nil, batchVerdict{}
+		}
+		v := p.send(ctx, es)
+		if !(splitting && v.whole.Refused && p.holdable(since)) || !p.wait(bo.Next()) {
+			// A refusal at shutdown goes back as a single refusal would.
+			return es, v
+		}
+		p.endUnsettled(es, "refused")
+	}
+}
+
+// send makes the batch request of es: one CONSUMER span for the batch,
+// linked to each message's attempt span, under which the CLIENT span of
+// the request runs; each entry carries its own attempt's trace context to
+// the app.
+func (p *Loop) send(ctx context.Context, es []*entry) batchVerdict {
+	r := &batch.Request{
+		Alone:    len(es) == 1 && batch.Alone(es[0].in),
+		Messages: make([]*msg.Message, len(es)),
+		Infos:    make([]msg.Info, len(es)),
+		Traces:   make([]trace.SpanContext, len(es)),
+	}
+	links := make([]trace.Link, 0, len(es))
+	for i, e := range es {
+		r.Messages[i], r.Infos[i] = e.m, e.in
+		sc := e.span.SpanContext()
+		if sc.IsValid() {
+			r.Traces[i] = sc
+			links = append(links, trace.Link{SpanContext: sc})
+		} else if parent := trace.SpanContextFromContext(e.ctx); parent.IsValid() {
+			r.Traces[i] = parent
+		}
+	}
+	bctx, span := p.tr.Start(ctx, "process "+es[0].in.Queue,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot(), trace.WithLinks(links...))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
+			semconv.MessagingDestinationName(es[0].in.Queue), semconv.MessagingBatchMessageCount(len(es)))
+	}
+	p.obs.Batch(len(es))
+	start := time.Now()
+	a := p.o.App.DeliverBatch(bctx, r)
+	latency := time.Since(start)
+	if a.Unread != nil {
+		p.log.Warn("the app's answer to a batch could not be read; every message in it is retried", "event", "BATCH_RESULTS_MALFORMED",
+			"size", len(es), "status", a.Whole.Status, "error", msg.Truncate(a.Unread.Error(), msg.MaxErrorLen))
+		span.SetStatus(codes.Error, "results body unreadable")
+	}
+	if a.Whole.Error != "" && !(a.Whole.Kind == retry.Response && a.Whole.Status >= 200 && a.Whole.Status <= 299) {
+		span.SetStatus(codes.Error, msg.Truncate(a.Whole.Error, msg.MaxErrorLen))
+	}
+	span.End()
+	return batchVerdict{whole: a.Whole, entries: a.Entries, latency: latency}
+}
+
+// conclude decides and settles each message of a batch from its outcome,
+// in order. A return of messages the app could not take waits the
+// unavailable backoff once for the batch.
+func (p *Loop) conclude(es []*entry, v batchVerdict, since time.Time) {
+	waited := false
+	for i, e := range es {
+		vd := p.judge(e, v.entries[i], v.latency)
+		if unavailable(vd.dec, vd.out) && !waited {
+			p.wait(p.o.UnavailableBackoff)
+			waited = true
+		}
+		p.finish(e, vd, since, false)
+		e.span.End()
+	}
+}
+
+// deliverOrdered delivers ds as batches in queue order. The messages up to
+// the first that fails are settled; that one is held in place as a single
+// ordered delivery is (its retry waits out its delay), and the messages
+// after it are not settled on this answer: they go again with it, in the
+// next request, so none is acked ahead of it. A batch that failed as a
+// whole without an answer is split: its first half goes next, alone.
+func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.Time) {
+	size := len(ds)
+	for len(ds) > 0 {
+		sub := ds[:min(size, len(ds))]
+		es, v := p.deliverOnce(ctx, sub, since, size < len(ds))
+		if es == nil {
+			ds = unsettled(ds)
+			size = len(ds)
+			continue
+		}
+		if len(es) > 1 && batch.Splits(v.whole) && p.holdable(since) {
+			p.endUnsettled(es, "split")
+			size = batch.Half(len(es))
+			p.log.Info("ordered batch failed as a whole; delivering its first half", "event", "BATCH_SPLIT",
+				"size", len(es), "first", size, "error", msg.Truncate(v.whole.Error, msg.MaxErrorLen))
+			ds = unsettled(ds)
+			continue
+		}
+		for i, e := range es {
+			vd := p.judge(e, v.entries[i], v.latency)
+			again := p.finish(e, vd, since, false)
+			e.span.End()
+			if again {
+				// Held in place: it and every message after it go again.
+				p.endUnsettled(es[i+1:], "behind-failed")
+				break
+			}
+			if p.stopped() {
+				p.endUnsettled(es[i+1:], "shutdown")
+				p.giveBackAll(ctx, deliveries(unsettled(ds)))
+				return
+			}
+		}
+		ds = unsettled(ds)
+		size = len(ds)
+	}
+}
+
+// holdable says whether deliveries received at since may be held for
+// another attempt in place: not at shutdown, and not near MoveHoldMax,
+// which stays under the broker's consumer timeout.
+func (p *Loop) holdable(since time.Time) bool {
+	return !p.stopped() && p.o.Now().Sub(since) < p.o.MoveHoldMax/2
+}
+
+// endUnsettled ends the attempt spans of entries whose answer is not
+// acted on, saying why.
+func (p *Loop) endUnsettled(es []*entry, why string) {
+	for _, e := range es {
+		if e.span.IsRecording() {
+			e.span.SetAttributes(keyDecision.String("none"), keyBatchAgain.String(why))
+		}
+		e.span.End()
+	}
+}
+
+// unsettled is the deliveries of ds not settled yet, in order.
+func unsettled(ds []*settleOnce) []*settleOnce {
+	out := ds[:0:0]
+	for _, d := range ds {
+		if !d.settled.Load() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func deliveries(ds []*settleOnce) []Delivery {
+	out := make([]Delivery, len(ds))
+	for i, d := range ds {
+		out[i] = d
+	}
+	return out
+}
+
+// recoverBatch turns a panic while handling a batch into returning each
+// message not settled yet as a crash suspect: which message the failure
+// belongs to is unknown, and delivered on its own, the one at fault is
+// dead-lettered with reason hopper-error. The panic is logged with its
+// stack and counted.
+func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if left := unsettled(ds); len(left) == 1 {
+		// Alone, the message is the cause: set aside as a single
+		// delivery's would be.
+		p.internalError(ctx, left[0], r)
+		return
+	}
+	p.Stats.InternalErrors.Add(1)
+	p.obs.InternalError()
+	p.log.Error("internal error while handling a batch; its messages go back to be delivered each on its own", "event", "HOPPER_INTERNAL_ERROR",
+		"size", len(ds), "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen), "stack", string(debug.Stack()))
+	for _, d := range ds {
+		if d.settled.Load() {
+			continue
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil && !d.settled.Load() {
+					p.nack(d)
+				}
+			}()
+			m := d.Message()
+			in := p.safeHistory(m)
+			in.Suspect = true
+			p.republish(ctx, d, m, in)
+			p.record(retry.Outcome{}, false, retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}, 0)
+		}()
+	}
+}
