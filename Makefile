@@ -42,6 +42,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDeliveryPath -fuzztime=$(FUZZTIME) ./proxy/
 	$(GO) test -run='^$$' -fuzz=FuzzBuildHeaders -fuzztime=$(FUZZTIME) ./app/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./config/
+	$(GO) test -run='^$$' -fuzz=FuzzRead -fuzztime=$(FUZZTIME) ./batch/
 
 ## jaeger-check: one message failing twice then accepted shows as one trace in a
 ## real Jaeger (publisher span, three attempts, two retry moves)

@@ -145,3 +145,16 @@ func Classified(a Answer, whole retry.Outcome, n int) Answer {
 	a.Unread = nil
 	return a
 }
+
+// Unsplit is the outcome of each message of a batch that failed as a
+// whole but is not split any further (it would be held too long, or Hopper
+// is stopping): a crash of the app under the batch charges none of them,
+// any one may have caused it; each goes back marked to be delivered on its
+// own. Other failures are each message's, as a timeout of a single
+// request would be.
+func Unsplit(o retry.Outcome) retry.Outcome {
+	if o.Crashed {
+		o.Crashed, o.CrashSuspect = false, true
+	}
+	return o
+}

@@ -268,3 +268,14 @@ func BenchmarkAppendJSON(b *testing.B) {
 		buf = AppendJSON(buf[:0], entries)
 	}
 }
+
+func TestUnsplitChargesNoCrash(t *testing.T) {
+	o := Unsplit(retry.Outcome{Kind: retry.Unavailable, Cut: true, Crashed: true})
+	if o.Crashed || !o.CrashSuspect {
+		t.Fatalf("%+v: a crash under a batch must not be charged to each message", o)
+	}
+	to := retry.Outcome{Kind: retry.Timeout}
+	if Unsplit(to) != to {
+		t.Fatal("a timeout is each message's")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -232,6 +233,9 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 		p.deliverSplit(ctx, ds[h:], since, true)
 		return
 	}
+	if len(es) > 1 && batch.Splits(v.whole) {
+		v = unsplit(v)
+	}
 	p.conclude(es, v, since)
 }
 
@@ -304,6 +308,8 @@ func (p *Loop) send(ctx context.Context, es []*entry) batchVerdict {
 			semconv.MessagingDestinationName(es[0].in.Queue), semconv.MessagingBatchMessageCount(len(es)))
 	}
 	p.obs.Batch(len(es))
+	p.Stats.Batches.Add(1)
+	p.Stats.BatchedMessages.Add(int64(len(es)))
 	start := time.Now()
 	a := p.o.App.DeliverBatch(bctx, r)
 	latency := time.Since(start)
@@ -317,6 +323,16 @@ func (p *Loop) send(ctx context.Context, es []*entry) batchVerdict {
 	}
 	span.End()
 	return batchVerdict{whole: a.Whole, entries: a.Entries, latency: latency}
+}
+
+// unsplit is v for a batch that failed as a whole and is not split any
+// further.
+func unsplit(v batchVerdict) batchVerdict {
+	v.entries = slices.Clone(v.entries)
+	for i, o := range v.entries {
+		v.entries[i] = batch.Unsplit(o)
+	}
+	return v
 }
 
 // conclude decides and settles each message of a batch from its outcome,
@@ -358,6 +374,9 @@ func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.
 				"size", len(es), "first", size, "error", msg.Truncate(v.whole.Error, msg.MaxErrorLen))
 			ds = unsettled(ds)
 			continue
+		}
+		if len(es) > 1 && batch.Splits(v.whole) {
+			v = unsplit(v)
 		}
 		for i, e := range es {
 			vd := p.judge(e, v.entries[i], v.latency)

@@ -148,6 +148,9 @@ type Stats struct {
 	MovesFailing atomic.Int64
 	// InternalErrors counts panics recovered while handling a delivery.
 	InternalErrors atomic.Int64
+	// Batches and BatchedMessages count batch requests and the messages
+	// they carried.
+	Batches, BatchedMessages atomic.Int64
 }
 
 // Loop is the delivery loop: a pool of workers that take deliveries from

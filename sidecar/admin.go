@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -26,7 +27,9 @@ func (s *Sidecar) readiness() (int, string) {
 		}
 		return http.StatusServiceUnavailable, "not ready: " + phase
 	}
-	if len(s.subs) > 1 {
+	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool { return sub.cfg.Consumer.Batch.On() }) {
+		// Several queues, or batches whose sizes are worth seeing: a
+		// line per queue.
 		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
 	}
 	return http.StatusOK, "ready: " + s.stateLine()
@@ -72,11 +75,20 @@ func (s *Sidecar) queueStates() string {
 		case !sub.consuming():
 			state = "reconnecting"
 		}
-		var inFlight int64
+		var inFlight, batches, batched int64
 		if px := sub.px.Load(); px != nil {
 			inFlight = px.Stats.InFlight.Load()
+			batches, batched = px.Stats.Batches.Load(), px.Stats.BatchedMessages.Load()
 		}
-		fmt.Fprintf(&b, "queue %s: %s (in flight %d)\n", sub.name(), state, inFlight)
+		fmt.Fprintf(&b, "queue %s: %s (in flight %d", sub.name(), state, inFlight)
+		if bt := sub.cfg.Consumer.Batch; bt.On() {
+			mean := 0.0
+			if batches > 0 {
+				mean = float64(batched) / float64(batches)
+			}
+			fmt.Fprintf(&b, "; batches of up to %d: %d sent, %.1f messages each on average", bt.Size(), batches, mean)
+		}
+		b.WriteString(")\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }

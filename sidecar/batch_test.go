@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -14,9 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/sidecar"
 )
 
 // batchApp is an app that takes batch requests. Each entry's status comes
@@ -534,5 +541,88 @@ func TestBatchNextToSingle(t *testing.T) {
 	slices.Sort(singles)
 	if want := []string{"s00 ", "s01 ", "s02 "}; !slices.Equal(singles, want) {
 		t.Errorf("single queue: requests %q, want %q (one each, no batch size)", singles, want)
+	}
+}
+
+// TestBatchObserved: a batch's messages are counted one by one as single
+// deliveries are, the batch sizes are a histogram and on /readyz, and
+// each message's attempt span stays in its own trace while one span per
+// batch request links to all of them.
+func TestBatchObserved(t *testing.T) {
+	app := newBatchApp(t, "hopper")
+	app.script("t03", 503, 200)
+	cfg := batchConfig(t, app.URL, 4, time.Minute)
+	cfg.Admin.Listen = "127.0.0.1:0"
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	r := startWith(t, cfg, func(s *sidecar.Sidecar) { s.TracerProvider = tp })
+
+	traces := map[string]trace.TraceID{}
+	for _, id := range ids("t", 4) {
+		ctx, span := tp.Tracer("test").Start(context.Background(), "publish "+id, trace.WithSpanKind(trace.SpanKindProducer))
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		span.End()
+		traces[id] = span.SpanContext().TraceID()
+		r.publish(id, withHeader("traceparent", carrier["traceparent"]))
+	}
+	// t03's retry comes back alone and waits out the batch's minute
+	// unless three more messages fill the batch.
+	waitfor.Until(t, 30*time.Second, "t03 retried", func() bool { return len(app.calls()["t03"]) == 1 && r.depth(r.cfg.Queue.Name) == 1 })
+	for _, id := range ids("u", 3) {
+		r.publish(id)
+	}
+	r.settled(0)
+
+	ms := scrape(t, r.sc.AdminAddr())
+	if n := metricValue(ms, "hopper_batch_size", nil); n != 2 {
+		t.Errorf("hopper_batch_size counts %v batches, want 2", n)
+	}
+	if n := metricValue(ms, "hopper_deliveries_total", map[string]string{"outcome": "ack"}); n != 7 {
+		t.Errorf("%v acks counted, want 7 (one per message)", n)
+	}
+	if n := metricValue(ms, "hopper_deliveries_total", map[string]string{"outcome": "retry", "status_class": "5xx"}); n != 1 {
+		t.Errorf("%v retries counted, want 1", n)
+	}
+	resp, err := http.Get("http://" + r.sc.AdminAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "batches of up to 4: 2 sent, 4.0 messages each on average") {
+		t.Errorf("/readyz does not show the batches:\n%s", body)
+	}
+
+	waitfor.Until(t, 5*time.Second, "spans ended", func() bool { return len(rec.Ended()) >= 8 })
+	attempts := map[trace.TraceID]int{}
+	var batches []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanKind() != trace.SpanKindConsumer {
+			continue
+		}
+		if len(s.Links()) > 0 {
+			batches = append(batches, s)
+			continue
+		}
+		attempts[s.SpanContext().TraceID()]++
+	}
+	for id, tid := range traces {
+		want := map[bool]int{true: 2, false: 1}[id == "t03"]
+		if attempts[tid] != want {
+			t.Errorf("%s: %d attempt spans in its trace, want %d", id, attempts[tid], want)
+		}
+	}
+	if len(batches) != 2 {
+		t.Fatalf("%d batch spans, want 2", len(batches))
+	}
+	linked := map[trace.TraceID]bool{}
+	for _, l := range batches[0].Links() {
+		linked[l.SpanContext.TraceID()] = true
+	}
+	for id, tid := range traces {
+		if !linked[tid] {
+			t.Errorf("the first batch span has no link to %s's trace", id)
+		}
 	}
 }

@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/batch"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// batchApp answers batch requests through answer, and records their ids.
+type batchApp struct {
+	mu       sync.Mutex
+	requests [][]string
+	answer   func(ids []string) batch.Answer
+}
+
+func (a *batchApp) Deliver(context.Context, *msg.Message, msg.Info) retry.Outcome {
+	panic("a batching loop sent a single request")
+}
+
+func (a *batchApp) DeliverBatch(_ context.Context, r *batch.Request) batch.Answer {
+	var ids []string
+	for _, m := range r.Messages {
+		ids = append(ids, m.MessageID)
+	}
+	a.mu.Lock()
+	a.requests = append(a.requests, ids)
+	a.mu.Unlock()
+	return a.answer(ids)
+}
+
+func newBatchLoop(t *testing.T, app *batchApp, size int, hold time.Duration) (*Loop, *fakePub) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	pub := &fakePub{j: &journal{}}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: app, Pub: pub, Workers: 1, Queue: 64,
+		Batch: batch.Limits{MaxMessages: size, MaxBytes: 1 << 20}, BatchWait: time.Hour, MoveHoldMax: hold})
+	p.Start(context.Background())
+	return p, pub
+}
+
+func each(ids []string, o retry.Outcome) batch.Answer {
+	a := batch.Answer{Whole: o, Entries: make([]retry.Outcome, len(ids))}
+	for i := range a.Entries {
+		a.Entries[i] = o
+	}
+	return a
+}
+
+// settledAll waits until every delivery is settled, by the journal.
+func settledAll(t *testing.T, j *journal, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		settles := 0
+		for _, e := range j.all() {
+			if e == "ack" || e == "nack-requeue" {
+				settles++
+			}
+		}
+		if settles == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries settled: %v", settles, n, j.all())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBatchCrashSplitDown: a batch of 8 whose request crashes the app
+// while the pill is in it is halved down to the pill alone; only the pill
+// is charged the crash.
+func TestBatchCrashSplitDown(t *testing.T) {
+	crash := retry.Outcome{Kind: retry.Unavailable, Cut: true, Crashed: true, Error: "cut; the app died"}
+	app := &batchApp{answer: func(ids []string) batch.Answer {
+		if slices.Contains(ids, "m5") {
+			return each(ids, crash)
+		}
+		return each(ids, retry.Outcome{Kind: retry.Response, Status: 200})
+	}}
+	p, pub := newBatchLoop(t, app, 8, time.Hour)
+	j := pub.j
+	for i := range 8 {
+		p.Handle(&fakeDelivery{m: &msg.Message{MessageID: "m" + string(rune('0'+i)), Headers: map[string]any{}}, j: j, alive: true})
+	}
+	settledAll(t, j, 8)
+	want := [][]string{
+		{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7"},
+		{"m0", "m1", "m2", "m3"},
+		{"m4", "m5", "m6", "m7"},
+		{"m4", "m5"},
+		{"m4"},
+		{"m5"},
+		{"m6", "m7"},
+	}
+	if !slices.EqualFunc(app.requests, want, slices.Equal) {
+		t.Fatalf("requests %v, want %v", app.requests, want)
+	}
+	if len(pub.got) != 1 || pub.got[0].MessageID != "m5" || msg.Counter(pub.got[0].Headers[msg.HeaderCrashCount]) != 1 {
+		t.Fatalf("republished %d copies; want m5 alone with a crash count of 1", len(pub.got))
+	}
+}
+
+// TestBatchUnsplitCrashChargesNobody: a batch that crashes the app when it
+// can no longer be held for a split goes back with every message marked a
+// suspect, none charged the crash.
+func TestBatchUnsplitCrashChargesNobody(t *testing.T) {
+	crash := retry.Outcome{Kind: retry.Unavailable, Cut: true, Crashed: true, Error: "cut; the app died"}
+	app := &batchApp{answer: func(ids []string) batch.Answer { return each(ids, crash) }}
+	// A hold limit of 1ns: no split is ever allowed.
+	p, pub := newBatchLoop(t, app, 4, time.Nanosecond)
+	for i := range 4 {
+		p.Handle(&fakeDelivery{m: &msg.Message{MessageID: "m" + string(rune('0'+i)), Headers: map[string]any{}}, j: pub.j, alive: true})
+	}
+	settledAll(t, pub.j, 4)
+	if len(app.requests) != 1 {
+		t.Fatalf("requests %v: want one, not split", app.requests)
+	}
+	if len(pub.got) != 4 {
+		t.Fatalf("%d republished, want 4", len(pub.got))
+	}
+	for _, m := range pub.got {
+		if _, charged := m.Headers[msg.HeaderCrashCount]; charged || m.Headers[msg.HeaderCrashSuspect] == nil {
+			t.Errorf("%s went back with headers %v: want the suspect mark and no crash count", m.MessageID, m.Headers)
+		}
+	}
+}
