@@ -58,8 +58,8 @@ func TestNodeHandler(t *testing.T) {
 
 func TestGoHandler(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "batch-handler")
-	if out, err := exec.Command(need(t, "go"), "build", "-o", bin, "./go").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./go: %v\n%s", err, out)
+	if out, err := exec.Command(need(t, "go"), "build", "-o", bin, "./golang").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./golang: %v\n%s", err, out)
 	}
 	check(t, start(t, bin))
 }
@@ -192,7 +192,7 @@ func TestReadmeShowsTheseHandlers(t *testing.T) {
 		t.Fatal(`README.md has no "## Batch delivery" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	files := map[string]string{"python": "python/app.py", "js": "node/app.js", "go": "go/main.go"}
+	files := map[string]string{"python": "python/app.py", "js": "node/app.js", "go": "golang/main.go"}
 	for lang, file := range files {
 		src, err := os.ReadFile(filepath.FromSlash(file))
 		if err != nil {

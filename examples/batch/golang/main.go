@@ -1,8 +1,8 @@
-// Command go is a batch handler for Hopper (consumer.batch): one POST
+// Command golang is a batch handler for Hopper (consumer.batch): one POST
 // carries many messages, and the answer settles each one on its own.
 // Standard library only.
 //
-//	PORT=8080 go run ./examples/batch/go
+//	PORT=8080 go run ./examples/batch/golang
 package main
 
 import (
