@@ -106,8 +106,10 @@ docker-check:
 ## and a healthy queue alone against beside a poison-heavy one in one Hopper
 ## (the "bench: fair" line), Hopper at its own defaults against the raw limit
 ## (the "bench: defaults" line) and against fixed settings on a 20ms app (the
-## "bench: slow20ms" line); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
-## and BENCHFLAGS="--n 20000 --runs 1 --paths fair"
+## "bench: slow20ms" line), and 32 messages per request against the raw loop, the
+## broker's floor and a hand-written batching loop (the "bench: batch", "batch-raw" and
+## "batch-retry" lines); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
+## and BENCHFLAGS="--n 20000 --runs 1 --paths fair" (or --paths batch)
 BENCHFLAGS ?=
 bench: deps
 	CGO_ENABLED=0 $(GO) build -o bin/hopperbench ./bench/hopperbench

@@ -9,6 +9,10 @@
 //	bench: retry|dlq|defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
 //	bench: slow20ms defaults=R1/s best_fixed=R2/s (prefetch P/workers W) ratio=X
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
+//	bench: big size_kib=K hold=D held_max=H held_bound=B rss_mb=R rss_over_held_mb=X
+//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z
+//	bench: batch-raw size=S rawbatch=R1/s ratio=X
+//	bench: batch-retry size=S hopper=R1/s of_happy=X
 //	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y [floor=R3/s of_floor=Z]
 //
 // and hopperbench's settings line (hopperbench: backlog …); every other
@@ -78,7 +82,7 @@ type row struct {
 }
 
 // rowOrder is the order of the rows, whatever the order of the input.
-var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "replay"}
+var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "replay"}
 
 // figures are what the input held.
 type figures struct {
@@ -113,6 +117,7 @@ func parse(r io.Reader, warn io.Writer) (*figures, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read bench output: %w", err)
 	}
+	fig.joinBatchRows()
 	if len(fig.rows) == 0 {
 		return nil, errors.New("no figures in the input: expected `bench: …` lines of hopperbench or a `dlqbench: replay=…` line (pipe the output of make bench / make dlq-bench into benchtable)")
 	}
@@ -182,6 +187,8 @@ func (fig *figures) benchLine(s string, warn io.Writer) error {
 			hopper: defaults, compared: setting + ": " + best, ratio: ratio, cpu: "—", rss: "—"}
 	case kind == "big":
 		return fig.bigLine(kv)
+	case kind == "batch" || kind == "batch-raw" || kind == "batch-retry":
+		return fig.batchLine(kind, kv)
 	default:
 		fmt.Fprintf(warn, "benchtable: ignoring a line of unknown path %q\n", kind)
 	}
@@ -207,6 +214,78 @@ func (fig *figures) bigLine(kv map[string]string) error {
 		rss: fmt.Sprintf("%s MiB (%s MiB over what was held)", kv["rss_mb"], kv["rss_over_held_mb"]),
 	}
 	return nil
+}
+
+// batchLine is a row of the batch path. The batch-raw and batch-retry
+// lines hold no rate of Hopper's batches answered 200, which their rows
+// show beside theirs: joinBatchRows takes it from the batch line.
+func (fig *figures) batchLine(kind string, kv map[string]string) error {
+	size, err := number(kv, "size")
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case "batch":
+		h, raw, ratio, err := rateRatio(kv, "hopper", "raw")
+		if err != nil {
+			return err
+		}
+		floor, err := rate(kv, "floor")
+		if err != nil {
+			return err
+		}
+		of, err := number(kv, "of_floor")
+		if err != nil {
+			return err
+		}
+		cpu, rss, err := cpuRSS(kv)
+		if err != nil {
+			return err
+		}
+		fig.rows["batch"] = row{path: fmt.Sprintf("batch: %g messages per request, every one answered 200", size), hopper: h,
+			compared: fmt.Sprintf("raw loop, one POST per message: %s; broker floor (consume → multiple-ack every %g, no app): %s, batches at %.2f of it", raw, size, floor, of),
+			ratio:    ratio, cpu: cpu, rss: rss}
+	case "batch-raw":
+		rb, err := rate(kv, "rawbatch")
+		if err != nil {
+			return err
+		}
+		if _, err := number(kv, "ratio"); err != nil {
+			return err
+		}
+		fig.rows["batch-raw"] = row{path: fmt.Sprintf("batch: %g messages per request, against a hand-written batching loop", size),
+			compared: fmt.Sprintf("raw batching loop (consume %g → one POST → multiple-ack): %s", size, rb),
+			ratio:    kv["ratio"], cpu: "—", rss: "—"}
+	case "batch-retry":
+		h, err := rate(kv, "hopper")
+		if err != nil {
+			return err
+		}
+		if _, err := number(kv, "of_happy"); err != nil {
+			return err
+		}
+		fig.rows["batch-retry"] = row{path: fmt.Sprintf("batch-retry: %g messages per request, every 10th answered 503 once, then 200 after the delay tier", size),
+			hopper: h, ratio: kv["of_happy"], cpu: "—", rss: "—"}
+	}
+	return nil
+}
+
+// joinBatchRows fills in what the batch-raw and batch-retry rows take from
+// the batch row: Hopper's rate with every entry answered 200 ("—" without
+// a batch line).
+func (fig *figures) joinBatchRows() {
+	happy := "—"
+	if r, ok := fig.rows["batch"]; ok {
+		happy = r.hopper
+	}
+	if r, ok := fig.rows["batch-raw"]; ok {
+		r.hopper = happy
+		fig.rows["batch-raw"] = r
+	}
+	if r, ok := fig.rows["batch-retry"]; ok {
+		r.compared = "the same batches, every entry answered 200: " + happy
+		fig.rows["batch-retry"] = r
+	}
 }
 
 var rawPathLabels = map[string]string{

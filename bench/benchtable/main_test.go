@@ -21,6 +21,9 @@ bench: big size_kib=1024 hold=1s held_max=64 held_bound=64 rss_mb=134.6 rss_over
 bench: retry hopper=4567/s raw=4078/s ratio=1.120 cpu_ratio=1.05 rss_mb=24.1
 bench: dlq hopper=6200.4/s raw=5900/s ratio=1.051 cpu_ratio=0.98 rss_mb=22.9
 bench: defaults hopper=11603/s raw=9332/s ratio=1.243 cpu_ratio=1.12 rss_mb=25.4
+bench: batch-retry size=32 hopper=30100/s of_happy=0.781
+bench: batch size=32 hopper=38543/s raw=13877/s floor=52598/s of_floor=0.733 ratio=2.777 cpu_ratio=0.41 rss_mb=19.2
+bench: batch-raw size=32 rawbatch=31763/s ratio=1.213
 bench: hopper=18021/s raw=13877/s ratio=1.299 p99_added_ms=0.031 rss_mb=23.7 cpu_ratio=1.13
 dlqbench: starting a private RabbitMQ node
 dlqbench: run 1/1: filling dlq with 100000 messages of 256 bytes
@@ -37,6 +40,9 @@ const wantTable = `| path | Hopper | compared with | ratio | Hopper CPU vs compa
 | slow: app answering after 20ms, Hopper at its defaults | 9,022 msg/s | best fixed, prefetch 800 / workers 400: 10,860 msg/s | 0.831 | — | — |
 | fair: a healthy queue beside a poison queue, one Hopper | 10,800 msg/s | the same queue alone: 12,000 msg/s | 0.900 | — | — |
 | big: 1024 KiB messages the app holds for 1s each, Hopper at its defaults | 64 held at once | prefetchBytes bound: 64 | — | — | 134.6 MiB (70.6 MiB over what was held) |
+| batch: 32 messages per request, every one answered 200 | 38,543 msg/s | raw loop, one POST per message: 13,877 msg/s; broker floor (consume → multiple-ack every 32, no app): 52,598 msg/s, batches at 0.73 of it | 2.777 | 0.41× | 19.2 MiB |
+| batch: 32 messages per request, against a hand-written batching loop | 38,543 msg/s | raw batching loop (consume 32 → one POST → multiple-ack): 31,763 msg/s | 1.213 | — | — |
+| batch-retry: 32 messages per request, every 10th answered 503 once, then 200 after the delay tier | 30,100 msg/s | the same batches, every entry answered 200: 38,543 msg/s | 0.781 | — | — |
 | ` + "`hopper dlq replay`" + ` | 1,234,567 msg/s | raw get → publish → ack loop: 1,300,000 msg/s; broker floor (consume → pipelined publish → multiple-ack): 1,500,000 msg/s, replay at 0.82 of it | 0.95 | — | 19.0 MiB |
 `
 
@@ -174,6 +180,14 @@ func TestErrors(t *testing.T) {
 			[]string{"hopper=fast/s is not a rate"}},
 		{"big without its bound", readme, "bench: big size_kib=1024 hold=1s held_max=64 rss_mb=134.6 rss_over_held_mb=70.6\n",
 			[]string{"no held_bound=", "bench: big"}},
+		{"batch without its floor", readme, "bench: batch size=32 hopper=100/s raw=50/s of_floor=0.5 ratio=2.0 cpu_ratio=0.5 rss_mb=1.0\n",
+			[]string{"no floor=", "bench: batch"}},
+		{"batch without its size", readme, "bench: batch-raw rawbatch=100/s ratio=1.0\n",
+			[]string{"no size=", "bench: batch-raw"}},
+		{"batch-raw rate not a rate", readme, "bench: batch-raw size=32 rawbatch=-5/s ratio=1.0\n",
+			[]string{"rawbatch=-5/s is not a rate"}},
+		{"batch-retry without of_happy", readme, "bench: batch-retry size=32 hopper=100/s\n",
+			[]string{"no of_happy=", "bench: batch-retry"}},
 		{"ratio not a number", readme, "dlqbench: replay=100/s raw=100/s ratio=NaN rss_mb=1.0\n",
 			[]string{"ratio=NaN is not a number"}},
 	} {
@@ -219,5 +233,23 @@ func TestUnknownPathIgnored(t *testing.T) {
 	}
 	if len(fig.rows) != 1 || !strings.Contains(warn.String(), `"someday"`) {
 		t.Errorf("rows %v, warnings %q", fig.rows, warn.String())
+	}
+}
+
+func TestBatchRowsWithoutTheBatchLine(t *testing.T) {
+	// The batch-raw and batch-retry lines alone: no rate of Hopper's happy
+	// batches to show beside them.
+	in := "bench: batch-raw size=16 rawbatch=20000/s ratio=1.100\n" +
+		"bench: batch-retry size=16 hopper=15000/s of_happy=0.680\n"
+	fig, err := parse(strings.NewReader(in), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| path | Hopper | compared with | ratio | Hopper CPU vs compared | Hopper peak RSS |\n" +
+		"|---|---|---|---|---|---|\n" +
+		"| batch: 16 messages per request, against a hand-written batching loop | — | raw batching loop (consume 16 → one POST → multiple-ack): 20,000 msg/s | 1.100 | — | — |\n" +
+		"| batch-retry: 16 messages per request, every 10th answered 503 once, then 200 after the delay tier | 15,000 msg/s | the same batches, every entry answered 200: — | 0.680 | — | — |\n"
+	if got := fig.table(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -50,6 +50,13 @@ const (
 	modeDLQ                 // 400
 	modeLatency             // 200, recording receipt − send
 	modeFair                // healthyPath 200, poisonPath 500 every time
+	// modeBatch answers a batch request (a JSON envelope of entries) with
+	// an empty 200, which acks every entry; a single message gets 200.
+	modeBatch
+	// modeBatchRetry answers a batch request with a results body in which
+	// every batchRetryEvery-th message (by the number ending its id) gets
+	// 503 the first time it is seen and every other entry 200.
+	modeBatchRetry
 )
 
 func parseMode(s string) (mode, error) {
@@ -64,8 +71,12 @@ func parseMode(s string) (mode, error) {
 		return modeLatency, nil
 	case "fair":
 		return modeFair, nil
+	case "batch":
+		return modeBatch, nil
+	case "batch-retry":
+		return modeBatchRetry, nil
 	}
-	return 0, fmt.Errorf("unknown mode %q (want ok, retry, dlq, latency or fair)", s)
+	return 0, fmt.Errorf("unknown mode %q (want ok, retry, dlq, latency, fair, batch or batch-retry)", s)
 }
 
 // appRun is the app's state for one measured run.
@@ -92,6 +103,18 @@ type appRun struct {
 	// Big path: requests being held now, and the most held at once.
 	held, maxHeld atomic.Int64
 
+	// Batch modes: the entries of batch requests (their mean per request
+	// tells whether full batches formed), the entries answered 503, the
+	// entries that broke the envelope's rules, and which messages have
+	// been seen (by the number ending the id; see modeBatchRetry).
+	entries, batches, entries503, badEntries atomic.Int64
+	seen                                     []atomic.Bool
+	// broken is closed when the app found the first request breaking the
+	// batch envelope's rules; brokenWhy says what (set before the close).
+	broken     chan struct{}
+	brokenOnce sync.Once
+	brokenWhy  string
+
 	// lat holds receipt − send per client, told apart by the first byte
 	// of the message id (see latencyClient).
 	mu     sync.Mutex
@@ -110,11 +133,14 @@ func latencyClient(id []byte) int {
 }
 
 func newAppRun(m mode, target int64, onFirst func()) *appRun {
-	r := &appRun{mode: m, target: target, onFirst: onFirst, done: make(chan struct{})}
+	r := &appRun{mode: m, target: target, onFirst: onFirst, done: make(chan struct{}), broken: make(chan struct{})}
 	if m == modeLatency {
 		for i := range r.lat {
 			r.lat[i] = make([]time.Duration, 0, 1<<14)
 		}
+	}
+	if m == modeBatchRetry && target > 0 {
+		r.seen = make([]atomic.Bool, target)
 	}
 	return r
 }
@@ -224,6 +250,10 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 			r.onFirst()
 		}
 	}
+	if r.mode == modeBatch || r.mode == modeBatchRetry {
+		r.finish(a.handleBatch(ctx, r), now)
+		return
+	}
 	switch r.mode {
 	case modeRetry:
 		if a := ctx.Request.Header.Peek(hdrAttempt); len(a) == 1 && a[0] == '1' {
@@ -245,11 +275,20 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 		r.seq[c] = append(r.seq[c], seq)
 		r.mu.Unlock()
 	}
-	n := r.final.Add(1)
-	if n == r.target/2 {
+	r.finish(1, now)
+}
+
+// finish counts k final answers given at now, and ends the run when they
+// reach its target.
+func (r *appRun) finish(k int64, now time.Time) {
+	if k == 0 {
+		return
+	}
+	n := r.final.Add(k)
+	if n >= r.target/2 && n-k < r.target/2 {
 		r.poisonAtHalf.Store(r.poison.Load())
 	}
-	if n == r.target {
+	if n >= r.target && n-k < r.target {
 		r.poisonAtLast.Store(r.poison.Load())
 		r.last.Store(now.UnixNano())
 		close(r.done)
@@ -262,7 +301,7 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 func appMain(args []string) int {
 	fs := flag.NewFlagSet("app", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "listen address")
-	modeName := fs.String("mode", "ok", "ok, retry, dlq, latency or fair")
+	modeName := fs.String("mode", "ok", "ok, retry, dlq, latency, fair, batch or batch-retry")
 	_ = fs.Parse(args)
 	m, err := parseMode(*modeName)
 	if err != nil {

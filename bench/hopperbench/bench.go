@@ -41,6 +41,10 @@ type options struct {
 	latPersistent      bool
 	latDump            bool
 	runTimeout         time.Duration
+	// batch path: messages per request, and Hopper's and the raw batching
+	// loop's prefetch and workers
+	batchSize, batchPrefetch, batchWorkers int
+	batchWait                              time.Duration // Hopper's consumer.batch.maxWait; 0 leaves it to Hopper
 }
 
 // The targets the benchmark checks against, as ratios to the raw loop.
@@ -66,7 +70,11 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory); fair, slow and big alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once); fair, slow, big and batch alone skip the latency test")
+	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
+	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
+	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
+	fs.DurationVar(&o.batchWait, "batch-wait", 0, "batch path: Hopper's consumer.batch.maxWait (0: not set, Hopper's default)")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
@@ -97,6 +105,10 @@ func benchMain(args []string) int {
 	}
 	if o.n < 1 || o.runs < 1 || o.workers < 1 || o.prefetch < o.workers {
 		fmt.Fprintln(os.Stderr, "hopperbench: need --n ≥ 1, --runs ≥ 1 and --prefetch ≥ --workers ≥ 1")
+		return 2
+	}
+	if o.batchSize < 2 || o.batchWorkers < 1 || o.batchPrefetch < o.batchSize {
+		fmt.Fprintln(os.Stderr, "hopperbench: need --batch-size ≥ 2, --batch-workers ≥ 1 and --batch-prefetch ≥ --batch-size")
 		return 2
 	}
 
@@ -219,6 +231,10 @@ type consumerSetting struct {
 	// fixed turns the adaptive concurrency limit off, so that workers is
 	// the concurrency for the whole run rather than its ceiling.
 	fixed bool
+	// batch is consumer.batch.maxMessages, when more than 1, and
+	// batchWait its maxWait, when above 0.
+	batch     int
+	batchWait time.Duration
 }
 
 func (cs consumerSetting) isDefault() bool { return cs == consumerSetting{} }
@@ -237,6 +253,9 @@ func (cs consumerSetting) tag() string {
 	if cs.isDefault() {
 		return "defaults"
 	}
+	if cs.batch > 1 {
+		return fmt.Sprintf("p%dw%db%d", cs.prefetch, cs.workers, cs.batch)
+	}
 	return fmt.Sprintf("p%dw%d", cs.prefetch, cs.workers)
 }
 
@@ -246,6 +265,12 @@ func (cs consumerSetting) yaml() string {
 		return ""
 	}
 	s := fmt.Sprintf("consumer:\n  prefetch: %d\n  workers: %d\n", cs.prefetch, cs.workers)
+	if cs.batch > 1 {
+		s += fmt.Sprintf("  batch:\n    maxMessages: %d\n", cs.batch)
+		if cs.batchWait > 0 {
+			s += fmt.Sprintf("    maxWait: %s\n", config.FormatDuration(cs.batchWait))
+		}
+	}
 	if cs.fixed {
 		s += "limiter:\n  enabled: false\n"
 	}
@@ -265,6 +290,12 @@ func (cs consumerSetting) check(cfg *config.Config) error {
 	if cs.fixed && cfg.Limiter.Enabled {
 		return errors.New("limiter enabled, want it off")
 	}
+	if got, want := cfg.Consumer.Batch.Size(), max(1, cs.batch); got != want {
+		return fmt.Errorf("consumer batch of %d messages, want %d", got, want)
+	}
+	if cs.batchWait > 0 && cfg.Consumer.Batch.MaxWait.D() != cs.batchWait {
+		return fmt.Errorf("consumer batch maxWait %s, want %s", cfg.Consumer.Batch.MaxWait.D(), cs.batchWait)
+	}
 	return nil
 }
 
@@ -280,6 +311,7 @@ type spec struct {
 	consumer consumerSetting // Hopper's concurrency
 	n        int             // backlog of a throughput run
 	size     int             // message body size; 0 is --size
+	tier     time.Duration   // the one delay tier; 0 is --tier
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -295,8 +327,12 @@ func (e *env) newSpec(tag, kind string, m mode) spec {
 // queues.
 func (e *env) hopperConfig(s spec) string {
 	failures := 5
-	if s.mode == modeRetry {
+	if s.mode == modeRetry || s.mode == modeBatchRetry {
 		failures = retryBreakerFailures
+	}
+	tier := s.tier
+	if tier == 0 {
+		tier = e.o.tier
 	}
 	return fmt.Sprintf(`broker:
   urls: [%q]
@@ -318,7 +354,7 @@ log:
   level: info
   format: json
 `, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, s.consumer.yaml(),
-		config.FormatDuration(e.o.tier), failures)
+		config.FormatDuration(tier), failures)
 }
 
 // prepare writes the config of s, loads it with Hopper's own config code
@@ -384,9 +420,14 @@ func (e *env) depth(name string) (int, error) {
 // startConsumer starts hopper or the raw worker on queue.
 func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag string) (*child, error) {
 	var argv []string
-	if kind == "hopper" {
+	switch kind {
+	case "hopper":
 		argv = []string{e.hopperBin, "run", "--config", cfgPath}
-	} else {
+	case "rawbatch":
+		argv = []string{e.self, "raw-worker", "--batch", strconv.Itoa(e.o.batchSize),
+			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
+			"--prefetch", strconv.Itoa(e.o.batchPrefetch), "--workers", strconv.Itoa(e.o.batchWorkers)}
+	default:
 		argv = []string{e.self, "raw-worker",
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
 			"--retry-queue", plan.Tiers[0].Name, "--dlq", plan.DLQ.Name,
@@ -415,6 +456,8 @@ type runResult struct {
 	appCPU  time.Duration // this process (the app) CPU over elapsed
 	hwmKB   int64         // consumer peak RSS
 	reqs    int64         // requests the app saw
+	batches int64         // batch requests the app saw
+	entries int64         // entries of those batch requests
 	others  float64       // cores busy with other processes during the run
 	maxHeld int64         // big path: most requests the app held at once
 }
@@ -442,7 +485,9 @@ func pathMode(p string) (mode, error) {
 	switch p {
 	case "defaults", "slow", "big":
 		return modeOK, nil
-	case "latency": // a mode of the app, not a path: the latency test always runs
+	case "batch":
+		return modeBatch, nil
+	case "latency", "batch-retry": // modes of the app, not paths: the latency test always runs, batch runs batch-retry
 		return 0, fmt.Errorf("unknown path %q", p)
 	}
 	m, err := parseMode(p)
@@ -493,6 +538,9 @@ func (e *env) drain(s spec) (runResult, error) {
 	c, r := mr.c, mr.r
 	select {
 	case <-r.done:
+	case <-r.broken:
+		_ = c.stop(5 * time.Second)
+		return runResult{}, fmt.Errorf("%s: %w: %s", kind, errBatchEnvelope, r.brokenWhy)
 	case <-c.exited:
 		return runResult{}, fmt.Errorf("%s exited during the run: %v\n%s", kind, c.err, logTail(c.logPath, 20))
 	case <-ctx.Done():
@@ -500,7 +548,8 @@ func (e *env) drain(s spec) (runResult, error) {
 		return runResult{}, fmt.Errorf("%s run timed out after %s with %d/%d final answers\n%s",
 			kind, e.o.runTimeout, r.final.Load(), n, logTail(c.logPath, 20))
 	}
-	res := runResult{kind: kind, n: n, elapsed: r.elapsed(), publish: pub, reqs: r.total.Load(), maxHeld: r.maxHeld.Load()}
+	res := runResult{kind: kind, n: n, elapsed: r.elapsed(), publish: pub, reqs: r.total.Load(), maxHeld: r.maxHeld.Load(),
+		batches: r.batches.Load(), entries: r.entries.Load()}
 	used, err := mr.used()
 	if err != nil {
 		return res, err
@@ -688,15 +737,18 @@ type report struct {
 	slow []slowSeries
 	// big path: one run per --runs
 	big []runResult
+	// batch path: who (batchWho) → runs
+	batch map[string][]runResult
 }
 
 // rawPaths are the paths that compare Hopper with the raw worker: every
-// one but fair and slow, which compare Hopper with itself. The latency test
-// belongs to them, so --paths fair,slow runs those two paths only.
+// one but fair, slow and big, which compare Hopper with itself, and batch,
+// which has a table of its own. The latency test belongs to them, so
+// --paths fair,slow runs those two paths only.
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" {
 			out = append(out, p)
 		}
 	}
@@ -723,6 +775,12 @@ func (e *env) bench() (*report, error) {
 		case "big":
 			var err error
 			if rep.big, err = e.bigness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "batch":
+			var err error
+			if rep.batch, err = e.batching(); err != nil {
 				return nil, err
 			}
 			continue
@@ -885,6 +943,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.big) > 0 {
 		rep.printBig(w)
 	}
+	if len(rep.batch) > 0 {
+		rep.printBatch(w, o)
+	}
 
 	// The other paths' lines come just before the final line, which stays
 	// last.
@@ -932,7 +993,8 @@ func (rep *report) print(w io.Writer, o *options) bool {
 }
 
 // pathLines are the summary lines of the paths that have one besides the
-// happy path (retry, dlq, fair, defaults, slow), in --paths order.
+// happy path (retry, dlq, fair, defaults, slow, big, batch), in --paths
+// order.
 func (rep *report) pathLines() []string {
 	var out []string
 	for _, p := range rep.o.paths {
@@ -945,6 +1007,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.slowLine())
 		case "big":
 			out = append(out, rep.bigLine())
+		case "batch":
+			out = append(out, rep.batchLines()...)
 		}
 	}
 	return out

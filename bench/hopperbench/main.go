@@ -68,6 +68,17 @@
 //
 //	bench: big size_kib=K hold=D held_max=H held_bound=B rss_mb=R rss_over_held_mb=X
 //
+// The batch path measures batch delivery (see batch.go) on the happy
+// path's backlog and app: the raw worker, the broker's floor (no app, one
+// multiple-ack per --batch-size deliveries), a hand-written batching loop
+// and Hopper with consumer.batch.maxMessages = --batch-size, then Hopper
+// again with every 10th message answered 503 once in the results body.
+// Its lines are
+//
+//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z
+//	bench: batch-raw size=S rawbatch=R4/s ratio=X
+//	bench: batch-retry size=S hopper=R5/s of_happy=X
+//
 // On a machine shared with other work, throughput and tail latency vary from
 // run to run: the report shows how many cores other processes used during
 // each run, the CPU per message of consumer, broker and app (stable), and
@@ -88,7 +99,7 @@
 //
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
 //
-// and of the defaults and slow paths come just before it, those that ran,
+// and of the defaults, slow, big and batch paths come just before it, those that ran,
 // in --paths order (and last when the happy path did not run).
 // bench/benchtable turns these lines into the README's table.
 //

@@ -56,7 +56,7 @@ func profileMain(args []string) int {
 	_ = fs.Parse(args)
 	runtime.MemProfileRate = *memRate
 	m, err := parseMode(*pathName)
-	if err != nil || m == modeLatency {
+	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ) {
 		fmt.Fprintf(os.Stderr, "hopperbench profile: unknown path %q\n", *pathName)
 		return 2
 	}

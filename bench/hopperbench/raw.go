@@ -48,6 +48,7 @@ func rawWorkerMain(args []string) int {
 	workers := fs.Int("workers", 64, "concurrent deliveries")
 	pubChannels := fs.Int("publish-channels", 8, "confirm-mode channels for republishes")
 	timeout := fs.Duration("timeout", 30*time.Second, "per request")
+	batch := fs.Int("batch", 0, "when > 1: the batching loop, one POST of a JSON envelope per this many deliveries (happy path only)")
 	_ = fs.Parse(args)
 	if *url == "" || *queue == "" || *appURL == "" {
 		fmt.Fprintln(os.Stderr, "raw-worker: --broker, --queue and --app are required")
@@ -65,9 +66,12 @@ func rawWorkerMain(args []string) int {
 		}
 		defer done()
 	}
-	if err := runRaw(ctx, *url, *queue, *prefetch, *workers, *pubChannels, &rawWorker{
-		appURL: *appURL, retryQueue: *retryQueue, dlq: *dlq, timeout: *timeout,
-	}); err != nil {
+	w := &rawWorker{appURL: *appURL, retryQueue: *retryQueue, dlq: *dlq, timeout: *timeout}
+	run := func() error { return runRaw(ctx, *url, *queue, *prefetch, *workers, *pubChannels, w) }
+	if *batch > 1 {
+		run = func() error { return runRawBatch(ctx, *url, *queue, *prefetch, *workers, *batch, w) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "raw-worker:", err)
 		return 1
 	}
@@ -96,16 +100,7 @@ func runRaw(ctx context.Context, url, queue string, prefetch, workers, pubChanne
 		}
 		w.pool <- pc
 	}
-	w.client = &fasthttp.Client{
-		Name:                          "raw",
-		MaxConnsPerHost:               workers + 4,
-		MaxIdleConnDuration:           30 * time.Second,
-		ReadTimeout:                   w.timeout,
-		WriteTimeout:                  w.timeout,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-	}
+	w.client = newRawClient(workers, w.timeout)
 
 	ch, err := conn.Channel()
 	if err != nil {
@@ -147,6 +142,21 @@ func runRaw(ctx context.Context, url, queue string, prefetch, workers, pubChanne
 	}
 	wg.Wait()
 	return nil
+}
+
+// newRawClient is the raw loops' HTTP client: a connection per worker, no
+// retries of its own.
+func newRawClient(workers int, timeout time.Duration) *fasthttp.Client {
+	return &fasthttp.Client{
+		Name:                          "raw",
+		MaxConnsPerHost:               workers + 4,
+		MaxIdleConnDuration:           30 * time.Second,
+		ReadTimeout:                   timeout,
+		WriteTimeout:                  timeout,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+	}
 }
 
 // rawHandled counts deliveries, for the profile's per-message figures.
