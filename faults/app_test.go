@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -155,6 +156,7 @@ type faultApp struct {
 	records []record
 	reset   map[string]bool // ids whose scripted reset happened
 	crashes int
+	batches []batchSeen // every batch request, in order
 
 	inFlight atomic.Int64
 	busy     atomic.Int64 // requests being served within capacity
@@ -179,10 +181,22 @@ func startApp(t *testing.T, scripts map[string]*script) *faultApp {
 // URL is where hopper POSTs messages.
 func (a *faultApp) URL() string { return "http://" + a.addr + "/msg" }
 
+// BatchURL is where hopper POSTs batches (consumer.batch).
+func (a *faultApp) BatchURL() string { return "http://" + a.addr + "/batch" }
+
+// batchSeen is one batch request: how many entries it had and what the app
+// did with the request as a whole (200 with a results body, statusHang or
+// statusReset).
+type batchSeen struct {
+	Entries int
+	Status  int
+}
+
 func (a *faultApp) serve(ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/msg", a.handle)
+	mux.HandleFunc("/batch", a.handleBatch)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	a.mu.Lock()
 	a.srv = srv
@@ -285,8 +299,23 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(a.serveFor) // the app's own work, not a wait for anything
 	}
 
-	b := answer2xx
 	a.mu.Lock()
+	rec := a.answerLocked(id, attempt, requeues)
+	// Recorded before answering: a 2xx counts once the app decided it,
+	// whether or not hopper got to read it (a crash may cut it off).
+	a.records = append(a.records, rec)
+	a.mu.Unlock()
+
+	if !a.noAnswer(w, r, rec.Status) {
+		w.WriteHeader(rec.Status)
+	}
+}
+
+// answerLocked is what the app does with one message at attempt and
+// requeues, as its script says: a status, statusHang or statusReset. The
+// caller holds a.mu and records it.
+func (a *faultApp) answerLocked(id string, attempt, requeues int) record {
+	b := answer2xx
 	if s := a.scripts[id]; s != nil {
 		b = s.answer(attempt, requeues, !a.reset[id])
 		if b == answerReset {
@@ -314,12 +343,13 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 	case answerReset:
 		rec.Status = statusReset
 	}
-	// Recorded before answering: a 2xx counts once the app decided it,
-	// whether or not hopper got to read it (a crash may cut it off).
-	a.records = append(a.records, rec)
-	a.mu.Unlock()
+	return rec
+}
 
-	switch rec.Status {
+// noAnswer hangs or resets the request when status says so, and reports
+// whether it did: then nothing may be written to w.
+func (a *faultApp) noAnswer(w http.ResponseWriter, r *http.Request, status int) bool {
+	switch status {
 	case statusHang:
 		select {
 		case <-r.Context().Done(): // hopper gave up and closed the connection
@@ -327,11 +357,77 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		// Returning would make net/http send an implicit 200: close instead.
 		a.hangUp(w, false)
+		return true
 	case statusReset:
 		a.hangUp(w, true)
-	default:
-		w.WriteHeader(rec.Status)
+		return true
 	}
+	return false
+}
+
+// handleBatch answers a batch (consumer.batch) entry by entry, each entry
+// as handle would have answered it alone, by its script at the attempt and
+// requeue count its own headers carry, in one results body. What an entry
+// would do to its connection it does to the whole request: one entry
+// scripted to reset resets the batch, else one scripted to hang hangs it,
+// and every entry of that batch is recorded with that status, since none
+// got an answer. The scripted answers of the app's single requests
+// (capacity, killers, cutters) are not applied to batches.
+func (a *faultApp) handleBatch(w http.ResponseWriter, r *http.Request) {
+	a.inFlight.Add(1)
+	defer a.inFlight.Add(-1)
+	var req struct {
+		Entries []struct {
+			ID      string            `json:"id"`
+			Headers map[string]string `json:"headers"`
+		} `json:"entries"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		a.t.Errorf("app: a batch request that is not the entries envelope: %v", err)
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	type result struct {
+		ID     string `json:"id"`
+		Status int    `json:"status"`
+	}
+	results := make([]result, len(req.Entries))
+	whole := http.StatusOK
+	a.mu.Lock()
+	first := len(a.records)
+	for i, e := range req.Entries {
+		h := http.Header{}
+		for k, v := range e.Headers {
+			h.Set(k, v)
+		}
+		attempt, _ := strconv.Atoi(h.Get("Hopper-Attempt"))
+		requeues, _ := strconv.Atoi(h.Get("Hopper-Requeue-Count"))
+		rec := a.answerLocked(h.Get("Hopper-Message-Id"), attempt, requeues)
+		a.records = append(a.records, rec)
+		results[i] = result{ID: e.ID, Status: rec.Status}
+		if rec.Status == statusReset || rec.Status == statusHang && whole != statusReset {
+			whole = rec.Status
+		}
+	}
+	if whole != http.StatusOK {
+		for i := first; i < len(a.records); i++ {
+			a.records[i].Status = whole
+		}
+	}
+	a.batches = append(a.batches, batchSeen{Entries: len(req.Entries), Status: whole})
+	a.mu.Unlock()
+
+	if a.noAnswer(w, r, whole) {
+		return
+	}
+	body, err := json.Marshal(map[string][]result{"results": results})
+	if err != nil {
+		a.t.Errorf("app: encode the results: %v", err)
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body) // hopper may have hung up; it then delivers the batch again
 }
 
 // hangUp closes the request's connection without an answer; with reset,
@@ -353,6 +449,13 @@ func (a *faultApp) received() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.records)
+}
+
+// batchesSeen returns a copy of every batch request so far.
+func (a *faultApp) batchesSeen() []batchSeen {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]batchSeen(nil), a.batches...)
 }
 
 // snapshot returns a copy of every record so far.

@@ -10,6 +10,10 @@
 // publishes — and finally accounts for every id: answered 2xx at least
 // once, or in the dead-letter queue with a reason. Nothing else is allowed.
 //
+// The batch scenario is the mixed one with batch delivery on: the app
+// answers each entry of a batch by that message's own script, so every id
+// must end as it would have alone.
+//
 // The big-messages scenario runs hopper at its defaults inside a memory
 // cgroup of a small container's size (64 and 128 MiB) against backlogs of 1
 // and 8 MiB messages: every message is acked and the kernel kills nothing.

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -214,21 +215,45 @@ func makeIDs(prefix string, n int) []string {
 // answers, and each script leaves one attempt of slack for an unscripted
 // timeout (see newScripts). The expectations are therefore exact, not
 // merely "lost=0 and the reasons look legitimate".
-func TestFaultMixed(t *testing.T) { mixed(t, "mixed", "classic") }
+func TestFaultMixed(t *testing.T) { mixed(t, "mixed", "classic", 1) }
 
 // TestFaultMixedQuorum is the mixed scenario on quorum queues: every
 // give-back is a republish, so the work queue's delivery limit is never
 // spent on a message the app did not see, and the accounting is exact as
 // on classic queues.
-func TestFaultMixedQuorum(t *testing.T) { mixed(t, "mixed-quorum", "quorum") }
+func TestFaultMixedQuorum(t *testing.T) { mixed(t, "mixed-quorum", "quorum", 1) }
 
-func mixed(t *testing.T, name, queueType string) {
+// TestFaultBatch is the mixed scenario, faults and scripts alike, with
+// batch delivery on (consumer.batch.maxMessages batchSize, maxWait
+// batchWait so that batches form while the ids trickle in): each entry of
+// a batch is answered by its own script in a results body, and an entry
+// scripted to hang or reset takes its whole batch down with it, which
+// Hopper must split until that entry is alone. Every id must end exactly as
+// its script says, as in the mixed scenario: a batch changes the transport,
+// never a message's fate, and an entry is not charged for a neighbour.
+func TestFaultBatch(t *testing.T) { mixed(t, "batch", "classic", batchSize) }
+
+// The batch scenario's consumer.batch.
+const (
+	batchSize = 16
+	batchWait = "100ms"
+)
+
+// mixed runs the mixed scenario on queueType queues; with batch above 1,
+// hopper delivers batches of up to that many messages to the app's batch
+// path.
+func mixed(t *testing.T, name, queueType string, batch int) {
 	n := messageCount(t)
 	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
 	ids := makeIDs(name, n)
 	scripts := newScripts(ids, seed, maxAttempts)
-	r := beginWith(t, name, scripts, queueType)
-	r.step("N=%d, scripts seeded with %d", n, seed)
+	app := startApp(t, scripts)
+	cfg := hopperConfig{QueueType: queueType}
+	if batch > 1 {
+		cfg.Extra = fmt.Sprintf("app:\n  url: %q\nconsumer:\n  batch: {maxMessages: %d, maxWait: %s}\n", app.BatchURL(), batch, batchWait)
+	}
+	r := beginApp(t, name, app, cfg)
+	r.step("N=%d, scripts seeded with %d, batches of up to %d", n, seed, batch)
 
 	// The ids go out in six chunks, one per fault, and each fault is
 	// injected while its chunk is flowing: once the app has seen half of
@@ -335,6 +360,42 @@ func mixed(t *testing.T, name, queueType string) {
 	}
 	if r.killed == 0 {
 		t.Error("no SIGKILL hit a delivery in flight")
+	}
+	if batch > 1 {
+		checkBatches(t, r, batch)
+	}
+}
+
+// checkBatches checks that the batch scenario delivered batches: requests
+// of several entries, none above the limit, some hung or reset as a whole
+// (so that splitting was needed), and that hopper could read every answer.
+func checkBatches(t *testing.T, r *run, limit int) {
+	t.Helper()
+	seen := r.app.batchesSeen()
+	sizes := map[int]int{}
+	several, failedWhole := 0, 0
+	for _, b := range seen {
+		sizes[b.Entries]++
+		if b.Entries > 1 {
+			several++
+			if b.Status != http.StatusOK {
+				failedWhole++
+			}
+		}
+		if b.Entries > limit || b.Entries < 1 {
+			t.Errorf("a batch request of %d entries, want 1 to %d", b.Entries, limit)
+		}
+	}
+	t.Logf("batch requests: %d, %d of several entries (%d of those hung or reset as a whole); by entries: %v",
+		len(seen), several, failedWhole, sizes)
+	if several == 0 {
+		t.Error("no batch request carried more than one entry: batching was not exercised")
+	}
+	if failedWhole == 0 {
+		t.Error("no batch of several entries hung or was reset: splitting was not exercised")
+	}
+	if n := r.hopper.eventCounts("BATCH_RESULTS_MALFORMED")["BATCH_RESULTS_MALFORMED"]; n != 0 {
+		t.Errorf("hopper logged BATCH_RESULTS_MALFORMED %d time(s) for answers the app wrote well-formed", n)
 	}
 }
 

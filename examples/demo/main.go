@@ -6,8 +6,12 @@
 // orders whose demo-script header makes the app answer each row of the
 // outcome table once (200; 425 then 200; 503 then 200; 400; 503 for ever),
 // waits until every message has settled, and prints what the app saw and
-// where each message ended, DLQ headers included. Then it stops hopper with
-// SIGTERM, which must exit 0, and tears everything down.
+// where each message ended, DLQ headers included. Then it publishes four
+// orders to a second queue that Hopper delivers in batches
+// (consumer.batch), one of which the app fails inside the batch: the
+// other three are acked from that one answer, the failing one alone is
+// retried. Last it stops hopper with SIGTERM, which must exit 0, and tears
+// everything down.
 //
 // It exits non-zero, saying which, if any expectation fails, so it doubles
 // as a smoke test of a freshly built binary:
@@ -43,12 +47,52 @@ import (
 // about four seconds instead of the production defaults' hours.
 const (
 	queueName   = "demo.orders"
-	dlqName     = queueName + ".dlq"
-	tierPrefix  = queueName + ".retry."
 	maxAttempts = 3
+	// batchQueue is delivered in batches of up to batchSize messages; a
+	// batch waits up to batchWait to fill, far longer than publishing the
+	// batch step's messages takes, so they go to the app as one request.
+	batchQueue = "demo.batch"
+	batchSize  = 4
+	batchWait  = "1s"
 )
 
-var tierNames = []string{tierPrefix + "1s", tierPrefix + "2s"}
+// tiers are the delay tiers of every queue, as in their queue names.
+var tiers = []string{"1s", "2s"}
+
+// step is one queue of the demo and what is published to it.
+type step struct {
+	Queue    string
+	Messages []demoMessage
+}
+
+func (s step) dlq() string { return s.Queue + ".dlq" }
+
+// queues are the step's work queue, its DLQ and its tier queues.
+func (s step) queues() []string {
+	q := []string{s.Queue, s.dlq()}
+	for _, t := range tiers {
+		q = append(q, s.Queue+".retry."+t)
+	}
+	return q
+}
+
+// wantDead is how many of the step's messages should end in its DLQ.
+func (s step) wantDead() int {
+	n := 0
+	for _, m := range s.Messages {
+		if !m.Acked {
+			n++
+		}
+	}
+	return n
+}
+
+// The two steps: one message per row of the outcome table, then one batch.
+var (
+	outcomes = step{Queue: queueName, Messages: messages}
+	batches  = step{Queue: batchQueue, Messages: batchMessages}
+	steps    = []step{outcomes, batches}
+)
 
 // Bounds on each step, so a broken binary fails the demo instead of
 // hanging it.
@@ -82,6 +126,9 @@ type answer struct {
 	Requeues   int  `json:"requeues"`
 	Status     int  `json:"status"`
 	ClientGone bool `json:"client_gone"`
+	// Batch is the number of entries of the batch the answer was part of;
+	// 0 for a request of its own.
+	Batch int `json:"batch"`
 }
 
 func (a answer) String() string {
@@ -93,40 +140,74 @@ func (a answer) String() string {
 	if a.ClientGone {
 		s += "(gone)"
 	}
+	if a.Batch > 0 {
+		s += fmt.Sprintf(" [batch of %d]", a.Batch)
+	}
 	return s
 }
 
 var messages = []demoMessage{
 	{
 		ID: "ok", Script: "200",
-		Want:  []answer{{1, 0, 200, false}},
+		Want:  []answer{{1, 0, 200, false, 0}},
 		Acked: true,
 		Why:   "2xx: acked on the first attempt",
 	},
 	{
 		ID: "too-early", Script: "425,200",
-		Want:  []answer{{1, 0, 425, false}, {1, 1, 200, false}},
+		Want:  []answer{{1, 0, 425, false, 0}, {1, 1, 200, false, 0}},
 		Acked: true,
 		Why: "425 with Retry-After: 1 (longer than requeue.maxHold 500ms): requeued through the 1s tier " +
 			"with x-requeue-count 1; not an attempt, so attempt stays 1",
 	},
 	{
 		ID: "flaky", Script: "503,200",
-		Want:  []answer{{1, 0, 503, false}, {2, 0, 200, false}},
+		Want:  []answer{{1, 0, 503, false, 0}, {2, 0, 200, false, 0}},
 		Acked: true,
 		Why:   "503: retried through the 1s tier (x-retry-count 1), 200 on attempt 2",
 	},
 	{
 		ID: "bad-request", Script: "400",
-		Want:   []answer{{1, 0, 400, false}},
+		Want:   []answer{{1, 0, 400, false, 0}},
 		Reason: "non-retriable", FinalStatus: 400, FinalRetries: 1, // the one failed attempt counts
 		Why: "400: will fail again, so straight to the DLQ without a retry",
 	},
 	{
 		ID: "always-down", Script: "503",
-		Want:   []answer{{1, 0, 503, false}, {2, 0, 503, false}, {3, 0, 503, false}},
+		Want:   []answer{{1, 0, 503, false, 0}, {2, 0, 503, false, 0}, {3, 0, 503, false, 0}},
 		Reason: "max-attempts", FinalStatus: 503, FinalRetries: maxAttempts,
 		Why: "503 three times: 1s tier, 2s tier, then retry.maxAttempts (3) reached: DLQ",
+	},
+}
+
+// batchMessages are published to batchQueue together and reach the app as
+// one batch. The app answers batch-flaky's entry 503 and the others 200 in
+// one results body: the three are acked, batch-flaky alone goes through the
+// 1s tier and comes back, in a batch of its own, to be answered 200.
+var batchMessages = []demoMessage{
+	{
+		ID: "batch-1", Script: "200",
+		Want:  []answer{{1, 0, 200, false, batchSize}},
+		Acked: true,
+		Why:   "its result in the batch said 200: acked",
+	},
+	{
+		ID: "batch-2", Script: "200",
+		Want:  []answer{{1, 0, 200, false, batchSize}},
+		Acked: true,
+		Why:   "acked from the same answer",
+	},
+	{
+		ID: "batch-flaky", Script: "503,200",
+		Want:  []answer{{1, 0, 503, false, batchSize}, {2, 0, 200, false, 1}},
+		Acked: true,
+		Why:   "its result said 503: this entry alone was retried through the 1s tier, 200 on attempt 2",
+	},
+	{
+		ID: "batch-4", Script: "200",
+		Want:  []answer{{1, 0, 200, false, batchSize}},
+		Acked: true,
+		Why:   "acked from the same answer, not delivered again",
 	},
 }
 
@@ -250,28 +331,15 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	logf("hopper is ready (GET /readyz on %s answered 200)", adminAddr)
 
-	if err := publish(ctx, d.broker.URL(), queueName, messages); err != nil {
-		return err
-	}
 	statsURL := "http://" + appAddr + "/stats"
-	if err := d.waitSettled(ctx, statsURL); err != nil {
-		return err
+	var failures []string
+	for _, st := range steps {
+		f, err := d.runStep(ctx, st, statsURL)
+		if err != nil {
+			return err
+		}
+		failures = append(failures, f...)
 	}
-
-	dead, err := peekDLQ(d.broker.URL(), dlqName, 100)
-	if err != nil {
-		return err
-	}
-	depths, err := listQueues(d.broker, queueName)
-	if err != nil {
-		return err
-	}
-	stats, err := fetchStats(ctx, statsURL)
-	if err != nil {
-		return err
-	}
-	failures := check(stats, dead, depths)
-	printSummary(os.Stdout, stats, dead, depths)
 
 	failures = append(failures, d.stopHopper(ctx)...)
 	if len(failures) > 0 {
@@ -280,15 +348,30 @@ func (d *demo) run(ctx context.Context) error {
 	return nil
 }
 
-// wantDead is how many messages should end in the DLQ.
-func wantDead() int {
-	n := 0
-	for _, m := range messages {
-		if !m.Acked {
-			n++
-		}
+// runStep publishes a step's messages, waits until they are settled and
+// prints where each ended. It returns the expectations that failed; an
+// error means the step could not be carried out at all.
+func (d *demo) runStep(ctx context.Context, st step, statsURL string) ([]string, error) {
+	if err := publish(ctx, d.broker.URL(), st.Queue, st.Messages); err != nil {
+		return nil, err
 	}
-	return n
+	if err := d.waitSettled(ctx, statsURL, st); err != nil {
+		return nil, err
+	}
+	dead, err := peekDLQ(d.broker.URL(), st.dlq(), 100)
+	if err != nil {
+		return nil, err
+	}
+	depths, err := listQueues(d.broker, st.Queue)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := fetchStats(ctx, statsURL)
+	if err != nil {
+		return nil, err
+	}
+	printSummary(os.Stdout, st, stats, dead, depths)
+	return check(st, stats, dead, depths), nil
 }
 
 var errInterrupted = errors.New("interrupted by a signal")
@@ -308,14 +391,13 @@ func (d *demo) demoappBinary(root string) (string, error) {
 	return bin, nil
 }
 
-// hopperConfig is the YAML hopper runs with. Durations are strings with
+// hopperConfig is the YAML hopper runs with: two subscriptions, the second
+// delivered in batches to the app's batch path. Durations are strings with
 // units, as hopper requires.
 func hopperConfig(brokerURL, appAddr, adminAddr, logLevel string) string {
 	return fmt.Sprintf(`# Written by examples/demo.
 broker:
   urls: [%q]
-queue:
-  name: %s
 topology:
   declare: true
 app:
@@ -324,10 +406,16 @@ app:
   timeout: 5s
 retry:
   maxAttempts: %d
-  tiers: ["1s", "2s"]
+  tiers: [%q, %q]
 requeue:
   minHold: 200ms
   maxHold: 500ms
+subscriptions:
+  - queue: {name: %s}
+  - queue: {name: %s}
+    path: /batch
+    consumer:
+      batch: {maxMessages: %d, maxWait: %s}
 shutdown:
   grace: 5s
 admin:
@@ -335,15 +423,16 @@ admin:
 log:
   format: text
   level: %s
-`, brokerURL, queueName, appAddr, maxAttempts, adminAddr, logLevel)
+`, brokerURL, appAddr, maxAttempts, tiers[0], tiers[1], queueName, batchQueue, batchSize, batchWait, adminAddr, logLevel)
 }
 
-// waitSettled polls the app's /stats and the queue depths until every
-// message is settled: the ones meant to be acked got their 200 and the
-// work queue is empty (so the ack happened), the DLQ holds the others and
-// no tier queue holds anything. It fails at once if hopper exits.
-func (d *demo) waitSettled(ctx context.Context, statsURL string) error {
-	logf("waiting up to %v for every message to settle", d.o.timeout)
+// waitSettled polls the app's /stats and the step's queue depths until
+// every message of the step is settled: the ones meant to be acked got
+// their 200 and the work queue is empty (so the ack happened), the DLQ
+// holds the others and no tier queue holds anything. It fails at once if
+// hopper exits.
+func (d *demo) waitSettled(ctx context.Context, statsURL string, st step) error {
+	logf("waiting up to %v for every message of %s to settle", d.o.timeout, st.Queue)
 	deadline := time.Now().Add(d.o.timeout)
 	var pending []string
 	for {
@@ -353,12 +442,12 @@ func (d *demo) waitSettled(ctx context.Context, statsURL string) error {
 		// Queues first: the stats read after them are at least as recent,
 		// so a message the queues show as settled is never judged on
 		// answers read before its last attempt.
-		depths, qerr := listQueues(d.broker, queueName)
+		depths, qerr := listQueues(d.broker, st.Queue)
 		stats, serr := fetchStats(ctx, statsURL)
 		if err := errors.Join(qerr, serr); err != nil {
 			pending = []string{err.Error()}
 		} else {
-			pending = pendingWork(stats, depths)
+			pending = pendingWork(st, stats, depths)
 			if len(pending) == 0 {
 				return nil
 			}
@@ -374,10 +463,11 @@ func (d *demo) waitSettled(ctx context.Context, statsURL string) error {
 	}
 }
 
-// pendingWork says what is not finished yet; empty means settled.
-func pendingWork(stats map[string][]answer, depths []queueDepth) []string {
+// pendingWork says what of a step is not finished yet; empty means
+// settled.
+func pendingWork(st step, stats map[string][]answer, depths []queueDepth) []string {
 	var p []string
-	for _, m := range messages {
+	for _, m := range st.Messages {
 		if !m.Acked {
 			continue
 		}
@@ -390,28 +480,34 @@ func pendingWork(stats map[string][]answer, depths []queueDepth) []string {
 	for _, q := range depths {
 		byName[q.Name] = q
 	}
-	if n := byName[dlqName].Total(); n != wantDead() {
-		p = append(p, fmt.Sprintf("%s holds %d message(s), want %d", dlqName, n, wantDead()))
+	if n := byName[st.dlq()].Total(); n != st.wantDead() {
+		p = append(p, fmt.Sprintf("%s holds %d message(s), want %d", st.dlq(), n, st.wantDead()))
 	}
 	for _, q := range depths {
-		if q.Name != dlqName && q.Total() > 0 {
+		if q.Name != st.dlq() && q.Total() > 0 {
 			p = append(p, fmt.Sprintf("%s holds %d ready + %d unacked", q.Name, q.Ready, q.Unacked))
 		}
 	}
 	return p
 }
 
-// check compares the outcome with the expectations and returns every
+// check compares a step's outcome with its expectations and returns every
 // mismatch.
-func check(stats map[string][]answer, dead []dlqEntry, depths []queueDepth) []string {
+func check(st step, stats map[string][]answer, dead []dlqEntry, depths []queueDepth) []string {
 	var f []string
 	inDLQ := map[string][]dlqEntry{}
 	for _, e := range dead {
 		inDLQ[e.ID] = append(inDLQ[e.ID], e)
 	}
 	known := map[string]bool{}
-	for _, m := range messages {
-		known[m.ID] = true
+	for _, other := range steps {
+		for _, m := range other.Messages {
+			known[m.ID] = true
+		}
+	}
+	mine := map[string]bool{}
+	for _, m := range st.Messages {
+		mine[m.ID] = true
 		if got := stats[m.ID]; !slices.Equal(got, m.Want) {
 			f = append(f, fmt.Sprintf("%s: app answered %s, want %s", m.ID, history(got), history(m.Want)))
 		}
@@ -434,8 +530,8 @@ func check(stats map[string][]answer, dead []dlqEntry, depths []queueDepth) []st
 			if e.FinalRetries != m.FinalRetries {
 				f = append(f, fmt.Sprintf("%s: x-final-retry-count %d, want %d", m.ID, e.FinalRetries, m.FinalRetries))
 			}
-			if e.OriginalQueue != queueName {
-				f = append(f, fmt.Sprintf("%s: x-original-queue %q, want %q", m.ID, e.OriginalQueue, queueName))
+			if e.OriginalQueue != st.Queue {
+				f = append(f, fmt.Sprintf("%s: x-original-queue %q, want %q", m.ID, e.OriginalQueue, st.Queue))
 			}
 		}
 	}
@@ -445,15 +541,15 @@ func check(stats map[string][]answer, dead []dlqEntry, depths []queueDepth) []st
 		}
 	}
 	for _, e := range dead {
-		if !known[e.ID] {
-			f = append(f, fmt.Sprintf("DLQ holds a message the demo did not publish: id %q", e.ID))
+		if !mine[e.ID] {
+			f = append(f, fmt.Sprintf("%s holds a message the demo did not publish to %s: id %q", st.dlq(), st.Queue, e.ID))
 		}
 	}
 	seen := map[string]bool{}
 	for _, q := range depths {
 		seen[q.Name] = true
 	}
-	for _, name := range append([]string{queueName, dlqName}, tierNames...) {
+	for _, name := range st.queues() {
 		if !seen[name] {
 			f = append(f, fmt.Sprintf("queue %s was not declared", name))
 		}
@@ -490,17 +586,19 @@ func (d *demo) stopHopper(ctx context.Context) []string {
 	if ctx.Err() != nil {
 		return f
 	}
-	depths, err := listQueues(d.broker, queueName)
-	if err != nil {
-		return append(f, err.Error())
-	}
-	for _, q := range depths {
-		want := 0
-		if q.Name == dlqName {
-			want = wantDead()
+	for _, st := range steps {
+		depths, err := listQueues(d.broker, st.Queue)
+		if err != nil {
+			return append(f, err.Error())
 		}
-		if q.Total() != want {
-			f = append(f, fmt.Sprintf("after hopper stopped, %s holds %d message(s), want %d", q.Name, q.Total(), want))
+		for _, q := range depths {
+			want := 0
+			if q.Name == st.dlq() {
+				want = st.wantDead()
+			}
+			if q.Total() != want {
+				f = append(f, fmt.Sprintf("after hopper stopped, %s holds %d message(s), want %d", q.Name, q.Total(), want))
+			}
 		}
 	}
 	return f
@@ -532,10 +630,15 @@ func (d *demo) teardown() {
 	}
 }
 
-// printSummary prints, for each message, what the app answered and where
-// the message ended, then the queue depths.
-func printSummary(w io.Writer, stats map[string][]answer, dead []dlqEntry, depths []queueDepth) {
-	fmt.Fprintf(w, "\n=== Hopper demo: queue %s, tiers 1s and 2s, retry.maxAttempts %d ===\n\n", queueName, maxAttempts)
+// printSummary prints, for each message of a step, what the app answered
+// and where the message ended, then the queue depths.
+func printSummary(w io.Writer, st step, stats map[string][]answer, dead []dlqEntry, depths []queueDepth) {
+	if st.Queue == batchQueue {
+		fmt.Fprintf(w, "\n=== Batches: queue %s, consumer.batch.maxMessages %d, maxWait %s ===\n\n", st.Queue, batchSize, batchWait)
+		printBatches(w, st, stats)
+	} else {
+		fmt.Fprintf(w, "\n=== Hopper demo: queue %s, tiers %s and %s, retry.maxAttempts %d ===\n\n", st.Queue, tiers[0], tiers[1], maxAttempts)
+	}
 	fmt.Fprintln(w, "What the app answered (aN = Hopper-Attempt N, rN = Hopper-Requeue-Count N) and where each message ended:")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -544,7 +647,7 @@ func printSummary(w io.Writer, stats map[string][]answer, dead []dlqEntry, depth
 	for _, e := range dead {
 		inDLQ[e.ID] = e
 	}
-	for _, m := range messages {
+	for _, m := range st.Messages {
 		end := "acked"
 		if e, ok := inDLQ[m.ID]; ok {
 			end = "DLQ (" + e.Reason + ")"
@@ -556,11 +659,15 @@ func printSummary(w io.Writer, stats map[string][]answer, dead []dlqEntry, depth
 	_ = tw.Flush() // writes to stdout; nothing to do if that fails
 
 	fmt.Fprintln(w, "\nWhy:")
-	for _, m := range messages {
+	for _, m := range st.Messages {
 		fmt.Fprintf(w, "  %-12s %s\n", m.ID, m.Why)
 	}
 
-	fmt.Fprintf(w, "\nDLQ %s, headers Hopper set on each message:\n", dlqName)
+	if len(dead) == 0 {
+		fmt.Fprintf(w, "\nDLQ %s is empty.\n", st.dlq())
+	} else {
+		fmt.Fprintf(w, "\nDLQ %s, headers Hopper set on each message:\n", st.dlq())
+	}
 	for _, e := range dead {
 		fmt.Fprintf(w, "  %s\n", e.ID)
 		fmt.Fprintf(w, "    x-dead-letter-reason=%s x-final-status-code=%d x-final-retry-count=%d\n",
@@ -576,6 +683,28 @@ func printSummary(w io.Writer, stats map[string][]answer, dead []dlqEntry, depth
 		fmt.Fprintf(tw, "  %s\t%d\t%d\n", q.Name, q.Ready, q.Unacked)
 	}
 	_ = tw.Flush()
+}
+
+// printBatches says which of the step's messages the app received together
+// in its first batch, and what came of the one it failed there.
+func printBatches(w io.Writer, st step, stats map[string][]answer) {
+	var together, failed []string
+	for _, m := range st.Messages {
+		h := stats[m.ID]
+		if len(h) == 0 || h[0].Batch < 2 {
+			continue
+		}
+		together = append(together, m.ID)
+		if h[0].Status != http.StatusOK {
+			failed = append(failed, fmt.Sprintf("%s (answered %d in the batch, then %s)", m.ID, h[0].Status, history(h[1:])))
+		}
+	}
+	fmt.Fprintf(w, "One request to the app's /batch carried %d messages: %s.\n", len(together), strings.Join(together, ", "))
+	fmt.Fprintf(w, "Its results body failed %d of them; the others were acked from that one answer.\n", len(failed))
+	for _, f := range failed {
+		fmt.Fprintf(w, "  retried alone: %s\n", f)
+	}
+	fmt.Fprintln(w)
 }
 
 func lastIs200(h []answer) bool {

@@ -25,6 +25,17 @@
 // Everything else (start, stop, errors) goes to standard error, so that
 // tests can read standard output as the request log.
 //
+// Batches (Hopper's consumer.batch) are POSTed to the batch path, default
+// /batch: the body is Hopper's envelope {"entries":[{"id":…,"headers":{…},
+// …}]}, and each entry is answered by its own script, read from the
+// headers the entry carries, in a results body:
+//
+//	{"results":[{"id":"m-1","status":200},{"id":"m-2","status":503,"error":"…"}]}
+//
+// A sleep: entry holds the whole request (the longest sleep of its
+// entries), as a slow message holds a real batch handler. Each entry is
+// logged as a request is, with "(batch of <n>)" after it.
+//
 // GET /stats returns the answers given so far as JSON (see stats); DELETE
 // /stats resets them. GET on the health path answers 200.
 package main
@@ -62,6 +73,11 @@ const (
 // test that retries one message for ever does not grow the app without end.
 const maxHistory = 100
 
+// maxBatchBytes bounds a batch request's body: Hopper's own bound
+// (consumer.batch.maxBytes, 1 MiB by default) plus each entry's headers and
+// the base64 of bodies that are not JSON, with room to spare.
+const maxBatchBytes = 16 << 20
+
 // maxSleep bounds a sleep: entry; a script is test input, and a typo like
 // sleep:10000h must not pin a goroutine for a year.
 const maxSleep = 10 * time.Minute
@@ -69,11 +85,12 @@ const maxSleep = 10 * time.Minute
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
 	path := flag.String("path", "/", "path that receives Hopper's POSTs")
+	batchPath := flag.String("batch-path", "/batch", "path that receives Hopper's batches (consumer.batch)")
 	health := flag.String("health", "/healthz", "health check path (GET answers 200)")
 	flag.Parse()
 
 	errLog := log.New(os.Stderr, "demoapp: ", 0)
-	if err := serve(*listen, *path, *health, errLog); err != nil {
+	if err := serve(*listen, *path, *batchPath, *health, errLog); err != nil {
 		errLog.Print(err)
 		os.Exit(1)
 	}
@@ -81,15 +98,18 @@ func main() {
 
 // serve runs the app until SIGTERM or SIGINT, then lets requests in flight
 // finish for a few seconds, as an app behind Hopper should.
-func serve(listen, path, health string, errLog *log.Logger) error {
+func serve(listen, path, batchPath, health string, errLog *log.Logger) error {
 	// http.ServeMux panics on these; say which flag is wrong instead.
-	for _, p := range []struct{ flag, path string }{{"--path", path}, {"--health", health}} {
+	paths := []struct{ flag, path string }{{"--path", path}, {"--batch-path", batchPath}, {"--health", health}, {"", "/stats"}}
+	for i, p := range paths {
 		if !strings.HasPrefix(p.path, "/") || strings.ContainsAny(p.path, " {}") {
 			return fmt.Errorf("%s %q: want a path starting with /, without spaces or braces", p.flag, p.path)
 		}
-	}
-	if path == health || path == "/stats" || health == "/stats" {
-		return fmt.Errorf("--path %q, --health %q and /stats must differ", path, health)
+		for _, q := range paths[:i] {
+			if p.path == q.path {
+				return fmt.Errorf("--path %q, --batch-path %q, --health %q and /stats must differ", path, batchPath, health)
+			}
+		}
 	}
 	a := &app{reqLog: log.New(os.Stdout, "demoapp: ", 0), stats: newStats()}
 	mux := http.NewServeMux()
@@ -99,6 +119,7 @@ func serve(listen, path, health string, errLog *log.Logger) error {
 	mux.HandleFunc("GET /stats", a.getStats)
 	mux.HandleFunc("DELETE /stats", a.resetStats)
 	mux.HandleFunc(path, a.handle)
+	mux.HandleFunc(batchPath, a.handleBatch)
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -109,7 +130,7 @@ func serve(listen, path, health string, errLog *log.Logger) error {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	errLog.Printf("listening on http://%s%s (health %s, stats /stats)", ln.Addr(), path, health)
+	errLog.Printf("listening on http://%s%s (batches %s, health %s, stats /stats)", ln.Addr(), path, batchPath, health)
 
 	select {
 	case err := <-done:
@@ -133,13 +154,35 @@ type app struct {
 	stats  *stats
 }
 
+// delivery is what the app reads of one message: from a request's headers,
+// or from the headers a batch entry carries.
+type delivery struct {
+	id, routingKey, script string
+	attempt, requeues      int
+}
+
+func readDelivery(h http.Header) delivery {
+	return delivery{
+		id:         h.Get(hdrMessageID),
+		routingKey: h.Get(hdrRoutingKey),
+		script:     h.Get(hdrScript),
+		attempt:    headerInt(h, hdrAttempt, 1),
+		requeues:   headerInt(h, hdrRequeues, 0),
+	}
+}
+
+// answer is the script's answer to d: a status, or a sleep after which the
+// answer is 200, or an error for a script that does not parse.
+func (d delivery) answer() (status int, sleep time.Duration, err error) {
+	return pick(d.script, d.attempt-1+d.requeues)
+}
+
 // handle answers one delivery as its script says.
 func (a *app) handle(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(hdrMessageID)
-	attempt := headerInt(r, hdrAttempt, 1)
-	requeues := headerInt(r, hdrRequeues, 0)
+	d := readDelivery(r.Header)
+	id, attempt, requeues := d.id, d.attempt, d.requeues
 
-	status, sleep, err := pick(r.Header.Get(hdrScript), attempt-1+requeues)
+	status, sleep, err := d.answer()
 	var (
 		note string
 		gone bool
@@ -173,7 +216,88 @@ func (a *app) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	a.stats.record(id, entry{Attempt: attempt, Requeues: requeues, Status: status, ClientGone: gone})
 	a.reqLog.Printf("id=%s attempt=%d requeues=%d routing_key=%s -> %d%s",
-		id, attempt, requeues, r.Header.Get(hdrRoutingKey), status, note)
+		id, attempt, requeues, d.routingKey, status, note)
+}
+
+// batchEntry is one message of Hopper's batch envelope, as far as the app
+// reads it: the headers a single request would have carried.
+type batchEntry struct {
+	ID      string            `json:"id"`
+	Headers map[string]string `json:"headers"`
+}
+
+// batchResult is one entry of the results body, Hopper's shape.
+type batchResult struct {
+	ID         string `json:"id"`
+	Status     int    `json:"status"`
+	RetryAfter string `json:"retryAfter,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// handleBatch answers a batch entry by entry, each as handle would have
+// answered it alone, in one results body. A body that is not the envelope
+// gets 400, which dead-letters the whole batch: a batch sent to the wrong
+// path shows up in the DLQ instead of looping.
+func (a *app) handleBatch(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Entries []batchEntry `json:"entries"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBatchBytes)).Decode(&req); err != nil {
+		http.Error(w, "demoapp: not a batch envelope: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	n := len(req.Entries)
+	ds := make([]delivery, n)
+	results := make([]batchResult, n)
+	notes := make([]string, n)
+	var longest time.Duration
+	for i, e := range req.Entries {
+		h := http.Header{}
+		for k, v := range e.Headers {
+			h.Set(k, v) // canonical names: Hopper-Header-demo-script reads as Hopper-Header-Demo-Script
+		}
+		ds[i] = readDelivery(h)
+		if ds[i].id == "" {
+			ds[i].id = e.ID // a message without an id: the entry's id is what Hopper made for it
+		}
+		status, sleep, err := ds[i].answer()
+		results[i] = batchResult{ID: e.ID, Status: status}
+		switch {
+		case err != nil:
+			results[i].Status, results[i].Error = http.StatusBadRequest, fmt.Sprintf("bad %s: %v", hdrScript, err)
+			notes[i] = " (" + results[i].Error + ")"
+		case status == http.StatusTooEarly:
+			results[i].RetryAfter = "1"
+		case status >= 300:
+			results[i].Error = fmt.Sprintf("demoapp: %d %s", status, http.StatusText(status))
+		}
+		longest = max(longest, sleep)
+	}
+	gone := false
+	if longest > 0 {
+		t := time.NewTimer(longest)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // Hopper gave up on the whole batch
+			t.Stop()
+			gone = true
+		}
+	}
+	for i, d := range ds {
+		a.stats.record(d.id, entry{Attempt: d.attempt, Requeues: d.requeues, Status: results[i].Status, ClientGone: gone, Batch: n})
+		if gone {
+			notes[i] += " (client gone before the sleep ended)"
+		}
+		a.reqLog.Printf("id=%s attempt=%d requeues=%d routing_key=%s -> %d%s (batch of %d)",
+			d.id, d.attempt, d.requeues, d.routingKey, results[i].Status, notes[i], n)
+	}
+	body, err := json.Marshal(map[string][]batchResult{"results": results})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body) // a failed write means the client left
 }
 
 // pick returns the answer for entry i of script: a status, or a sleep
@@ -212,8 +336,8 @@ func parseEntry(e string) (status int, sleep time.Duration, err error) {
 
 // headerInt reads a counter header; a missing or garbled one means def, so
 // the app also works when called by hand with curl.
-func headerInt(r *http.Request, name string, def int) int {
-	n, err := strconv.Atoi(strings.TrimSpace(r.Header.Get(name)))
+func headerInt(h http.Header, name string, def int) int {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get(name)))
 	if err != nil || n < 0 {
 		return def
 	}
@@ -228,6 +352,9 @@ type entry struct {
 	// ClientGone marks a sleep the client did not wait for: the status was
 	// written but never read, so it is not counted under by_status.
 	ClientGone bool `json:"client_gone,omitempty"`
+	// Batch is the number of entries of the batch request the answer was
+	// part of; 0 for a request of its own.
+	Batch int `json:"batch,omitempty"`
 }
 
 // messageStats is what one message id received.
