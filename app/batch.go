@@ -45,7 +45,10 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 
 	ids := batch.IDs(n, func(i int) string { return CloudEventID(r.Messages[i], r.Infos[i]) })
 	entries := make([]batch.Entry, n)
-	hdrs := make([]Header, 0, 24)
+	// One backing array for every entry's headers: an entry's are a
+	// slice of it, which later appends (even ones that move it) leave
+	// as they are.
+	hdrs := make([]Header, 0, 20*n)
 	var om Omitted
 	for i, m := range r.Messages {
 		in := r.Infos[i]
@@ -57,13 +60,10 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 			propagator.Inject(trace.ContextWithSpanContext(ctx, sc), &extra)
 		}
 		var o Omitted
-		hdrs, o = a.opts.Limits.Build(hdrs[:0], m, in, extra, Head{})
+		start := len(hdrs)
+		hdrs, o = a.opts.Limits.Build(hdrs, m, in, extra, Head{})
 		om.add(o)
-		fields := make([]batch.Field, len(hdrs))
-		for j, h := range hdrs {
-			fields[j] = batch.Field{Name: h.Name, Value: h.Value}
-		}
-		entries[i] = batch.Entry{ID: ids[i], Fields: fields, ContentType: cut(cleanValue(m.ContentType), ownValueMax), Body: m.Body}
+		entries[i] = batch.Entry{ID: ids[i], Fields: hdrs[start:len(hdrs):len(hdrs)], ContentType: cut(cleanValue(m.ContentType), ownValueMax), Body: m.Body}
 	}
 	a.countOmitted(om)
 

@@ -372,7 +372,7 @@ type traceHeaders []Header
 func (c *traceHeaders) Get(string) string { return "" }
 func (c *traceHeaders) Set(key, value string) {
 	if len(value) <= ownValueMax {
-		*c = append(*c, Header{key, value})
+		*c = append(*c, Header{Name: key, Value: value})
 	}
 }
 func (c *traceHeaders) Keys() []string { return nil }

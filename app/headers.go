@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -117,11 +118,13 @@ type Omitted struct {
 // Total is every application header left out.
 func (o Omitted) Total() int { return o.Invalid + o.ValueTooLong + o.MaxHeaders + o.MaxHeaderBytes }
 
-// Header is one HTTP request header.
-type Header struct{ Name, Value string }
+// Header is one HTTP request header. It is the field type of a batch
+// entry too, so the headers built for a message go into its entry as they
+// are.
+type Header = batch.Field
 
 // line is the size of a header line as sent: "Name: value\r\n".
-func (h Header) line() int { return len(h.Name) + len(h.Value) + 4 }
+func line(h Header) int { return len(h.Name) + len(h.Value) + 4 }
 
 // BuildHeaders maps a message to request headers within DefaultLimits,
 // for a request with nothing else in its head. It appends to dst (to
@@ -145,7 +148,7 @@ func (l Limits) Build(dst []Header, m *msg.Message, in msg.Info, extra []Header,
 	base := len(dst)
 	add := func(name, value string) {
 		if value != "" {
-			dst = append(dst, Header{name, cut(cleanValue(value), ownValueMax)})
+			dst = append(dst, Header{Name: name, Value: cut(cleanValue(value), ownValueMax)})
 		}
 	}
 	add(HdrMessageID, m.MessageID)
@@ -170,7 +173,7 @@ func (l Limits) Build(dst []Header, m *msg.Message, in msg.Info, extra []Header,
 		// Trace context is passed through as is or not at all: a cut
 		// tracestate would be a different one.
 		if s, ok := m.Headers[k].(string); ok && s != "" && len(s) <= ownValueMax {
-			dst = append(dst, Header{k, cleanValue(s)})
+			dst = append(dst, Header{Name: k, Value: cleanValue(s)})
 		}
 	}
 extras:
@@ -203,7 +206,7 @@ extras:
 	slices.Sort(names)
 	count, size := head.Headers+len(dst)-base, head.Bytes
 	for _, h := range dst[base:] {
-		size += h.line()
+		size += line(h)
 	}
 	// The candidates go straight into dst; those that do not fit are cut
 	// off its end.
@@ -221,15 +224,15 @@ extras:
 		}
 		// Unlike Hopper's own headers, an empty application header is
 		// forwarded: its presence may mean something to the app.
-		dst = append(dst, Header{HdrHeaderPrefix + k, s})
+		dst = append(dst, Header{Name: HdrHeaderPrefix + k, Value: s})
 	}
 	app := dst[first:]
 	n, over := fit(app, l.MaxHeaders-count, l.MaxHeaderBytes-size)
 	if n < len(app) || o.Total() > 0 {
 		// Something is left out: make room for saying so. The count is at
 		// most the number of headers, which bounds its digits.
-		signal := Header{HdrHeadersOmitted, strconv.Itoa(len(m.Headers))}
-		n, over = fit(app, l.MaxHeaders-count-1, l.MaxHeaderBytes-size-signal.line())
+		signal := Header{Name: HdrHeadersOmitted, Value: strconv.Itoa(len(m.Headers))}
+		n, over = fit(app, l.MaxHeaders-count-1, l.MaxHeaderBytes-size-line(signal))
 	}
 	if rest := len(app) - n; over == overCount {
 		o.MaxHeaders = rest
@@ -238,7 +241,7 @@ extras:
 	}
 	dst = dst[:first+n]
 	if o.Total() > 0 {
-		dst = append(dst, Header{HdrHeadersOmitted, strconv.Itoa(o.Total())})
+		dst = append(dst, Header{Name: HdrHeadersOmitted, Value: strconv.Itoa(o.Total())})
 	}
 	return dst, o
 }
@@ -257,7 +260,7 @@ func fit(hs []Header, headers, bytes int) (int, int) {
 		if i >= headers {
 			return i, overCount
 		}
-		if bytes -= h.line(); bytes < 0 {
+		if bytes -= line(h); bytes < 0 {
 			return i, overBytes
 		}
 	}
@@ -364,16 +367,16 @@ func CloudEventHeaders(dst []Header, m *msg.Message, in msg.Info) []Header {
 		typ = DefaultCloudEventType
 	}
 	dst = append(dst,
-		Header{ceSpecVersion, "1.0"},
-		Header{ceID, SanitizeValue(id)},
-		Header{ceSource, SanitizeValue(source)},
-		Header{ceType, SanitizeValue(typ)},
+		Header{Name: ceSpecVersion, Value: "1.0"},
+		Header{Name: ceID, Value: SanitizeValue(id)},
+		Header{Name: ceSource, Value: SanitizeValue(source)},
+		Header{Name: ceType, Value: SanitizeValue(typ)},
 	)
 	if in.RoutingKey != "" {
-		dst = append(dst, Header{ceSubject, SanitizeValue(in.RoutingKey)})
+		dst = append(dst, Header{Name: ceSubject, Value: SanitizeValue(in.RoutingKey)})
 	}
 	if !m.Timestamp.IsZero() {
-		dst = append(dst, Header{ceTime, m.Timestamp.UTC().Format(time.RFC3339)})
+		dst = append(dst, Header{Name: ceTime, Value: m.Timestamp.UTC().Format(time.RFC3339)})
 	}
 	return dst
 }

@@ -76,7 +76,11 @@ func (a *acker) ack(tag uint64, now time.Time) error {
 	copy(a.pending[i+1:], a.pending[i:])
 	a.pending[i] = pendingAck{tag: tag, at: now}
 	if len(a.pending) >= a.maxBatch {
-		a.flushLocked(now, false)
+		// Only a multiple-ack of at least maxBatch: acks held behind an
+		// outstanding delivery are aged by the periodic flush. While many
+		// wait behind one (batches finishing out of order), each ack of
+		// that one would otherwise go alone, as soon as it is made.
+		a.sendMultipleLocked(a.maxBatch)
 	}
 	return a.err
 }
@@ -136,6 +140,28 @@ func (a *acker) flush(now time.Time, all bool) error {
 }
 
 func (a *acker) flushLocked(now time.Time, all bool) {
+	a.sendMultipleLocked(1)
+	if a.err != nil {
+		return
+	}
+	// Acks waiting behind a slow or held delivery: one by one once old.
+	kept := a.pending[:0]
+	for _, p := range a.pending {
+		if all || now.Sub(p.at) >= a.maxWait {
+			if err := a.ch.Ack(p.tag, false); err != nil { // multiple=false
+				a.err = err
+				return
+			}
+			continue
+		}
+		kept = append(kept, p)
+	}
+	a.pending = kept
+}
+
+// sendMultipleLocked sends one ack for every pending ack below the oldest
+// outstanding delivery, when they are at least least.
+func (a *acker) sendMultipleLocked(least int) {
 	// The oldest outstanding delivery bounds a multiple-ack.
 	for len(a.order) > 0 && a.settled[a.order[0]] {
 		delete(a.settled, a.order[0])
@@ -152,26 +178,13 @@ func (a *acker) flushLocked(now time.Time, all bool) {
 			n++
 		}
 	}
-	if n > 0 {
+	if n > 0 && n >= least {
 		if err := a.ch.Ack(a.pending[n-1].tag, n > 1); err != nil { // multiple when it covers several
 			a.err = err
 			return
 		}
 		a.pending = a.pending[n:]
 	}
-	// Acks waiting behind a slow or held delivery: one by one once old.
-	kept := a.pending[:0]
-	for _, p := range a.pending {
-		if all || now.Sub(p.at) >= a.maxWait {
-			if err := a.ch.Ack(p.tag, false); err != nil { // multiple=false
-				a.err = err
-				return
-			}
-			continue
-		}
-		kept = append(kept, p)
-	}
-	a.pending = kept
 }
 
 // flushEvery flushes a every interval until stop is closed or the channel

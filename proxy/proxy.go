@@ -182,6 +182,10 @@ type Loop struct {
 	// them into batches and hands each on batches to a batch worker.
 	pending chan Delivery
 	batches chan []Delivery
+	// sending counts batches handed to the workers and not yet done; idle
+	// tells the collector it fell to 0.
+	sending atomic.Int64
+	idle    chan struct{}
 }
 
 // New returns a loop; Start launches its workers.
@@ -223,6 +227,7 @@ func New(o Options) *Loop {
 	if p.batching() {
 		p.pending = make(chan Delivery, o.Queue)
 		p.batches = make(chan []Delivery)
+		p.idle = make(chan struct{}, 1)
 	}
 	return p
 }

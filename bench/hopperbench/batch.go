@@ -38,7 +38,8 @@ import (
 //     an empty 200;
 //   - hopper-retry: the same Hopper, the app answering a results body in
 //     which every batchRetryEvery-th message gets 503 the first time it is
-//     seen, so it goes once through a batchRetryTier tier before its 200.
+//     seen, so it goes once through the retry path's delay tier (--tier)
+//     before its 200.
 //
 // The lines are
 //
@@ -55,8 +56,6 @@ const (
 	// batchRetryEvery: on the batch-retry run, the messages whose id ends
 	// in a multiple of it are answered 503 once.
 	batchRetryEvery = 10
-	// batchRetryTier is the batch-retry run's one delay tier.
-	batchRetryTier = time.Second
 	// rawBatchWait is how long the raw batching loop waits for a batch to
 	// fill after its first delivery: only the last, partial batches of a
 	// drain ever wait for it.
@@ -430,7 +429,7 @@ func (e *env) batching() (map[string][]runResult, error) {
 				s.consumer = e.o.batchSetting()
 			case "hopper-retry":
 				s = e.newSpec(tag, "hopper", modeBatchRetry)
-				s.consumer, s.tier = e.o.batchSetting(), batchRetryTier
+				s.consumer = e.o.batchSetting()
 			}
 			s.n = e.o.n
 			var res runResult
@@ -506,7 +505,7 @@ func (rep *report) printBatch(w io.Writer, o *options) {
 		wait = config.FormatDuration(o.batchWait)
 	}
 	fmt.Fprintf(w, "rawbatch and hopper at prefetch %d/workers %d (batch requests in flight), hopper's maxWait %s; hopper-retry: every %dth message answered 503 once, %s tier\n",
-		o.batchPrefetch, o.batchWorkers, wait, batchRetryEvery, config.FormatDuration(batchRetryTier))
+		o.batchPrefetch, o.batchWorkers, wait, batchRetryEvery, config.FormatDuration(o.tier))
 	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %10s %10s %8s %9s %8s\n", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "per_req", "others")
 	for _, who := range batchWho {
 		rs := rep.batch[who]

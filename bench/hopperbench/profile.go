@@ -210,6 +210,9 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 		appName, o.n, elapsed.Round(time.Millisecond), n/elapsed.Seconds(), per100k(cpu1-cpu0, o.n),
 		float64(ms1.Mallocs-ms0.Mallocs)/n, float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, ms1.NumGC-ms0.NumGC,
 		ms1.GCCPUFraction, float64(ms1.HeapInuse)/(1<<20), float64(ms1.Sys)/(1<<20))
+	if b := st.Batches.Load(); b > 0 {
+		fmt.Printf("profile: %d batch requests, %.1f messages each\n", b, float64(st.BatchedMessages.Load())/float64(b))
+	}
 	fmt.Printf("profiles in %s: cpu.pprof allocs-before.pprof allocs-after.pprof (binary: %s)\n", out, self)
 	return nil
 }
