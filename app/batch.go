@@ -21,6 +21,13 @@ const HdrBatchSize = "Hopper-Batch-Size"
 // body is as large as its messages, and most batches are alike.
 var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
+// fieldsPool keeps the storage of a batch's entry headers, all entries'
+// in one array.
+var fieldsPool = sync.Pool{New: func() any { h := make([]Header, 0, 32*24); return &h }}
+
+// maxPooledFields is the most entry headers whose storage is kept.
+const maxPooledFields = 64 << 10
+
 // maxPooledBody is the largest batch body buffer kept for reuse.
 const maxPooledBody = 4 << 20
 
@@ -48,7 +55,15 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 	// One backing array for every entry's headers: an entry's are a
 	// slice of it, which later appends (even ones that move it) leave
 	// as they are.
-	hdrs := make([]Header, 0, 20*n)
+	hp := fieldsPool.Get().(*[]Header)
+	hdrs := (*hp)[:0]
+	defer func() {
+		if cap(hdrs) <= maxPooledFields {
+			clear(hdrs[:cap(hdrs)])
+			*hp = hdrs[:0]
+			fieldsPool.Put(hp)
+		}
+	}()
 	var om Omitted
 	for i, m := range r.Messages {
 		in := r.Infos[i]

@@ -137,12 +137,30 @@ func IsJSON(contentType string) bool {
 	return t == "application/json" || strings.HasSuffix(t, "+json")
 }
 
+// plain marks the bytes a JSON string holds as they are.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string. Bytes that are not UTF-8 are
 // written as U+FFFD, so the body is always valid JSON.
 func appendString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
+		// The run of bytes that go as they are, in one append: header
+		// values are mostly plain ASCII.
+		j := i
+		for j < len(s) && plain[s[j]] {
+			j++
+		}
+		dst = append(dst, s[i:j]...)
+		if i = j; i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -250,7 +251,7 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 	if len(es) > 1 && batch.Splits(v.whole) {
 		v = unsplit(v)
 	}
-	p.conclude(es, v, since)
+	p.conclude(ctx, es, v, since)
 }
 
 // batchVerdict is what came of one batch request.
@@ -352,20 +353,40 @@ func unsplit(v batchVerdict) batchVerdict {
 	return v
 }
 
-// conclude decides and settles each message of a batch from its outcome,
-// in order. A return of messages the app could not take waits the
-// unavailable backoff once for the batch.
-func (p *Loop) conclude(es []*entry, v batchVerdict, since time.Time) {
+// conclude decides and settles each message of a batch from its outcome.
+// Acks are made in order, at once; the moves (a copy published and
+// confirmed before the ack) run side by side, so that a batch with several
+// failed messages waits for about one confirm, not one after the other. A
+// return of messages the app could not take waits the unavailable backoff
+// once for the batch.
+func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
 	waited := false
+	var moves sync.WaitGroup
 	for i, e := range es {
 		vd := p.judge(e, v.entries[i], v.latency)
 		if unavailable(vd.dec, vd.out) && !waited {
 			p.wait(p.o.UnavailableBackoff)
 			waited = true
 		}
-		p.finish(e, vd, since, false)
-		e.span.End()
+		if vd.dec.Action == retry.Ack {
+			p.finish(e, vd, since, false)
+			e.span.End()
+			continue
+		}
+		moves.Add(1)
+		go func() {
+			defer moves.Done()
+			defer func() {
+				// This goroutine is past the batch's own recovery.
+				if r := recover(); r != nil {
+					p.internalError(ctx, e.d.(*settleOnce), r)
+				}
+			}()
+			defer e.span.End()
+			p.finish(e, vd, since, false)
+		}()
 	}
+	moves.Wait()
 }
 
 // deliverOrdered delivers ds as batches in queue order. The messages up to

@@ -156,13 +156,15 @@ type Stats struct {
 // Loop is the delivery loop: a pool of workers that take deliveries from
 // the consumer, send each to the app, decide and settle.
 type Loop struct {
-	o     Options
-	log   *slog.Logger
-	tr    trace.Tracer
-	obs   Observer
-	work  chan Delivery
-	wg    sync.WaitGroup
-	Stats Stats
+	o   Options
+	log *slog.Logger
+	tr  trace.Tracer
+	// tracing is false when tr records nothing.
+	tracing bool
+	obs     Observer
+	work    chan Delivery
+	wg      sync.WaitGroup
+	Stats   Stats
 
 	// stopping is closed when shutdown starts: holds end early and queued
 	// deliveries are returned instead of delivered.
@@ -221,6 +223,8 @@ func New(o Options) *Loop {
 	if p.tr == nil {
 		p.tr = noop.NewTracerProvider().Tracer("hopper")
 	}
+	_, off := p.tr.(noop.Tracer)
+	p.tracing = !off
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
@@ -463,10 +467,21 @@ func (p *Loop) begin(ctx context.Context, d Delivery) *entry {
 	m := d.Message()
 	e := &entry{d: d, m: m, now: p.o.Now()}
 	e.in, e.st = p.history(m, e.now)
-	e.ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
-	e.ctx, e.span = p.tr.Start(e.ctx, "process "+e.in.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
-	if e.span.IsRecording() {
-		e.span.SetAttributes(deliveryAttrs(d, m, e.in)...)
+	if p.tracing {
+		e.ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
+		e.ctx, e.span = p.tr.Start(e.ctx, "process "+e.in.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
+		if e.span.IsRecording() {
+			e.span.SetAttributes(deliveryAttrs(d, m, e.in)...)
+		}
+	} else {
+		// What a tracer that records nothing would give, without its
+		// allocations: the message's own trace context still reaches
+		// the app and the copies from its headers.
+		e.ctx, e.span = ctx, noopSpan
+	}
+	e.pol = p.o.Selector.Default
+	if len(p.o.Selector.Rules) == 0 {
+		return e
 	}
 	e.pol = p.o.Selector.Select(retry.Subject{
 		RoutingKey: e.in.RoutingKey,
@@ -630,6 +645,9 @@ func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in m
 	}
 	return held
 }
+
+// noopSpan is the span of an attempt when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // minUnavailableHold is the least an ordered delivery the app could not
 // take waits before it goes again.
