@@ -198,8 +198,10 @@ func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
 	since := p.o.Now()
 	run := 0
 	for i, d := range sds {
-		in, _ := p.history(d.Message(), since)
-		if !batch.Alone(in) {
+		if !mayCrash(d.Message()) {
+			continue // the headers that make a message go alone are not there
+		}
+		if in, _ := p.history(d.Message(), since); !batch.Alone(in) {
 			continue
 		}
 		p.deliverRun(ctx, sds[run:i], since)
