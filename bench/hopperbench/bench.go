@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,7 @@ type options struct {
 	// loop's prefetch and workers
 	batchSize, batchPrefetch, batchWorkers int
 	batchWait                              time.Duration // Hopper's consumer.batch.maxWait; 0 leaves it to Hopper
+	deepN, deepRuns                        int
 }
 
 // The targets the benchmark checks against, as ratios to the raw loop.
@@ -70,11 +72,13 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once); fair, slow, big and batch alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named); fair, slow, big, batch and deep alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
 	fs.DurationVar(&o.batchWait, "batch-wait", 0, "batch path: Hopper's consumer.batch.maxWait (0: not set, Hopper's default)")
+	fs.IntVar(&o.deepN, "deep-n", 1_000_000, "deep path: backlog size")
+	fs.IntVar(&o.deepRuns, "deep-runs", 1, "deep path: runs per consumer")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
@@ -312,6 +316,9 @@ type spec struct {
 	n        int             // backlog of a throughput run
 	size     int             // message body size; 0 is --size
 	tier     time.Duration   // the one delay tier; 0 is --tier
+	// sample, when above 0, records the final answers so far every
+	// sample during the drain (runResult.curve).
+	sample time.Duration
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -460,6 +467,7 @@ type runResult struct {
 	entries int64         // entries of those batch requests
 	others  float64       // cores busy with other processes during the run
 	maxHeld int64         // big path: most requests the app held at once
+	curve   []int64       // final answers at each spec.sample since the first request
 }
 
 // backlog is the backlog size of a path.
@@ -483,7 +491,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big":
+	case "defaults", "slow", "big", "deep":
 		return modeOK, nil
 	case "batch":
 		return modeBatch, nil
@@ -536,6 +544,19 @@ func (e *env) drain(s spec) (runResult, error) {
 	}
 	defer e.app.run.Store(nil)
 	c, r := mr.c, mr.r
+	stopSampler := func() []int64 { return nil }
+	if s.sample > 0 {
+		stop := make(chan struct{})
+		sampled := make(chan []int64, 1)
+		go func() { sampled <- sampleFinal(r, s.sample, stop) }()
+		var once sync.Once
+		var curve []int64
+		stopSampler = func() []int64 {
+			once.Do(func() { close(stop); curve = <-sampled })
+			return curve
+		}
+		defer stopSampler()
+	}
 	select {
 	case <-r.done:
 	case <-r.broken:
@@ -561,6 +582,7 @@ func (e *env) drain(s spec) (runResult, error) {
 	if err := c.stop(30 * time.Second); err != nil {
 		return res, err
 	}
+	res.curve = stopSampler()
 	return res, e.verify(plan, s)
 }
 
@@ -739,6 +761,8 @@ type report struct {
 	big []runResult
 	// batch path: who (batchWho) → runs
 	batch map[string][]runResult
+	// deep path: who (deepWho) → runs
+	deep map[string][]runResult
 }
 
 // rawPaths are the paths that compare Hopper with the raw worker: every
@@ -748,7 +772,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" {
 			out = append(out, p)
 		}
 	}
@@ -781,6 +805,12 @@ func (e *env) bench() (*report, error) {
 		case "batch":
 			var err error
 			if rep.batch, err = e.batching(); err != nil {
+				return nil, err
+			}
+			continue
+		case "deep":
+			var err error
+			if rep.deep, err = e.deepness(); err != nil {
 				return nil, err
 			}
 			continue
@@ -1009,6 +1039,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.bigLine())
 		case "batch":
 			out = append(out, rep.batchLines()...)
+		case "deep":
+			out = append(out, rep.deepLine())
 		}
 	}
 	return out
