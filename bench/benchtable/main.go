@@ -13,6 +13,7 @@
 //	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z
 //	bench: batch-raw size=S rawbatch=R1/s ratio=X
 //	bench: batch-retry size=S hopper=R1/s of_happy=X
+//	bench: deep n=N hopper=R1/s raw=R2/s ratio=X batch=R3/s batch_ratio=Y
 //	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y [floor=R3/s of_floor=Z]
 //
 // and hopperbench's settings line (hopperbench: backlog …); every other
@@ -82,7 +83,7 @@ type row struct {
 }
 
 // rowOrder is the order of the rows, whatever the order of the input.
-var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "replay"}
+var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "deep", "deep-batch", "replay"}
 
 // figures are what the input held.
 type figures struct {
@@ -189,6 +190,8 @@ func (fig *figures) benchLine(s string, warn io.Writer) error {
 		return fig.bigLine(kv)
 	case kind == "batch" || kind == "batch-raw" || kind == "batch-retry":
 		return fig.batchLine(kind, kv)
+	case kind == "deep":
+		return fig.deepLine(kv)
 	default:
 		fmt.Fprintf(warn, "benchtable: ignoring a line of unknown path %q\n", kind)
 	}
@@ -213,6 +216,31 @@ func (fig *figures) bigLine(kv map[string]string) error {
 		ratio:    "—", cpu: "—",
 		rss: fmt.Sprintf("%s MiB (%s MiB over what was held)", kv["rss_mb"], kv["rss_over_held_mb"]),
 	}
+	return nil
+}
+
+// deepLine is the deep path's two rows: Hopper per message and in
+// batches, each against the raw loop on the same deep backlog.
+func (fig *figures) deepLine(kv map[string]string) error {
+	n, err := number(kv, "n")
+	if err != nil {
+		return err
+	}
+	h, raw, ratio, err := rateRatio(kv, "hopper", "raw")
+	if err != nil {
+		return err
+	}
+	b, err := rate(kv, "batch")
+	if err != nil {
+		return err
+	}
+	if _, err := number(kv, "batch_ratio"); err != nil {
+		return err
+	}
+	fig.rows["deep"] = row{path: fmt.Sprintf("deep: a backlog of %s messages, one request per message", thousands(int64(n))), hopper: h,
+		compared: "raw loop: " + raw, ratio: ratio, cpu: "—", rss: "—"}
+	fig.rows["deep-batch"] = row{path: fmt.Sprintf("deep: a backlog of %s messages, in batches of up to the batch path's size", thousands(int64(n))), hopper: b,
+		compared: "raw loop: " + raw, ratio: kv["batch_ratio"], cpu: "—", rss: "—"}
 	return nil
 }
 

@@ -24,6 +24,7 @@ bench: defaults hopper=11603/s raw=9332/s ratio=1.243 cpu_ratio=1.12 rss_mb=25.4
 bench: batch-retry size=32 hopper=30100/s of_happy=0.781
 bench: batch size=32 hopper=38543/s raw=13877/s floor=52598/s of_floor=0.733 ratio=2.777 cpu_ratio=0.41 rss_mb=19.2
 bench: batch-raw size=32 rawbatch=31763/s ratio=1.213
+bench: deep n=1000000 hopper=21525/s raw=16415/s ratio=1.311 batch=28894/s batch_ratio=1.760
 bench: hopper=18021/s raw=13877/s ratio=1.299 p99_added_ms=0.031 rss_mb=23.7 cpu_ratio=1.13
 dlqbench: starting a private RabbitMQ node
 dlqbench: run 1/1: filling dlq with 100000 messages of 256 bytes
@@ -43,6 +44,8 @@ const wantTable = `| path | Hopper | compared with | ratio | Hopper CPU vs compa
 | batch: 32 messages per request, every one answered 200 | 38,543 msg/s | raw loop, one POST per message: 13,877 msg/s; broker floor (consume → multiple-ack every 32, no app): 52,598 msg/s, batches at 0.73 of it | 2.777 | 0.41× | 19.2 MiB |
 | batch: 32 messages per request, against a hand-written batching loop | 38,543 msg/s | raw batching loop (consume 32 → one POST → multiple-ack): 31,763 msg/s | 1.213 | — | — |
 | batch-retry: 32 messages per request, every 10th answered 503 once, then 200 after the delay tier | 30,100 msg/s | the same batches, every entry answered 200: 38,543 msg/s | 0.781 | — | — |
+| deep: a backlog of 1,000,000 messages, one request per message | 21,525 msg/s | raw loop: 16,415 msg/s | 1.311 | — | — |
+| deep: a backlog of 1,000,000 messages, in batches of up to the batch path's size | 28,894 msg/s | raw loop: 16,415 msg/s | 1.760 | — | — |
 | ` + "`hopper dlq replay`" + ` | 1,234,567 msg/s | raw get → publish → ack loop: 1,300,000 msg/s; broker floor (consume → pipelined publish → multiple-ack): 1,500,000 msg/s, replay at 0.82 of it | 0.95 | — | 19.0 MiB |
 `
 
