@@ -342,6 +342,16 @@ func mixed(t *testing.T, name, queueType string, batch int) {
 	a := r.finish(pubDone)
 	a.report(t)
 	checkScripts(t, a, scripts)
+	if batch > 1 {
+		// A duplicate is a message answered and then not acked: in flight
+		// when Hopper was killed, the app went away or the broker
+		// restarted. Each such fault finds at most the prefetch in flight,
+		// however those messages were batched.
+		faults := r.hopper.kills + r.app.crashCount() + 1
+		if d := a.duplicates(); d > faults*faultsPrefetch {
+			t.Errorf("%d duplicates after %d faults: more than the %d deliveries each could find in flight", d, faults, faultsPrefetch)
+		}
+	}
 
 	ev := r.hopper.eventCounts("MOVE_FAILED", "BROKER_RECONNECT", "BREAKER_OPEN", "BREAKER_CLOSED", "SETTLE_FAILED", "CONSUMER_STARTED")
 	t.Logf("hopper: %d starts, %d SIGKILLs (%d with a delivery in flight), app crashed %d times; events %v",

@@ -31,6 +31,10 @@ type hopperConfig struct {
 	Extra string
 }
 
+// faultsPrefetch is the prefetch every scenario runs with: the most
+// deliveries a fault can find in flight.
+const faultsPrefetch = 50
+
 const hopperConfigTemplate = `# Written by the faults suite.
 broker:
   urls: [%s]
@@ -51,7 +55,7 @@ app:
   healthPath: /healthz
   unavailableBackoff: 100ms
 consumer:
-  prefetch: 50
+  prefetch: %d
 retry:
   maxAttempts: %d
   tiers: [200ms, 500ms]
@@ -82,7 +86,7 @@ func (c hopperConfig) write(t *testing.T, path string) {
 	if typ == "" {
 		typ = "classic"
 	}
-	data := fmt.Sprintf(hopperConfigTemplate, strings.Join(urls, ", "), c.Queue, typ, c.AppURL, c.MaxAttempts)
+	data := fmt.Sprintf(hopperConfigTemplate, strings.Join(urls, ", "), c.Queue, typ, c.AppURL, faultsPrefetch, c.MaxAttempts)
 	if c.Extra != "" {
 		data = mergeSections(data, c.Extra)
 	}
