@@ -77,6 +77,24 @@ func (p *Loop) collect(ctx context.Context) {
 			p.o.BatchWait <= 0 && p.sending.Load() == 0)
 		var out chan []Delivery
 		if ready {
+			// What has arrived meanwhile joins it first: deliveries come
+			// in bursts, as acks free the prefetch.
+		fill:
+			for in != nil && !p.o.Batch.Full(len(cur), bytes) {
+				select {
+				case d, ok := <-in:
+					if !ok {
+						break fill // closed: the select below sees it again
+					}
+					if p.o.Batch.Fits(len(cur), bytes, len(d.Message().Body)) {
+						add(d)
+					} else {
+						next, in = d, nil
+					}
+				default:
+					break fill
+				}
+			}
 			// A worker waiting takes it; else a new worker, while fewer
 			// than Workers run.
 			p.sending.Add(1)
