@@ -267,7 +267,11 @@ Hopper container mounts them.
 {{- end }}
 {{- end -}}
 
-{{/* OTEL_* environment, in dependency order ($(VAR) references come after VAR). */}}
+{{/*
+OTEL_* environment, in dependency order ($(VAR) references come after VAR).
+k8s.container.name is containerName: every container that takes this
+environment (the sidecar, the tool Job's) is named by it.
+*/}}
 {{- define "hopper.otelEnv" -}}
 {{- $o := .values.otel -}}
 {{- if not $o.enabled }}
@@ -310,7 +314,7 @@ Hopper container mounts them.
   valueFrom:
     fieldRef:
       fieldPath: spec.nodeName
-{{- $attrs = concat $attrs (list "k8s.pod.name=$(K8S_POD_NAME)" "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" "k8s.node.name=$(K8S_NODE_NAME)" (printf "k8s.container.name=%s" .values.name)) -}}
+{{- $attrs = concat $attrs (list "k8s.pod.name=$(K8S_POD_NAME)" "k8s.namespace.name=$(K8S_NAMESPACE_NAME)" "k8s.node.name=$(K8S_NODE_NAME)" (printf "k8s.container.name=%s" .values.containerName)) -}}
 {{- end }}
 {{- with $attrs }}
 - name: OTEL_RESOURCE_ATTRIBUTES
