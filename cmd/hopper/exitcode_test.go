@@ -2,16 +2,21 @@ package main_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -166,4 +171,70 @@ func TestExitCodeReplayPartial(t *testing.T) {
 	}
 	readyIn(t, inspector(t), q, 1)
 	readyIn(t, inspector(t), q+".dlq", 1)
+}
+
+// A DLQ tool stopped by a signal ends with the temporary-failure status:
+// it finished what it had in flight, the rest is still in the DLQ.
+func TestExitCodeReplayInterrupted(t *testing.T) {
+	q := queueName(t)
+	if r := hopper(t, "topology", "apply", "--broker-url", rabbit.URL(), "--queue", q, "--log-level", "error"); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s", r.code, r.stderr)
+	}
+	pub := broker.NewPublisher(broker.PublisherOptions{Options: broker.Options{URLs: []string{rabbit.URL()}}, Channels: 1})
+	defer pub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 30
+	for i := range n {
+		m := &msg.Message{MessageID: fmt.Sprint(i), Body: []byte("x"), Headers: map[string]any{msg.HeaderOriginalQueue: q}}
+		if err := pub.PublishTo(ctx, "", q+".dlq", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// At one message a second the run lasts half a minute: the signal
+	// lands while it runs.
+	cmd := exec.Command(hopperBin, "dlq", "replay", "--queue", q, "--broker-url", rabbit.URL(), "--rate", "1", "--progress", "none", "--log-level", "error")
+	cmd.Env = cleanEnv()
+	stderr := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	exited := false
+	t.Cleanup(func() {
+		if !exited {
+			cmd.Process.Kill() //nolint:errcheck // the process we started
+			<-done
+		}
+	})
+	waitfor.Until(t, 30*time.Second, "the replay to start", func() bool {
+		return strings.Contains(stderr.String(), "present in")
+	})
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-done:
+		exited = true
+	case <-time.After(30 * time.Second):
+		t.Fatalf("replay still running 30s after SIGINT\n%s", stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitTempFail {
+		t.Fatalf("interrupted replay: %v, want exit %d\n%s", err, exitTempFail, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say the run was interrupted:\n%s", stderr.String())
+	}
+	moved, err := inspector(t).Depth(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved >= n {
+		t.Fatalf("all %d messages moved before the signal; the run was not interrupted", moved)
+	}
+	readyIn(t, inspector(t), q+".dlq", n-moved)
 }
