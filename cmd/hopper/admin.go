@@ -80,7 +80,7 @@ each subscription's queue has its own; every command acts on all of them.
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if sub.declare == nil && output != "text" && output != "json" {
-					return fmt.Errorf("--output %q: want text or json", output)
+					return usage(fmt.Errorf("--output %q: want text or json", output))
 				}
 				cfg, plans, err := loadPlans(cmd, &cf)
 				if err != nil {

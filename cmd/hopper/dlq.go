@@ -91,7 +91,7 @@ func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
 		}
 	} else if f.name != "" && !queueFlag.Changed {
 		if err := cmd.Flags().Set("queue", f.name); err != nil {
-			return nil, fmt.Errorf("--dlq: %w", err)
+			return nil, usage(fmt.Errorf("--dlq: %w", err))
 		}
 	}
 	cfg, err := f.cf.load(cmd)
@@ -102,7 +102,7 @@ func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
 	if cfg.Multi() {
 		eff, err := pickSubscription(&cfg, pick, f.name != "")
 		if err != nil {
-			return nil, err
+			return nil, usage(err)
 		}
 		t.cfg = eff
 	}
@@ -154,11 +154,13 @@ func pickSubscription(cfg *config.Config, queue string, haveDLQ bool) (config.Co
 	return config.Config{}, fmt.Errorf("the config lists %d subscriptions: choose whose DLQ with --queue (one of %s), or name the DLQ with --dlq", len(effs), strings.Join(names, ", "))
 }
 
-// explain turns broker errors into what the operator should know.
+// explain turns broker errors into what the operator should know. A DLQ
+// another tool owns is a temporary failure: it is free again when that
+// tool ends.
 func (t *target) explain(err error) error {
 	switch {
 	case errors.Is(err, broker.ErrInUse):
-		return fmt.Errorf("another replayer owns DLQ %q: the broker refused an exclusive consumer because the queue already has a consumer; only one replay or export --remove may run on a DLQ at a time (%w)", t.dlq, err)
+		return tempFail(fmt.Errorf("another replayer owns DLQ %q: the broker refused an exclusive consumer because the queue already has a consumer; only one replay or export --remove may run on a DLQ at a time (%w)", t.dlq, err))
 	case errors.Is(err, broker.ErrNoQueue), errors.Is(err, broker.ErrTopology):
 		return fmt.Errorf("DLQ %q does not exist (check --dlq, --queue, queue.name and topology.dlq): %w", t.dlq, err)
 	}
@@ -279,9 +281,18 @@ func reportBad(w io.Writer) func(int, error) {
 
 func checkOutput(o string) error {
 	if o != "table" && o != "json" {
-		return fmt.Errorf("--output %q: want table or json", o)
+		return usage(fmt.Errorf("--output %q: want table or json", o))
 	}
 	return nil
+}
+
+// interrupted marks err a temporary failure when the run was stopped by a
+// signal: nothing was lost, and the tool may be run again.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return tempFail(err)
+	}
+	return err
 }
 
 // filterFlags are the message filters of replay and export.
@@ -308,12 +319,12 @@ func (ff *filterFlags) filter() (dlq.Filter, error) {
 	for _, h := range ff.headers {
 		hm, err := dlq.ParseHeaderMatch(h)
 		if err != nil {
-			return f, fmt.Errorf("--header: %w", err)
+			return f, usage(fmt.Errorf("--header: %w", err))
 		}
 		f.Headers = append(f.Headers, hm)
 	}
 	if err := f.Validate(); err != nil {
-		return f, err
+		return f, usage(err)
 	}
 	return f, nil
 }

@@ -53,7 +53,7 @@ the output (and export without --remove first when in doubt).`,
 				return err
 			}
 			if file == "" {
-				return errors.New("--file is required")
+				return usage(errors.New("--file is required"))
 			}
 			filter, err := ff.filter()
 			if err != nil {
@@ -63,7 +63,7 @@ the output (and export without --remove first when in doubt).`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
 
 			var (
@@ -144,7 +144,9 @@ the output (and export without --remove first when in doubt).`,
 					fmt.Fprintf(summary, "%d bad message(s) could not be read and were left in %s\n", res.Bad, t.dlq)
 				}
 			}
-			return runErr
+			// What an export that stopped early did not write is still in
+			// the DLQ: it may be run again.
+			return tempFail(runErr)
 		},
 	}
 	f.register(cmd.Flags())

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -37,10 +39,10 @@ and tells how to resume with --skip.`,
 				return err
 			}
 			if file == "" {
-				return errors.New("--file is required (- for standard input)")
+				return usage(errors.New("--file is required (- for standard input)"))
 			}
 			if err := opts.Validate(); err != nil {
-				return err
+				return usage(err)
 			}
 			t, err := f.load(cmd, "import")
 			if err != nil {
@@ -54,12 +56,13 @@ and tells how to resume with --skip.`,
 			if file != "-" {
 				fh, err := os.Open(file)
 				if err != nil {
-					return fmt.Errorf("import file: %w", err)
+					return badData(fmt.Errorf("import file: %w", err))
 				}
 				defer fh.Close()
 				r = fh
 			}
-			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			r = &checkedLines{r: bufio.NewReaderSize(r, 1<<20), skip: opts.Skip}
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
 			pub := broker.NewPublisher(broker.PublisherOptions{
 				Options:        t.opts,
@@ -86,7 +89,12 @@ and tells how to resume with --skip.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "imported %d message(s) to %s (%d line(s) read, %d skipped)\n", res.Published, res.To, res.Lines, res.Skipped)
 			}
 			if runErr != nil {
-				return fmt.Errorf("import stopped: %w; the first %d line(s) are all published: run again with --skip %d to resume", runErr, res.Through, res.Through)
+				err := fmt.Errorf("import stopped: %w; the first %d line(s) are all published: run again with --skip %d to resume", runErr, res.Through, res.Through)
+				var bad *badLineError
+				if errors.As(runErr, &bad) {
+					return badData(err)
+				}
+				return tempFail(err)
 			}
 			return nil
 		},
@@ -100,4 +108,54 @@ and tells how to resume with --skip.`,
 	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
 	registerProgress(fs, &progressMode)
 	return cmd
+}
+
+// badLineError is a line of an import file that is not an export record.
+type badLineError struct {
+	n   int
+	err error
+}
+
+func (e *badLineError) Error() string {
+	return fmt.Sprintf("not a line of an export: %v", e.err)
+}
+
+func (e *badLineError) Unwrap() error { return e.err }
+
+// checkedLines hands an import its file line by line, each one first
+// decoded as the import will decode it; at the first that does not decode
+// it ends in a badLineError instead of the line. The import then stops
+// there as it would have (every line before it handled, the bad one never
+// published), and its error tells a file that is not valid (bad data) from
+// a publish that failed (worth running again). Lines the import skips,
+// the first skip and blank ones, are not checked, as the import does not
+// read them either.
+type checkedLines struct {
+	r       *bufio.Reader
+	skip    int
+	n       int
+	pending []byte
+	err     error
+}
+
+func (c *checkedLines) Read(p []byte) (int, error) {
+	for len(c.pending) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		line, err := c.r.ReadBytes('\n')
+		if len(line) > 0 {
+			c.n++
+			if c.n > c.skip && len(bytes.TrimSpace(line)) > 0 {
+				if _, derr := dlq.UnmarshalLine(line); derr != nil {
+					c.err = &badLineError{n: c.n, err: derr}
+					return 0, c.err
+				}
+			}
+		}
+		c.pending, c.err = line, err // err (io.EOF at the end) once the line is handed on
+	}
+	n := copy(p, c.pending)
+	c.pending = c.pending[n:]
+	return n, nil
 }

@@ -28,16 +28,16 @@ as one line of the export format.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "json" && output != "text" {
-				return fmt.Errorf("--output %q: want text or json", output)
+				return usage(fmt.Errorf("--output %q: want text or json", output))
 			}
 			if n < 1 {
-				return fmt.Errorf("-n %d: want at least 1", n)
+				return usage(fmt.Errorf("-n %d: want at least 1", n))
 			}
 			t, err := f.load(cmd, "peek")
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
 			src, depth, rot, closeFn, err := t.browse(ctx)
 			if err != nil {
@@ -60,7 +60,7 @@ as one line of the export format.`,
 				return dlq.WritePeek(out, i, m, bodyBytes, now)
 			})
 			if err != nil {
-				return t.explain(err)
+				return interrupted(ctx, t.explain(err))
 			}
 			if output != "json" {
 				fmt.Fprintf(out, "--- %d of %d message(s) in %s shown ---\n", i, depth, t.dlq)

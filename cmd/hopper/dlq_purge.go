@@ -27,7 +27,7 @@ confirmation on a terminal; without one (a script, a pipe) it refuses unless
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
 			in, err := broker.OpenInspector(ctx, t.opts)
 			if err != nil {
@@ -40,6 +40,9 @@ confirmation on a terminal; without one (a script, a pipe) it refuses unless
 			}
 			if !yes {
 				ok, err := confirmPurge(cmd.InOrStdin(), cmd.ErrOrStderr(), isTerminal(cmd.InOrStdin()), t.dlq, depth)
+				if errors.Is(err, errNoTerminal) {
+					return usage(err)
+				}
 				if err != nil {
 					return err
 				}

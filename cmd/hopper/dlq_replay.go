@@ -53,7 +53,9 @@ queues. A run longer than the broker's consumer_timeout (30 min by default)
 is ended by the broker; nothing is lost, run it again.
 
 Exit status 0 when every message taken was handled without failure (kept and
-skipped ones included), 1 otherwise.`,
+skipped ones included); 75 when some could not be moved or the run ended
+early (interrupted, stalled, connection lost), or another tool owns the
+DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -67,7 +69,7 @@ skipped ones included), 1 otherwise.`,
 				return err
 			}
 			if timeout < 0 {
-				return fmt.Errorf("--timeout %s: must not be negative", timeout)
+				return usage(fmt.Errorf("--timeout %s: must not be negative", timeout))
 			}
 			o.Filter = filter
 			t, err := f.load(cmd, "replay")
@@ -76,9 +78,9 @@ skipped ones included), 1 otherwise.`,
 			}
 			o.DLQ = t.dlq
 			if err := o.Validate(); err != nil {
-				return err
+				return usage(err)
 			}
-			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -156,11 +158,13 @@ skipped ones included), 1 otherwise.`,
 			} else if err := res.WriteSummary(out); err != nil {
 				return err
 			}
+			// A run that ended early or left messages behind may be run
+			// again: what it did not move is still in the DLQ.
 			if runErr != nil {
-				return runErr
+				return tempFail(runErr)
 			}
 			if res.Failed+res.Bad > 0 {
-				return fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, t.dlq)
+				return tempFail(fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, t.dlq))
 			}
 			return nil
 		},

@@ -28,7 +28,7 @@ AMQP timestamp.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd.Context(), toolStopping(cmd.ErrOrStderr()), nil)
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
 			src, depth, rot, closeFn, err := t.browse(ctx)
 			if err != nil {
@@ -40,7 +40,7 @@ AMQP timestamp.`,
 			st.Bad = res.Bad
 			closeFn()
 			if err != nil {
-				return t.explain(err)
+				return interrupted(ctx, t.explain(err))
 			}
 			if output == "json" {
 				return st.WriteJSON(cmd.OutOrStdout())

@@ -24,13 +24,17 @@ var version = "dev"
 var errReported = errors.New("reported")
 
 func main() {
-	root := newRoot(os.Stdout, os.Stderr)
-	if err := root.Execute(); err != nil {
-		if !errors.Is(err, errReported) {
-			fmt.Fprintln(os.Stderr, "hopper:", err)
-		}
-		os.Exit(1)
+	os.Exit(execute(newRoot(os.Stdout, os.Stderr), os.Stderr))
+}
+
+// execute runs the command line and returns the exit status of its
+// outcome, printing the error unless it was printed in full already.
+func execute(root *cobra.Command, stderr io.Writer) int {
+	err := root.Execute()
+	if err != nil && !errors.Is(err, errReported) {
+		fmt.Fprintln(stderr, "hopper:", err)
 	}
+	return exitCode(err)
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -40,7 +44,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Hopper consumes a RabbitMQ queue and POSTs each message to an HTTP app.
 The app's response decides the message's fate: 2xx ack, 425 requeue,
 408/409/429/5xx retry through a delay-tier queue, other 4xx or too many
-attempts the dead-letter queue. Moves are publish -> confirm -> ack.`,
+attempts the dead-letter queue. Moves are publish -> confirm -> ack.
+
+` + exitCodes,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -49,6 +55,7 @@ attempts the dead-letter queue. Moves are publish -> confirm -> ack.`,
 	root.SetErr(stderr)
 	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd(), newVersionCmd())
 	refuseUnknown(root)
+	markUsage(root)
 	return root
 }
 
@@ -85,8 +92,24 @@ func refuseUnknown(cmd *cobra.Command) {
 		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
 			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
 		}
-		return fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, c.CommandPath())
+		return usage(fmt.Errorf("%s\n\nRun '%s --help' for usage", msg, c.CommandPath()))
 	}
+}
+
+// markUsage marks as usage errors what cobra itself refuses: a flag it
+// cannot parse, and arguments a command does not take.
+func markUsage(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if args := cmd.Args; args != nil {
+			cmd.Args = func(c *cobra.Command, a []string) error { return usage(args(c, a)) }
+		}
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(root)
 }
 
 // configFlags are the flags every subcommand that reads config has. The
@@ -172,14 +195,15 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	return cfg, nil
 }
 
-// report prints a joined error one problem per line.
+// report prints a joined error one problem per line. Flags and --set are
+// sources of config like the file, so a bad value there is bad config too.
 func report(cmd *cobra.Command, err error) error {
 	lines := strings.Split(err.Error(), "\n")
 	fmt.Fprintf(cmd.ErrOrStderr(), "hopper: invalid configuration (%d problem(s)):\n", len(lines))
 	for _, l := range lines {
 		fmt.Fprintf(cmd.ErrOrStderr(), "  - %s\n", l)
 	}
-	return errReported
+	return badData(errReported)
 }
 
 func newLogger(cfg config.Log, w io.Writer) *slog.Logger {

@@ -163,8 +163,8 @@ log:
   level: loud
 `)
 	r := hopper(t, "config", "validate", "--config", path)
-	if r.code != 1 {
-		t.Fatalf("exit %d, want 1\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	if r.code != exitDataErr {
+		t.Fatalf("exit %d, want 65\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 	if strings.Contains(r.stdout, "config OK") {
 		t.Errorf("bad config reported OK: %s", r.stdout)
@@ -191,8 +191,8 @@ log:
 
 	// Flags and --set are checked too, in the same run.
 	r = hopper(t, "config", "validate", "--queue", "q", "--prefetch", "many", "--set", "retry.tiers=5", "--set", "nokey=1", "--set", "novalue")
-	if r.code != 1 {
-		t.Fatalf("exit %d, want 1: %s", r.code, r.stderr)
+	if r.code != exitDataErr {
+		t.Fatalf("exit %d, want 65: %s", r.code, r.stderr)
 	}
 	for _, want := range []string{"--prefetch", "consumer.prefetch", "retry.tiers", "nokey: unknown key", `"novalue": want key=value`} {
 		if !strings.Contains(r.stderr, want) {

@@ -24,7 +24,7 @@ func registerProgress(fs *pflag.FlagSet, mode *string) {
 // checkProgress refuses an unknown --progress before anything runs.
 func checkProgress(mode string) error {
 	if !slices.Contains(progress.Modes, mode) {
-		return fmt.Errorf("--progress %q: want one of %s", mode, strings.Join(progress.Modes, ", "))
+		return usage(fmt.Errorf("--progress %q: want one of %s", mode, strings.Join(progress.Modes, ", ")))
 	}
 	return nil
 }

@@ -33,13 +33,13 @@ second signal exits at once; nothing undelivered is acked.`,
 				return err
 			}
 			log := newLogger(cfg.Log, cmd.ErrOrStderr())
-			ctx, stop := signalContext(cmd.Context(), nil, func() {
+			ctx, stop := signalContext(cmd.Context(), exitForced, nil, func() {
 				log.Warn("second signal: exiting now; unsettled messages return to the queue", "event", "SHUTDOWN_FORCED")
 			})
 			defer stop()
 			tracing, err := telemetry.TracingFromEnv(ctx, os.Getenv, version)
 			if err != nil {
-				return err
+				return badData(err) // the OTEL_* variables are config too
 			}
 			if tracing.Enabled {
 				log.Info("tracing on", "event", "TRACING_ENABLED", "exporter", tracing.Exporter)

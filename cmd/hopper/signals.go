@@ -10,10 +10,11 @@ import (
 )
 
 // signalContext ends on SIGINT or SIGTERM, calling first. A second signal
-// calls second and exits at once with status 2: that loses nothing either,
-// since nothing undelivered was acked and the broker takes back every
-// unacked message.
-func signalContext(parent context.Context, first, second func()) (context.Context, context.CancelFunc) {
+// calls second and exits at once with status forced: that loses nothing
+// either, since nothing undelivered was acked and the broker takes back
+// every unacked message. run exits exitForced; the DLQ tools exitTempFail,
+// since such a run is one stopped part way, to be run again.
+func signalContext(parent context.Context, forced int, first, second func()) (context.Context, context.CancelFunc) {
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-ctx.Done()
@@ -30,7 +31,7 @@ func signalContext(parent context.Context, first, second func()) (context.Contex
 		if second != nil {
 			second()
 		}
-		os.Exit(2)
+		os.Exit(forced)
 	}()
 	return ctx, stop
 }

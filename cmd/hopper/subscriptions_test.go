@@ -55,7 +55,7 @@ subscriptions:
     path: invoices
 `)
 	r = hopper(t, "config", "validate", "--config", bad)
-	if r.code != 1 || strings.Contains(r.stdout, "config OK") {
+	if r.code != exitDataErr || strings.Contains(r.stdout, "config OK") {
 		t.Fatalf("bad subscription: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{"subscriptions[1].queue.type: must be classic or quorum", "subscriptions[1].path: must start with /"} {
@@ -77,7 +77,7 @@ subscriptions:
     bindings: [{exchange: events, type: topic, routingKeys: ["invoice.*"]}]
 `)
 	r = hopper(t, "config", "validate", "--config", clash)
-	if r.code != 1 || !strings.Contains(r.stderr, `subscriptions[1].bindings: exchange "events" is bound as type=topic`) ||
+	if r.code != exitDataErr || !strings.Contains(r.stderr, `subscriptions[1].bindings: exchange "events" is bound as type=topic`) ||
 		!strings.Contains(r.stderr, `but subscriptions[0] binds it as type=fanout`) {
 		t.Errorf("clashing exchange: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
