@@ -78,13 +78,17 @@ func (f *Filter) Validate() error {
 // [lo, hi].
 func parseStatus(s string) (lo, hi int, err error) {
 	s = strings.ToLower(strings.TrimSpace(s))
-	if len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '0' && s[0] <= '9' {
+	bad := fmt.Errorf("status filter %q: want a code (100-599), a class (1xx-5xx) or 0 for no response", s)
+	if len(s) == 3 && strings.HasSuffix(s, "xx") {
+		if s[0] < '1' || s[0] > '5' {
+			return 0, 0, bad
+		}
 		c := int(s[0]-'0') * 100
 		return c, c + 99, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > 999 {
-		return 0, 0, fmt.Errorf("status filter %q: want a code (503), a class (5xx) or 0 for no response", s)
+	if err != nil || n != 0 && (n < 100 || n > 599) {
+		return 0, 0, bad
 	}
 	return n, n, nil
 }

@@ -83,6 +83,10 @@ func TestFilterValidate(t *testing.T) {
 		{Statuses: []string{"1000"}},
 		{OlderThan: -time.Second},
 		{OlderThan: time.Hour, NewerThan: time.Minute},
+		{Statuses: []string{"7xx"}},
+		{Statuses: []string{"0xx"}},
+		{Statuses: []string{"99"}},
+		{Statuses: []string{"600"}},
 	} {
 		if err := f.Validate(); err == nil {
 			t.Errorf("%+v accepted", f)

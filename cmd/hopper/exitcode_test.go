@@ -85,6 +85,11 @@ func TestExitCodes(t *testing.T) {
 		if !strings.Contains(r.stderr, "5x") {
 			t.Errorf("stderr does not name the bad value: %s", r.stderr)
 		}
+		r = hopper(t, "dlq", "replay", "--queue", "q", "--broker-url", nowhere, "--status", "7xx")
+		wantExit(t, r, exitUsage, "--status 7xx (no such class)")
+		if !strings.Contains(r.stderr, "7xx") {
+			t.Errorf("stderr does not name the bad class: %s", r.stderr)
+		}
 		wantExit(t, hopper(t, "dlq", "peek", "--queue", "q", "--broker-url", nowhere, "-n", "0"), exitUsage, "peek -n 0")
 		wantExit(t, hopper(t, "dlq", "stats", "--queue", "q", "--broker-url", nowhere, "-o", "xml"), exitUsage, "stats -o xml")
 		wantExit(t, hopper(t, "dlq", "import", "--queue", "q", "--broker-url", nowhere), exitUsage, "import without --file")
