@@ -317,6 +317,15 @@ func checkRelease(t *testing.T, c renderCase, ms []manifest) {
 	}
 
 	checkServices(t, ms, d)
+	var rendered struct {
+		Broker struct {
+			URLs []string `json:"urls"`
+		} `json:"broker"`
+	}
+	if err := yaml.Unmarshal([]byte(data), &rendered); err != nil {
+		t.Errorf("rendered hopper.yaml: %v", err)
+	}
+	checkNetworkPolicies(t, ms, d, hopper, adminPort, rendered.Broker.URLs)
 	for _, j := range byKind[*batchv1.Job](ms) {
 		checkToolJob(t, j, cm)
 	}
