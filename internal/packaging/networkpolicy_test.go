@@ -349,3 +349,20 @@ func urlPort(t *testing.T, raw string) int {
 	t.Fatalf("%q: no port and no known scheme", raw)
 	return 0
 }
+
+// TestChartNetworkPolicyMetricsPodsOnly: a namespaceSelector set to null
+// leaves a peer of podSelector alone (those pods of the release's own
+// namespace), never an empty peer.
+func TestChartNetworkPolicyMetricsPodsOnly(t *testing.T) {
+	_, nps := renderNetworkPolicy(t, "--set", "networkPolicy.enabled=true",
+		"--set", "networkPolicy.metrics.namespaceSelector=null",
+		"--set", "networkPolicy.metrics.podSelector.matchLabels.app=prometheus")
+	if len(nps) != 1 || len(nps[0].Spec.Ingress) != 1 {
+		t.Fatalf("want one NetworkPolicy with one ingress rule, got %+v", nps)
+	}
+	from := nps[0].Spec.Ingress[0].From
+	want := metav1.LabelSelector{MatchLabels: map[string]string{"app": "prometheus"}}
+	if len(from) != 1 || from[0].NamespaceSelector != nil || from[0].PodSelector == nil || !reflect.DeepEqual(*from[0].PodSelector, want) {
+		t.Errorf("admin ingress from %+v, want only podSelector %v", from, want)
+	}
+}
