@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -298,6 +299,13 @@ func TestRenderedObjects(t *testing.T) {
 					if err := decodeStrict(d, &sm); err != nil {
 						t.Error(err)
 					}
+				case "networking.k8s.io/v1/NetworkPolicy":
+					var np networkingv1.NetworkPolicy
+					if err := decodeStrict(d, &np); err != nil {
+						t.Error(err)
+						continue
+					}
+					checkNetworkPolicy(t, &np, dep)
 				case "monitoring.coreos.com/v1/PrometheusRule":
 					var pr monv1.PrometheusRule
 					if err := decodeStrict(d, &pr); err != nil {
@@ -309,7 +317,7 @@ func TestRenderedObjects(t *testing.T) {
 			}
 		})
 	}
-	for _, k := range []string{"ScaledObject", "TriggerAuthentication", "PodMonitor", "ServiceMonitor", "PrometheusRule"} {
+	for _, k := range []string{"ScaledObject", "TriggerAuthentication", "PodMonitor", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} {
 		if !seen[k] {
 			t.Errorf("no render case renders a %s: add one to charts/hopper/ci", k)
 		}
@@ -408,6 +416,47 @@ func checkPodMonitor(t *testing.T, pm *monv1.PodMonitor, dep *appsv1.Deployment)
 				t.Errorf("PodMonitor %s: %q: %v", pm.Name, dur, err)
 			}
 		}
+	}
+}
+
+// checkNetworkPolicy: the policy applies to the pods that run Hopper, in
+// both directions, and admits the port Hopper's container serves its admin
+// endpoints on (the one the PodMonitor and ServiceMonitor scrape).
+func checkNetworkPolicy(t *testing.T, np *networkingv1.NetworkPolicy, dep *appsv1.Deployment) {
+	t.Helper()
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || sel.Empty() {
+		t.Fatalf("NetworkPolicy %s: podSelector %v: %v (empty would select every pod of the namespace)", np.Name, sel, err)
+	}
+	if !sel.Matches(labelsSet(dep.Spec.Template.Labels)) {
+		t.Errorf("NetworkPolicy %s selects %s, which the pods of %s (%v) do not match", np.Name, sel, dep.Name, dep.Spec.Template.Labels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
+		t.Errorf("NetworkPolicy %s: policyTypes %v, want [Ingress Egress]", np.Name, np.Spec.PolicyTypes)
+	}
+	var admin int32
+	pod := dep.Spec.Template.Spec
+	for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
+		for _, p := range c.Ports {
+			if p.Name == "hopper-admin" {
+				admin = p.ContainerPort
+			}
+		}
+	}
+	if admin == 0 {
+		t.Fatalf("Deployment %s: no container port hopper-admin", dep.Name)
+	}
+	admitted := slices.ContainsFunc(np.Spec.Ingress, func(r networkingv1.NetworkPolicyIngressRule) bool {
+		return len(r.From) > 0 && slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+			return p.Port != nil && (p.Port.IntValue() == int(admin) || p.Port.String() == "hopper-admin") &&
+				(p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP)
+		})
+	})
+	if !admitted {
+		t.Errorf("NetworkPolicy %s: no ingress rule admits TCP %d (hopper-admin) from a named peer: %+v", np.Name, admin, np.Spec.Ingress)
+	}
+	if len(np.Spec.Egress) == 0 {
+		t.Errorf("NetworkPolicy %s allows no egress: Hopper could not reach the broker", np.Name)
 	}
 }
 

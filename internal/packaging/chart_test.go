@@ -317,6 +317,15 @@ func checkRelease(t *testing.T, c renderCase, ms []manifest) {
 	}
 
 	checkServices(t, ms, d)
+	var rendered struct {
+		Broker struct {
+			URLs []string `json:"urls"`
+		} `json:"broker"`
+	}
+	if err := yaml.Unmarshal([]byte(data), &rendered); err != nil {
+		t.Errorf("rendered hopper.yaml: %v", err)
+	}
+	checkNetworkPolicies(t, ms, d, hopper, adminPort, rendered.Broker.URLs)
 	for _, j := range byKind[*batchv1.Job](ms) {
 		checkToolJob(t, j, cm)
 	}
@@ -880,6 +889,10 @@ func TestChartRejects(t *testing.T) {
 		{"alert duration", []string{"-f", minimal, "--set", "metrics.prometheusRule.breakerOpenFor=ten"}, "/metrics/prometheusRule/breakerOpenFor"},
 		{"client cert without key", []string{"-f", minimal, "--set", "broker.tls.existingSecret=tls", "--set", "broker.tls.certKey=tls.crt"}, "certKey and keyKey must be given together"},
 		{"hpa without requests", []string{"-f", minimal, "--set", "autoscaling.enabled=true"}, "app.resources.requests.cpu"},
+		{"network policy without broker ports", []string{"-f", minimal, "--set-json", "networkPolicy.broker.ports=[]"}, "/networkPolicy/broker/ports"},
+		{"network policy port out of range", []string{"-f", minimal, "--set", "networkPolicy.broker.ports={70000}"}, "/networkPolicy/broker/ports/0"},
+		{"unknown network policy key", []string{"-f", minimal, "--set", "networkPolicy.ingress=x"}, "additional properties 'ingress' not allowed"},
+		{"network policy metrics peer removed", []string{"-f", minimal, "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metrics.namespaceSelector=null"}, "networkPolicy.metrics: set namespaceSelector or podSelector"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
@@ -93,6 +94,8 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return &corev1.ServiceAccount{}, true
 	case "batch/v1/Job":
 		return &batchv1.Job{}, true
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, true
 	case "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/PrometheusRule",
 		"keda.sh/v1alpha1/ScaledObject", "keda.sh/v1alpha1/TriggerAuthentication":
 		// Decoded strictly into the Prometheus Operator's and KEDA's own
