@@ -51,6 +51,9 @@ type ClientOptions struct {
 	// Limits bound each request's head; application headers past them
 	// are left out. Default DefaultLimits.
 	Limits Limits
+	// Auth adds a token and a body signature to every request. Default
+	// nil: none.
+	Auth *Auth
 }
 
 // Client delivers messages to the app with pooled keep-alive connections.
@@ -259,6 +262,7 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	ct = cut(cleanValue(ct), ownValueMax)
 	req.Header.SetContentType(ct)
 	req.SetBodyRaw(m.Body)
+	auth := a.authenticate(req)
 
 	// The CLIENT span's context goes to the app as traceparent, so the app's
 	// own spans join the message's trace.
@@ -273,7 +277,10 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	}
 	propagator.Inject(ctx, &extra)
 
-	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, a.head(req, ct, len(m.Body)))
+	head := a.head(req, ct, len(m.Body))
+	head.Headers += auth.Headers
+	head.Bytes += auth.Bytes
+	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, head)
 	a.countOmitted(om)
 	for _, h := range hdrs {
 		req.Header.Set(h.Name, h.Value)
