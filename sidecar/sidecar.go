@@ -361,6 +361,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			queueURLs[sub.name()] = sub.cfg.App.URL
 		}
 	}
+	auth, err := app.NewAuth(app.AuthOptions{
+		TokenFile:   cfg.App.Auth.Token.File,
+		TokenHeader: cfg.App.Auth.Token.Header,
+		HMACKeyFile: cfg.App.Auth.HMAC.KeyFile,
+	})
+	if err != nil {
+		return fmt.Errorf("app.auth: %w", err)
+	}
 	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
 		QueueURLs:    queueURLs,
@@ -374,6 +382,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			MaxHeaderBytes: cfg.App.Forward.MaxHeaderBytes,
 			MaxValueBytes:  cfg.App.Forward.MaxValueBytes,
 		},
+		Auth: auth,
 	})
 	s.app.Store(client)
 	gate, err := app.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
