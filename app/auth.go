@@ -48,6 +48,11 @@ type AuthOptions struct {
 	// Now is the clock of the signature times and of the re-reads.
 	// Default time.Now.
 	Now func() time.Time
+	// OnReadError hears of a changed file that could not be read again
+	// or held nothing usable: requests go on with the value read before,
+	// so a rotation that did not land would otherwise go unnoticed.
+	// Default none.
+	OnReadError func(error)
 }
 
 // Auth adds the token and the signature to requests. It is safe for
@@ -82,11 +87,13 @@ func NewAuth(o AuthOptions) (*Auth, error) {
 		if a.token, err = openSecret(o.TokenFile, tokenValue, a.now()); err != nil {
 			return nil, fmt.Errorf("token: %w", err)
 		}
+		a.token.onError = o.OnReadError
 	}
 	if o.HMACKeyFile != "" {
 		if a.key, err = openSecret(o.HMACKeyFile, nil, a.now()); err != nil {
 			return nil, fmt.Errorf("hmac key: %w", err)
 		}
+		a.key.onError = o.OnReadError
 	}
 	return a, nil
 }
@@ -175,10 +182,11 @@ type secretFile struct {
 	// next is when the file is looked at again, in Unix nanoseconds; the
 	// request that takes the turn does the stat, the others go on with
 	// the value they have.
-	next   atomic.Int64
-	mu     sync.Mutex
-	seen   os.FileInfo
-	errors atomic.Int64
+	next    atomic.Int64
+	mu      sync.Mutex
+	seen    os.FileInfo
+	errors  atomic.Int64
+	onError func(error)
 }
 
 func openSecret(path string, check func(string) error, now time.Time) (*secretFile, error) {
@@ -223,7 +231,7 @@ func (s *secretFile) refresh() {
 	defer s.mu.Unlock()
 	fi, err := os.Stat(s.path)
 	if err != nil {
-		s.errors.Add(1)
+		s.failed(err)
 		return
 	}
 	if os.SameFile(fi, s.seen) && fi.Size() == s.seen.Size() && fi.ModTime().Equal(s.seen.ModTime()) {
@@ -231,9 +239,17 @@ func (s *secretFile) refresh() {
 	}
 	v, err := s.read()
 	if err != nil {
-		s.errors.Add(1)
+		s.failed(err)
 		return
 	}
 	s.seen = fi
 	s.value.Store(&v)
+}
+
+// failed counts a re-read that did not give a value and tells OnReadError.
+func (s *secretFile) failed(err error) {
+	s.errors.Add(1)
+	if s.onError != nil {
+		s.onError(fmt.Errorf("read %s again (the value read before stays in use): %w", s.path, err))
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -124,7 +125,8 @@ func TestAuthTokenRotation(t *testing.T) {
 	tok := filepath.Join(t.TempDir(), "token")
 	writeFile(t, tok, "old")
 	clock := newTestClock(time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC))
-	au, err := NewAuth(AuthOptions{TokenFile: tok, Now: clock.Now})
+	var readErrs []error // appended from the request path, read between requests
+	au, err := NewAuth(AuthOptions{TokenFile: tok, Now: clock.Now, OnReadError: func(err error) { readErrs = append(readErrs, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +166,9 @@ func TestAuthTokenRotation(t *testing.T) {
 	if n := au.ReadErrors(); n != 1 {
 		t.Errorf("ReadErrors = %d, want 1", n)
 	}
+	if len(readErrs) != 1 || !strings.Contains(readErrs[0].Error(), tok) || !errors.Is(readErrs[0], os.ErrNotExist) {
+		t.Errorf("OnReadError heard %v, want the missing file named", readErrs)
+	}
 	// Emptied: not a token either.
 	writeFile(t, tok, "\n")
 	clock.Advance(recheckEvery)
@@ -172,6 +177,9 @@ func TestAuthTokenRotation(t *testing.T) {
 	}
 	if n := au.ReadErrors(); n != 2 {
 		t.Errorf("ReadErrors = %d, want 2", n)
+	}
+	if len(readErrs) != 2 || !strings.Contains(readErrs[1].Error(), "is empty") {
+		t.Errorf("OnReadError heard %v, want the empty file", readErrs)
 	}
 }
 
@@ -293,5 +301,49 @@ func TestNewAuthRefuses(t *testing.T) {
 	}
 	if a, err := NewAuth(AuthOptions{}); a != nil || err != nil {
 		t.Errorf("nothing set: %v, %v; want nil, nil", a, err)
+	}
+}
+
+// TestAuthRotationUnderLoad: requests reading the token while it rotates
+// see the old or the new token, whole, and never a torn or empty one; once
+// the rotation is looked at, every request sends the new one.
+func TestAuthRotationUnderLoad(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tok, "old")
+	clock := newTestClock(time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC))
+	au, err := NewAuth(AuthOptions{TokenFile: tok, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	bad := make(chan string, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range 500 {
+				if v := au.token.get(clock.Now()); v != "old" && v != "new-token" {
+					bad <- v
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	for i := range 20 {
+		writeFile(t, tok, map[bool]string{true: "old", false: "new-token"}[i%2 == 1])
+		clock.Advance(recheckEvery)
+	}
+	wg.Wait()
+	writeFile(t, tok, "new-token") // the loop ended on "old": a size of its own
+	close(bad)
+	for v := range bad {
+		t.Errorf("a request saw token %q", v)
+	}
+	clock.Advance(recheckEvery)
+	if v := au.token.get(clock.Now()); v != "new-token" {
+		t.Errorf("after the last rotation: %q", v)
 	}
 }

@@ -365,6 +365,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		TokenFile:   cfg.App.Auth.Token.File,
 		TokenHeader: cfg.App.Auth.Token.Header,
 		HMACKeyFile: cfg.App.Auth.HMAC.KeyFile,
+		OnReadError: func(err error) {
+			log.Warn("a changed app.auth file could not be read", "event", "APP_AUTH_FILE_UNREADABLE", "error", err.Error())
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("app.auth: %w", err)
