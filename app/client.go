@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,9 @@ type ClientOptions struct {
 	// Auth adds a token and a body signature to every request. Default
 	// nil: none.
 	Auth *Auth
+	// TLS is the configuration of https:// connections (see NewTLS).
+	// Default nil: the system's roots, no client certificate.
+	TLS *tls.Config
 }
 
 // Client delivers messages to the app with pooled keep-alive connections.
@@ -107,6 +111,7 @@ func NewClient(o ClientOptions) *Client {
 		// POST is not idempotent: never resend on our own; the outcome
 		// table decides what happens after a failure.
 		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		TLSConfig:  o.TLS,
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")

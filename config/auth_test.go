@@ -1,10 +1,18 @@
 package config_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hopper-sidecar/hopper/config"
 )
@@ -83,6 +91,74 @@ func TestAppAuthValidation(t *testing.T) {
 		c.App.Auth.HMAC.KeyFile = unreadable
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "app.auth.hmac.keyFile: open "+unreadable+": permission denied") {
 			t.Errorf("unreadable key: err = %v", err)
+		}
+	}
+}
+
+// selfSigned writes a self-signed certificate and its key as PEM files.
+func selfSigned(t *testing.T, dir, name string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for p, b := range map[string][]byte{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}),
+	} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cert, key
+}
+
+func TestAppTLSValidation(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir, "one")
+	_, otherKey := selfSigned(t, dir, "two")
+	junk := filepath.Join(dir, "junk")
+	if err := os.WriteFile(junk, []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := config.Default()
+	ok.Queue.Name = "orders"
+	ok.App.URL = "https://app.internal:8443/"
+	ok.App.TLS = config.AppTLS{CAFile: cert, CertFile: cert, KeyFile: key}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("CA and client certificate: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		url  string
+		tls  config.AppTLS
+		want string
+	}{
+		{"http app", "http://127.0.0.1:8080/", config.AppTLS{CAFile: cert}, `app.tls: applies to an https:// app.url, got "http://127.0.0.1:8080/"`},
+		{"ca missing", "", config.AppTLS{CAFile: filepath.Join(dir, "none")}, "app.tls.caFile: open " + filepath.Join(dir, "none")},
+		{"ca not PEM", "", config.AppTLS{CAFile: junk}, "app.tls.caFile: " + junk + " holds no PEM certificate"},
+		{"cert alone", "", config.AppTLS{CertFile: cert}, "app.tls: certFile and keyFile must be given together"},
+		{"key of another cert", "", config.AppTLS{CertFile: cert, KeyFile: otherKey}, "app.tls.certFile: with keyFile " + otherKey + ": tls: private key does not match public key"},
+	} {
+		c := ok
+		c.App.TLS = tc.tls
+		if tc.url != "" {
+			c.App.URL = tc.url
+		}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
 		}
 	}
 }

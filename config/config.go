@@ -222,6 +222,24 @@ type App struct {
 	// a signature of the body, or both, from files mounted from Secrets.
 	// Default: neither.
 	Auth AppAuth `yaml:"auth"`
+	// TLS configures connections to an https:// app: a private CA and a
+	// client certificate for an app that asks for one. Default: the
+	// system's roots, no client certificate.
+	TLS AppTLS `yaml:"tls"`
+}
+
+// AppTLS is TLS to an https:// app. The client certificate and key are read
+// again when they change (looked at no more than once a second, when a
+// connection is made), so a renewed certificate is used on the next new
+// connection without a restart; the CA is read at start.
+type AppTLS struct {
+	// CAFile holds the PEM certificates the app's certificate must chain
+	// to. Default "": the system's roots.
+	CAFile string `yaml:"caFile"`
+	// CertFile holds the PEM client certificate (mutual TLS). Default "".
+	CertFile string `yaml:"certFile"`
+	// KeyFile holds its PEM key; given with certFile. Default "".
+	KeyFile string `yaml:"keyFile"`
 }
 
 // AppAuth is how requests to the app prove they come from Hopper. Each

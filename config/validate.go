@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -155,6 +157,7 @@ func (c *Config) validateOne() []error {
 		add("app.forward.maxValueBytes", "must be between 1 and app.forward.maxHeaderBytes (%d), got %d", f.MaxHeaderBytes, f.MaxValueBytes)
 	}
 	validateAuth(c.App.Auth, add)
+	validateAppTLS(c.App, add)
 
 	if c.Consumer.Prefetch < 0 || c.Consumer.Prefetch > 65535 {
 		add("consumer.prefetch", "must be between 1 and 65535, or 0 to follow the concurrency limit; got %d", c.Consumer.Prefetch)
@@ -267,6 +270,33 @@ func validateAuth(a AppAuth, add func(path, format string, a ...any)) {
 	if a.HMAC.KeyFile != "" {
 		if _, err := readSecret(a.HMAC.KeyFile); err != nil {
 			add("app.auth.hmac.keyFile", "%v", err)
+		}
+	}
+}
+
+// validateAppTLS loads the CA and the client certificate as Hopper will at
+// start, so a wrong file is reported before anything connects.
+func validateAppTLS(a App, add func(path, format string, a ...any)) {
+	t := a.TLS
+	if t == (AppTLS{}) {
+		return
+	}
+	if u, err := url.Parse(a.URL); err == nil && u.Scheme != "https" {
+		add("app.tls", "applies to an https:// app.url, got %q", a.URL)
+	}
+	if t.CAFile != "" {
+		if b, err := os.ReadFile(t.CAFile); err != nil {
+			add("app.tls.caFile", "%v", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			add("app.tls.caFile", "%s holds no PEM certificate", t.CAFile)
+		}
+	}
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		add("app.tls", "certFile and keyFile must be given together")
+	case t.CertFile != "":
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			add("app.tls.certFile", "with keyFile %s: %v", t.KeyFile, err)
 		}
 	}
 }

@@ -372,6 +372,17 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("app.auth: %w", err)
 	}
+	tlsCfg, err := app.NewTLS(app.TLSOptions{
+		CAFile:   cfg.App.TLS.CAFile,
+		CertFile: cfg.App.TLS.CertFile,
+		KeyFile:  cfg.App.TLS.KeyFile,
+		OnReadError: func(err error) {
+			log.Warn("a changed app.tls file could not be loaded", "event", "APP_AUTH_FILE_UNREADABLE", "error", err.Error())
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("app.tls: %w", err)
+	}
 	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
 		QueueURLs:    queueURLs,
@@ -386,12 +397,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			MaxValueBytes:  cfg.App.Forward.MaxValueBytes,
 		},
 		Auth: auth,
+		TLS:  tlsCfg,
 	})
 	s.app.Store(client)
 	gate, err := app.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
 	if err != nil {
 		return err
 	}
+	gate.UseTLS(tlsCfg)
 	s.phase.Store("waiting for the app's health check")
 	logged := false
 	if err := gate.Wait(ctx, time.Second, func(err error) {
