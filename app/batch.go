@@ -108,6 +108,7 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 		req.Header.Set(h.Name, h.Value)
 	}
 	req.SetBodyRaw(*buf)
+	a.authenticate(req)
 
 	whole := a.exchange(ctx, span, req, resp)
 	outs, err := batch.Read(whole, resp.Body(), ids, time.Now())

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,12 @@ type ClientOptions struct {
 	// Limits bound each request's head; application headers past them
 	// are left out. Default DefaultLimits.
 	Limits Limits
+	// Auth adds a token and a body signature to every request. Default
+	// nil: none.
+	Auth *Auth
+	// TLS is the configuration of https:// connections (see NewTLS).
+	// Default nil: the system's roots, no client certificate.
+	TLS *tls.Config
 }
 
 // Client delivers messages to the app with pooled keep-alive connections.
@@ -104,6 +111,7 @@ func NewClient(o ClientOptions) *Client {
 		// POST is not idempotent: never resend on our own; the outcome
 		// table decides what happens after a failure.
 		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		TLSConfig:  o.TLS,
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
@@ -259,6 +267,7 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	ct = cut(cleanValue(ct), ownValueMax)
 	req.Header.SetContentType(ct)
 	req.SetBodyRaw(m.Body)
+	auth := a.authenticate(req)
 
 	// The CLIENT span's context goes to the app as traceparent, so the app's
 	// own spans join the message's trace.
@@ -273,7 +282,10 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	}
 	propagator.Inject(ctx, &extra)
 
-	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, a.head(req, ct, len(m.Body)))
+	head := a.head(req, ct, len(m.Body))
+	head.Headers += auth.Headers
+	head.Bytes += auth.Bytes
+	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, head)
 	a.countOmitted(om)
 	for _, h := range hdrs {
 		req.Header.Set(h.Name, h.Value)

@@ -218,6 +218,57 @@ type App struct {
 	// accepts it; application headers past the bounds are left out,
 	// counted, and the app told how many in Hopper-Headers-Omitted.
 	Forward Forward `yaml:"forward"`
+	// Auth lets the app tell Hopper's requests from anyone else's: a token,
+	// a signature of the body, or both, from files mounted from Secrets.
+	// Default: neither.
+	Auth AppAuth `yaml:"auth"`
+	// TLS configures connections to an https:// app: a private CA and a
+	// client certificate for an app that asks for one. Default: the
+	// system's roots, no client certificate.
+	TLS AppTLS `yaml:"tls"`
+}
+
+// AppTLS is TLS to an https:// app. The client certificate and key are read
+// again when they change (looked at no more than once a second, when a
+// connection is made), so a renewed certificate is used on the next new
+// connection without a restart; the CA is read at start.
+type AppTLS struct {
+	// CAFile holds the PEM certificates the app's certificate must chain
+	// to. Default "": the system's roots.
+	CAFile string `yaml:"caFile"`
+	// CertFile holds the PEM client certificate (mutual TLS). Default "".
+	CertFile string `yaml:"certFile"`
+	// KeyFile holds its PEM key; given with certFile. Default "".
+	KeyFile string `yaml:"keyFile"`
+}
+
+// AppAuth is how requests to the app prove they come from Hopper. Each
+// file is read at start and again when it changes (looked at no more than
+// once a second), so a rotated Secret is picked up without a restart; a
+// trailing newline in a file is not part of its secret.
+type AppAuth struct {
+	// Token is sent with every request.
+	Token TokenAuth `yaml:"token"`
+	// HMAC signs every request body (a batch's whole body).
+	HMAC HMACAuth `yaml:"hmac"`
+}
+
+// TokenAuth is a token sent with every request.
+type TokenAuth struct {
+	// File holds the token. Default "": no token.
+	File string `yaml:"file"`
+	// Header carries the token: Authorization gets "Bearer <token>", any
+	// other header the token as it is. Default Authorization.
+	Header string `yaml:"header"`
+}
+
+// HMACAuth signs each request body in Hopper-Signature:
+// "t=<unix seconds>,v1=<lowercase hex HMAC-SHA256 of "<t>.<body>">". The
+// time lets the app refuse a request played again later.
+type HMACAuth struct {
+	// KeyFile holds the key; its bytes are the HMAC key. Default "": no
+	// signature.
+	KeyFile string `yaml:"keyFile"`
 }
 
 // Forward bounds the head of a request to the app. A server that refuses a
@@ -436,6 +487,7 @@ func Default() Config {
 			UnavailableBackoff: Duration(time.Second),
 			MaxBodyBytes:       64 << 10,
 			Forward:            Forward{MaxHeaders: 90, MaxHeaderBytes: 7 << 10, MaxValueBytes: 4096},
+			Auth:               AppAuth{Token: TokenAuth{Header: "Authorization"}},
 		},
 		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes, Batch: Batch{MaxMessages: 1, MaxBytes: DefaultBatchMaxBytes}},
 		Retry: Retry{

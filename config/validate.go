@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -154,6 +156,8 @@ func (c *Config) validateOne() []error {
 	if f := c.App.Forward; f.MaxValueBytes < 1 || f.MaxValueBytes > f.MaxHeaderBytes {
 		add("app.forward.maxValueBytes", "must be between 1 and app.forward.maxHeaderBytes (%d), got %d", f.MaxHeaderBytes, f.MaxValueBytes)
 	}
+	validateAuth(c.App.Auth, add)
+	validateAppTLS(c.App, add)
 
 	if c.Consumer.Prefetch < 0 || c.Consumer.Prefetch > 65535 {
 		add("consumer.prefetch", "must be between 1 and 65535, or 0 to follow the concurrency limit; got %d", c.Consumer.Prefetch)
@@ -242,6 +246,86 @@ func (c *Config) validateOne() []error {
 		add("log.format", "must be json or text, got %q", c.Log.Format)
 	}
 	return errs
+}
+
+// validateAuth checks the secret files as Hopper will read them at start:
+// present, readable and not empty once a trailing newline is dropped.
+func validateAuth(a AppAuth, add func(path, format string, a ...any)) {
+	if a.Token.File != "" {
+		if tok, err := readSecret(a.Token.File); err != nil {
+			add("app.auth.token.file", "%v", err)
+		} else if strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+			add("app.auth.token.file", "%s: the token holds a control character (a line break inside it?)", a.Token.File)
+		}
+	}
+	h := a.Token.Header
+	lower := strings.ToLower(h)
+	switch {
+	case !isToken(h):
+		add("app.auth.token.header", "must be an HTTP header name, got %q", h)
+	case strings.HasPrefix(lower, "hopper-") || strings.HasPrefix(lower, "ce-") ||
+		slices.Contains([]string{"host", "content-type", "content-length", "user-agent", "traceparent", "tracestate", "connection", "transfer-encoding"}, lower):
+		add("app.auth.token.header", "%q is a header Hopper or HTTP itself sets: pick another name", h)
+	}
+	if a.HMAC.KeyFile != "" {
+		if _, err := readSecret(a.HMAC.KeyFile); err != nil {
+			add("app.auth.hmac.keyFile", "%v", err)
+		}
+	}
+}
+
+// validateAppTLS loads the CA and the client certificate as Hopper will at
+// start, so a wrong file is reported before anything connects.
+func validateAppTLS(a App, add func(path, format string, a ...any)) {
+	t := a.TLS
+	if t == (AppTLS{}) {
+		return
+	}
+	if u, err := url.Parse(a.URL); err == nil && u.Scheme != "https" {
+		add("app.tls", "applies to an https:// app.url, got %q", a.URL)
+	}
+	if t.CAFile != "" {
+		if b, err := os.ReadFile(t.CAFile); err != nil {
+			add("app.tls.caFile", "%v", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			add("app.tls.caFile", "%s holds no PEM certificate", t.CAFile)
+		}
+	}
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		add("app.tls", "certFile and keyFile must be given together")
+	case t.CertFile != "":
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			add("app.tls.certFile", "with keyFile %s: %v", t.KeyFile, err)
+		}
+	}
+}
+
+// readSecret reads a secret file without its trailing newline; empty is
+// an error.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// isToken reports whether s is an HTTP header name (an RFC 9110 token).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func validateTiers(path string, tiers []Duration, add func(string, string, ...any)) {

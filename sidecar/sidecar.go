@@ -361,6 +361,28 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			queueURLs[sub.name()] = sub.cfg.App.URL
 		}
 	}
+	auth, err := app.NewAuth(app.AuthOptions{
+		TokenFile:   cfg.App.Auth.Token.File,
+		TokenHeader: cfg.App.Auth.Token.Header,
+		HMACKeyFile: cfg.App.Auth.HMAC.KeyFile,
+		OnReadError: func(err error) {
+			log.Warn("a changed app.auth file could not be read", "event", "APP_AUTH_FILE_UNREADABLE", "error", err.Error())
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("app.auth: %w", err)
+	}
+	tlsCfg, err := app.NewTLS(app.TLSOptions{
+		CAFile:   cfg.App.TLS.CAFile,
+		CertFile: cfg.App.TLS.CertFile,
+		KeyFile:  cfg.App.TLS.KeyFile,
+		OnReadError: func(err error) {
+			log.Warn("a changed app.tls file could not be loaded", "event", "APP_AUTH_FILE_UNREADABLE", "error", err.Error())
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("app.tls: %w", err)
+	}
 	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
 		QueueURLs:    queueURLs,
@@ -374,12 +396,15 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			MaxHeaderBytes: cfg.App.Forward.MaxHeaderBytes,
 			MaxValueBytes:  cfg.App.Forward.MaxValueBytes,
 		},
+		Auth: auth,
+		TLS:  tlsCfg,
 	})
 	s.app.Store(client)
 	gate, err := app.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
 	if err != nil {
 		return err
 	}
+	gate.UseTLS(tlsCfg)
 	s.phase.Store("waiting for the app's health check")
 	logged := false
 	if err := gate.Wait(ctx, time.Second, func(err error) {

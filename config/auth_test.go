@@ -1,0 +1,164 @@
+package config_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+)
+
+func TestAppAuthKeys(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	key := filepath.Join(dir, "key")
+	for p, v := range map[string]string{tok: "t0k\n", key: "k3y\n"} {
+		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := filepath.Join(dir, "hopper.yaml")
+	yaml := "queue: {name: orders}\napp:\n  auth:\n    token: {file: " + tok + "}\n    hmac: {keyFile: " + key + "}\n"
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.Load(f, []string{"HOPPER_APP_AUTH_TOKEN_HEADER=X-Api-Key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("token and hmac both set: %v", err)
+	}
+	a := cfg.App.Auth
+	if a.Token.File != tok || a.Token.Header != "X-Api-Key" || a.HMAC.KeyFile != key {
+		t.Errorf("app.auth = %+v", a)
+	}
+	if d := config.Default().App.Auth; d.Token.File != "" || d.HMAC.KeyFile != "" || d.Token.Header != "Authorization" {
+		t.Errorf("default app.auth = %+v, want no files and header Authorization", d)
+	}
+}
+
+func TestAppAuthValidation(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	empty := write("empty", "\n")
+	good := write("good", "secret")
+	unreadable := write("unreadable", "secret")
+	if err := os.Chmod(unreadable, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(*config.AppAuth)
+		want string
+	}{
+		{"missing token file", func(a *config.AppAuth) { a.Token.File = filepath.Join(dir, "none") }, "app.auth.token.file: open " + filepath.Join(dir, "none")},
+		{"empty token", func(a *config.AppAuth) { a.Token.File = empty }, "app.auth.token.file: " + empty + " is empty"},
+		{"token over two lines", func(a *config.AppAuth) { a.Token.File = write("two", "a\nb") }, "app.auth.token.file: " + filepath.Join(dir, "two") + ": the token holds a control character"},
+		{"missing key file", func(a *config.AppAuth) { a.HMAC.KeyFile = filepath.Join(dir, "none") }, "app.auth.hmac.keyFile: open " + filepath.Join(dir, "none")},
+		{"empty key", func(a *config.AppAuth) { a.HMAC.KeyFile = empty }, "app.auth.hmac.keyFile: " + empty + " is empty"},
+		{"header not a name", func(a *config.AppAuth) { a.Token.File = good; a.Token.Header = "X Api" }, `app.auth.token.header: must be an HTTP header name, got "X Api"`},
+		{"header empty", func(a *config.AppAuth) { a.Token.Header = "" }, `app.auth.token.header: must be an HTTP header name, got ""`},
+		{"header of Hopper's", func(a *config.AppAuth) { a.Token.Header = "Hopper-Signature" }, `app.auth.token.header: "Hopper-Signature" is a header Hopper or HTTP itself sets`},
+		{"header of HTTP's", func(a *config.AppAuth) { a.Token.Header = "content-length" }, `app.auth.token.header: "content-length" is a header`},
+	} {
+		c := config.Default()
+		c.Queue.Name = "orders"
+		tc.set(&c.App.Auth)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if os.Geteuid() != 0 { // root reads a file whatever its mode
+		c := config.Default()
+		c.Queue.Name = "orders"
+		c.App.Auth.HMAC.KeyFile = unreadable
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "app.auth.hmac.keyFile: open "+unreadable+": permission denied") {
+			t.Errorf("unreadable key: err = %v", err)
+		}
+	}
+}
+
+// selfSigned writes a self-signed certificate and its key as PEM files.
+func selfSigned(t *testing.T, dir, name string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for p, b := range map[string][]byte{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}),
+	} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cert, key
+}
+
+func TestAppTLSValidation(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir, "one")
+	_, otherKey := selfSigned(t, dir, "two")
+	junk := filepath.Join(dir, "junk")
+	if err := os.WriteFile(junk, []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := config.Default()
+	ok.Queue.Name = "orders"
+	ok.App.URL = "https://app.internal:8443/"
+	ok.App.TLS = config.AppTLS{CAFile: cert, CertFile: cert, KeyFile: key}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("CA and client certificate: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		url  string
+		tls  config.AppTLS
+		want string
+	}{
+		{"http app", "http://127.0.0.1:8080/", config.AppTLS{CAFile: cert}, `app.tls: applies to an https:// app.url, got "http://127.0.0.1:8080/"`},
+		{"ca missing", "", config.AppTLS{CAFile: filepath.Join(dir, "none")}, "app.tls.caFile: open " + filepath.Join(dir, "none")},
+		{"ca not PEM", "", config.AppTLS{CAFile: junk}, "app.tls.caFile: " + junk + " holds no PEM certificate"},
+		{"cert alone", "", config.AppTLS{CertFile: cert}, "app.tls: certFile and keyFile must be given together"},
+		{"key of another cert", "", config.AppTLS{CertFile: cert, KeyFile: otherKey}, "app.tls.certFile: with keyFile " + otherKey + ": tls: private key does not match public key"},
+	} {
+		c := ok
+		c.App.TLS = tc.tls
+		if tc.url != "" {
+			c.App.URL = tc.url
+		}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
