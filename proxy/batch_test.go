@@ -9,6 +9,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 	"github.com/hopper-sidecar/hopper/topology"
@@ -62,22 +63,15 @@ func each(ids []string, o retry.Outcome) batch.Answer {
 // settledAll waits until every delivery is settled, by the journal.
 func settledAll(t *testing.T, j *journal, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Until(t, 10*time.Second, "every delivery settled", func() bool {
 		settles := 0
 		for _, e := range j.all() {
 			if e == "ack" || e == "nack-requeue" {
 				settles++
 			}
 		}
-		if settles == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries settled: %v", settles, n, j.all())
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return settles == n
+	})
 }
 
 // TestBatchCrashSplitDown: a batch of 8 whose request crashes the app
