@@ -112,11 +112,6 @@ type Request struct {
 // Len is the number of messages in the batch.
 func (r *Request) Len() int { return len(r.Messages) }
 
-// Slice is the part [i, j) of the batch.
-func (r *Request) Slice(i, j int) *Request {
-	return &Request{Messages: r.Messages[i:j], Infos: r.Infos[i:j], Traces: r.Traces[i:j], Alone: r.Alone}
-}
-
 // Answer is what came of a batch request.
 type Answer struct {
 	// Whole is the request's own outcome, classified as a single request's

@@ -162,16 +162,9 @@ func mayCrash(m *msg.Message) bool {
 
 // spawnBatch starts a batch worker with b unless Workers already run.
 func (p *Loop) spawnBatch(ctx context.Context, b []Delivery) bool {
-	for {
-		n := p.running.Load()
-		if n >= int64(p.o.Workers) {
-			return false
-		}
-		if p.running.CompareAndSwap(n, n+1) {
-			break
-		}
+	if !p.claimWorker() {
+		return false
 	}
-	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		for ok := true; ok; b, ok = <-p.batches {

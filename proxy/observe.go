@@ -163,5 +163,3 @@ func errorType(o retry.Outcome) string {
 func statusAttr(o retry.Outcome) attribute.KeyValue {
 	return semconv.HTTPResponseStatusCode(o.Status)
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

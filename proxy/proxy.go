@@ -247,18 +247,25 @@ func (p *Loop) Start(ctx context.Context) {
 	}
 }
 
-// spawn starts a worker with d unless Workers already run.
-func (p *Loop) spawn(d Delivery) bool {
+// claimWorker counts a new worker in unless Workers already run.
+func (p *Loop) claimWorker() bool {
 	for {
 		n := p.running.Load()
 		if n >= int64(p.o.Workers) {
 			return false
 		}
 		if p.running.CompareAndSwap(n, n+1) {
-			break
+			p.wg.Add(1)
+			return true
 		}
 	}
-	p.wg.Add(1)
+}
+
+// spawn starts a worker with d unless Workers already run.
+func (p *Loop) spawn(d Delivery) bool {
+	if !p.claimWorker() {
+		return false
+	}
 	go func() {
 		defer p.wg.Done()
 		for {
