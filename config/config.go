@@ -63,6 +63,8 @@ type SubscriptionConsumer struct {
 	Prefetch *int  `yaml:"prefetch,omitempty"`
 	Workers  *int  `yaml:"workers,omitempty"`
 	Ordered  *bool `yaml:"ordered,omitempty"`
+	// OrderingKey overrides consumer.orderingKey.
+	OrderingKey *string `yaml:"orderingKey,omitempty"`
 	// PrefetchBytes overrides consumer.prefetchBytes.
 	PrefetchBytes *int `yaml:"prefetchBytes,omitempty"`
 	// Batch overrides consumer.batch, key by key.
@@ -322,6 +324,13 @@ type Consumer struct {
 	// retries in place: a failed message is held and delivered again after
 	// its tier's delay, so no later message overtakes it.
 	Ordered bool `yaml:"ordered"`
+	// OrderingKey names where a message's ordering key comes from:
+	// routingKey, type, header:NAME, or messageId:SEP (the message id up to
+	// the first SEP). Messages with the same key are delivered one at a
+	// time, in queue order, and retried in place; different keys run in
+	// parallel up to the workers. A message without the key is unordered.
+	// Default "" (no key).
+	OrderingKey string `yaml:"orderingKey"`
 	// Batch delivers several messages in one request, with a result per
 	// message. Off unless batch.maxMessages is above 1.
 	Batch Batch `yaml:"batch"`

@@ -54,6 +54,9 @@ func (c *Config) subscription(s Subscription) Config {
 	if s.Consumer.Ordered != nil {
 		e.Consumer.Ordered = *s.Consumer.Ordered
 	}
+	if s.Consumer.OrderingKey != nil {
+		e.Consumer.OrderingKey = *s.Consumer.OrderingKey
+	}
 	if s.Consumer.PrefetchBytes != nil {
 		e.Consumer.PrefetchBytes = *s.Consumer.PrefetchBytes
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
@@ -170,6 +171,14 @@ func (c *Config) validateOne() []error {
 	}
 	if c.Consumer.Workers > c.Consumer.Prefetch && c.Consumer.Prefetch > 0 && !c.Consumer.Ordered {
 		add("consumer.workers", "more workers (%d) than prefetch (%d) would sit idle", c.Consumer.Workers, c.Consumer.Prefetch)
+	}
+
+	if _, err := order.Parse(c.Consumer.OrderingKey); err != nil {
+		add("consumer.orderingKey", "%v", err)
+	} else if c.Consumer.OrderingKey != "" && c.Consumer.Ordered {
+		add("consumer.orderingKey", "consumer.ordered already orders the whole queue as one key: set one of the two")
+	} else if c.Consumer.OrderingKey != "" && c.Consumer.Batch.On() {
+		add("consumer.orderingKey", "ordering keys and batch delivery (consumer.batch.maxMessages %d) cannot be combined: a batch would hold several messages of one key at once", c.Consumer.Batch.MaxMessages)
 	}
 
 	if b := c.Consumer.Batch; b.MaxMessages < 1 || b.MaxMessages > MaxBatchMessages {

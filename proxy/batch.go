@@ -202,7 +202,7 @@ func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
 	sds := make([]*settleOnce, 0, len(ds))
 	for _, d := range ds {
 		if p.ready(ctx, d) {
-			sds = append(sds, &settleOnce{Delivery: d})
+			sds = append(sds, &settleOnce{Delivery: d, ordered: p.o.InPlace})
 		}
 	}
 	defer p.recoverBatch(ctx, sds)

@@ -46,7 +46,7 @@ func TestClassicGiveBackPinsDeadline(t *testing.T) {
 	m.Expiration = "60000"
 	received := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 	p.o.Now = func() time.Time { return received }
-	p.handle(context.Background(), &fakeDelivery{m: m, j: j, alive: true})
+	p.handle(context.Background(), &fakeDelivery{m: m, j: j, alive: true}, false)
 	if got := j.all(); !slices.Equal(got, []string{"publish orders", "ack"}) {
 		t.Fatalf("settles %v, want the copy with the pinned deadline published, then the ack", got)
 	}
@@ -57,7 +57,7 @@ func TestClassicGiveBackPinsDeadline(t *testing.T) {
 	// Without an expiration (or with the deadline already pinned) a nack
 	// keeps everything: no republish.
 	p, pub, j = newTestProxy(t, retry.Outcome{Kind: retry.Unavailable, Error: "refused"}, nil)
-	p.handle(context.Background(), &fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	p.handle(context.Background(), &fakeDelivery{m: msgWith(nil), j: j, alive: true}, false)
 	if got := j.all(); !slices.Equal(got, []string{"nack-requeue"}) || len(pub.got) != 0 {
 		t.Fatalf("settles %v, want a nack", got)
 	}

@@ -32,7 +32,21 @@ type Observer interface {
 	InternalError()
 	// Batch is called for each batch request, with its number of messages.
 	Batch(size int)
+	// OrderBroken is called for each ordered message that had to leave
+	// its place in line, with why (OrderHoldExhausted, OrderReturned).
+	OrderBroken(reason string)
 }
+
+// Why an ordered message left its place in line.
+const (
+	// OrderHoldExhausted: holding it in place would have kept it unacked
+	// past MoveHoldMax, so its retry or requeue went through a queue and
+	// later messages overtook it.
+	OrderHoldExhausted = "hold-exhausted"
+	// OrderReturned: it was published again at the tail of the work queue
+	// (a give-back on a quorum queue, or a return carrying a crash count).
+	OrderReturned = "returned"
+)
 
 type nopObserver struct{}
 
@@ -41,6 +55,7 @@ func (nopObserver) MoveFailed(string)                                          {
 func (nopObserver) InFlight(int)                                               {}
 func (nopObserver) InternalError()                                             {}
 func (nopObserver) Batch(int)                                                  {}
+func (nopObserver) OrderBroken(string)                                         {}
 
 // propagator reads and writes W3C trace context. It is used directly (not
 // the global one) so that, with tracing off, an incoming traceparent still

@@ -1,12 +1,19 @@
 package proxy
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/batch"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/topology"
 )
 
 // An ordered delivery answered 425 is held where it is and delivered
@@ -56,4 +63,155 @@ func TestOrderedUnavailableHoldsInPlace(t *testing.T) {
 			t.Errorf("quorum %v: attempts %v, want [1 1 1]: no attempt spent", quorum, app.attempts)
 		}
 	}
+}
+
+// brokenObserver records the reasons OrderBroken is told.
+type brokenObserver struct {
+	countingObserver
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (o *brokenObserver) OrderBroken(reason string) {
+	o.mu.Lock()
+	o.reasons = append(o.reasons, reason)
+	o.mu.Unlock()
+}
+
+// An ordered message that leaves its place in line is reported, with why:
+// a give-back at shutdown on a quorum queue republishes it to the tail; a
+// retry whose hold would pass MoveHoldMax goes through its tier. A
+// give-back on a classic queue (a nack, back to where it was) and a
+// message that is not ordered are not.
+func TestOrderBrokenReported(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		quorum, keyed bool
+		stopped       bool
+		out           retry.Outcome
+		holdMax       time.Duration
+		want          []string
+		wantPublishTo string
+	}{
+		{name: "quorum give-back", quorum: true, keyed: true, stopped: true, holdMax: time.Minute,
+			want: []string{OrderReturned}, wantPublishTo: "orders"},
+		{name: "classic give-back", keyed: true, stopped: true, holdMax: time.Minute},
+		{name: "unordered quorum give-back", quorum: true, stopped: true, holdMax: time.Minute, wantPublishTo: "orders"},
+		{name: "hold exhausted", keyed: true, out: retry.Outcome{Kind: retry.Response, Status: 503}, holdMax: time.Millisecond,
+			want: []string{OrderHoldExhausted}, wantPublishTo: "orders.retry.1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, pub, j := newTestProxy(t, tc.out, nil)
+			obs := &brokenObserver{}
+			p.obs, p.o.Quorum, p.o.MoveHoldMax = obs, tc.quorum, tc.holdMax
+			if tc.stopped {
+				close(p.stopping)
+			}
+			p.handle(context.Background(), &fakeDelivery{m: msgWith(nil), j: j, alive: true}, tc.keyed)
+			if !slices.Equal(obs.reasons, tc.want) {
+				t.Errorf("reported %v, want %v", obs.reasons, tc.want)
+			}
+			if got := p.Stats.OrderBroken.Load(); got != int64(len(tc.want)) {
+				t.Errorf("Stats.OrderBroken %d, want %d", got, len(tc.want))
+			}
+			if tc.wantPublishTo != "" && !slices.Equal(pub.to, []string{tc.wantPublishTo}) {
+				t.Errorf("published to %v, want %s", pub.to, tc.wantPublishTo)
+			}
+		})
+	}
+}
+
+// keyApp answers 503 to the first attempt of every message of key "a"
+// and holds every call until released, recording the order of calls.
+type keyApp struct {
+	mu    sync.Mutex
+	calls []string
+	gate  chan struct{}
+}
+
+func (a *keyApp) Deliver(_ context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	a.mu.Lock()
+	a.calls = append(a.calls, m.MessageID)
+	a.mu.Unlock()
+	<-a.gate
+	if m.Headers["k"] == "a" && in.Attempt == 1 {
+		return retry.Outcome{Kind: retry.Response, Status: 503}
+	}
+	return retry.Outcome{Kind: retry.Response, Status: 200}
+}
+
+func (a *keyApp) DeliverBatch(context.Context, *batch.Request) batch.Answer { panic("no batches") }
+
+func (a *keyApp) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.calls)
+}
+
+// Through Handle, messages of one key go one at a time in arrival order,
+// each retried in place, while another key and a message without a key go
+// at once: with four workers and every call held, exactly the first of
+// each key and the unkeyed one are at the app.
+func TestHandleKeyedLanes(t *testing.T) {
+	app := &keyApp{gate: make(chan struct{})}
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	cfg.Retry.Tiers = []config.Duration{config.Duration(time.Millisecond)}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	j := &journal{}
+	src, err := order.Parse("header:k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: app, Pub: &fakePub{j: j}, Workers: 4, Queue: 16,
+		OrderingKey: src, MoveHoldMax: time.Minute})
+	p.Start(context.Background())
+	for _, id := range []string{"a1", "b1", "a2", "u1", "b2", "a3"} {
+		m := msgWith(nil)
+		m.MessageID = id
+		if id[0] != 'u' {
+			m.Headers["k"] = id[:1]
+		}
+		p.Handle(&fakeDelivery{m: m, j: j, alive: true})
+	}
+	waitfor.Until(t, 10*time.Second, "the first of each key and the unkeyed message at the app", func() bool {
+		return len(app.seen()) == 3
+	})
+	first := app.seen()
+	slices.Sort(first)
+	if !slices.Equal(first, []string{"a1", "b1", "u1"}) {
+		t.Fatalf("at the app at once: %v, want a1 b1 u1", first)
+	}
+	close(app.gate)
+	if !p.Shutdown(context.Background()) {
+		t.Fatal("shutdown did not finish")
+	}
+	// Shutdown after the gate opened may give back what had not started:
+	// only the calls made matter, and each key's are in order.
+	var a, b []string
+	for _, id := range app.seen() {
+		switch id[0] {
+		case 'a':
+			a = append(a, id)
+		case 'b':
+			b = append(b, id)
+		}
+	}
+	if !slices.IsSorted(b) || !isRunsInOrder(a) {
+		t.Errorf("calls per key out of order: a %v, b %v", a, b)
+	}
+}
+
+// isRunsInOrder says whether ids, with an id repeated for its retries,
+// never goes back to an earlier id.
+func isRunsInOrder(ids []string) bool {
+	for i := 1; i < len(ids); i++ {
+		if ids[i] < ids[i-1] {
+			return false
+		}
+	}
+	return true
 }

@@ -70,7 +70,7 @@ func checkPath(t *testing.T, m *msg.Message, deadlineHeader string, out retry.Ou
 	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: deliverer, Pub: pub, Workers: 1,
 		MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, DeadlineHeader: deadlineHeader,
 		Quorum: len(m.Body)%2 == 1})
-	p.handle(context.Background(), &fakeDelivery{m: m, j: j, alive: true})
+	p.handle(context.Background(), &fakeDelivery{m: m, j: j, alive: true}, false)
 
 	if n := p.Stats.InternalErrors.Load(); n != 0 {
 		t.Fatalf("%d internal errors (recovered panics) on message %#v", n, m)

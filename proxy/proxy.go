@@ -48,6 +48,7 @@ import (
 	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/internal/backoff"
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -116,6 +117,11 @@ type Options struct {
 	// Batch turns batch delivery on when Batch.MaxMessages is above 1:
 	// Workers then count batch requests. Default off.
 	Batch batch.Limits
+	// OrderingKey, when set, delivers the messages with the same key one
+	// at a time, in the order they came, each retried in place as InPlace
+	// does, while messages of other keys (and those without a key) are
+	// delivered in parallel. Default none.
+	OrderingKey order.Source
 	// BatchWait is how long the oldest delivery of a batch waits for it
 	// to fill. Default 0: a batch goes with what is at hand as soon as a
 	// worker is free.
@@ -151,6 +157,9 @@ type Stats struct {
 	// Batches and BatchedMessages count batch requests and the messages
 	// they carried.
 	Batches, BatchedMessages atomic.Int64
+	// OrderBroken counts ordered messages that had to leave their place
+	// in line.
+	OrderBroken atomic.Int64
 }
 
 // Loop is the delivery loop: a pool of workers that take deliveries from
@@ -162,7 +171,7 @@ type Loop struct {
 	// tracing is false when tr records nothing.
 	tracing bool
 	obs     Observer
-	work    chan Delivery
+	work    chan job
 	wg      sync.WaitGroup
 	Stats   Stats
 
@@ -176,7 +185,7 @@ type Loop struct {
 	// them nothing. A delivery goes to a worker waiting on hand, else to a
 	// new worker, else into work for the next worker that is free. ctx is
 	// Start's, for the workers.
-	hand    chan Delivery
+	hand    chan job
 	ctx     context.Context
 	running atomic.Int64
 
@@ -188,6 +197,19 @@ type Loop struct {
 	// tells the collector it fell to 0.
 	sending atomic.Int64
 	idle    chan struct{}
+
+	// With an ordering key, lanes holds the deliveries waiting behind the
+	// one of their key being delivered; the worker that finishes a
+	// delivery goes on with the next of its key.
+	lanesMu sync.Mutex
+	lanes   *order.Lanes[Delivery]
+}
+
+// job is a delivery handed to a worker, with its ordering key ("" for
+// none).
+type job struct {
+	d   Delivery
+	key string
 }
 
 // New returns a loop; Start launches its workers.
@@ -219,7 +241,7 @@ func New(o Options) *Loop {
 	}
 	// Every line names the queue: a sidecar may run a loop per queue.
 	log = log.With("queue", o.Plan.Work.Name)
-	p := &Loop{o: o, log: log, work: make(chan Delivery, o.Queue), hand: make(chan Delivery), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
+	p := &Loop{o: o, log: log, work: make(chan job, o.Queue), hand: make(chan job), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
 	if p.tr == nil {
 		p.tr = noop.NewTracerProvider().Tracer("hopper")
 	}
@@ -227,6 +249,9 @@ func New(o Options) *Loop {
 	p.tracing = !off
 	if p.obs == nil {
 		p.obs = nopObserver{}
+	}
+	if o.OrderingKey.Set() {
+		p.lanes = order.NewLanes[Delivery]()
 	}
 	if p.batching() {
 		p.pending = make(chan Delivery, o.Queue)
@@ -261,26 +286,44 @@ func (p *Loop) claimWorker() bool {
 	}
 }
 
-// spawn starts a worker with d unless Workers already run.
-func (p *Loop) spawn(d Delivery) bool {
+// spawn starts a worker with j unless Workers already run.
+func (p *Loop) spawn(j job) bool {
 	if !p.claimWorker() {
 		return false
 	}
 	go func() {
 		defer p.wg.Done()
 		for {
-			p.handle(p.ctx, d)
+			p.run(p.ctx, j)
 			select {
-			case d = <-p.hand:
+			case j = <-p.hand:
 			case next, ok := <-p.work:
 				if !ok {
 					return
 				}
-				d = next
+				j = next
 			}
 		}
 	}()
 	return true
+}
+
+// run handles a job and, when it has a key, the deliveries that waited
+// behind it for that key, one after the other, until none is left.
+func (p *Loop) run(ctx context.Context, j job) {
+	for {
+		p.handle(ctx, j.d, j.key != "")
+		if j.key == "" {
+			return
+		}
+		p.lanesMu.Lock()
+		next, ok := p.lanes.Done(j.key)
+		p.lanesMu.Unlock()
+		if !ok {
+			return
+		}
+		j.d = next
+	}
 }
 
 // Handle hands a delivery to the workers. It is called by the consumer.
@@ -291,13 +334,25 @@ func (p *Loop) Handle(d Delivery) {
 		p.pending <- d
 		return
 	}
+	j := job{d: d}
+	if p.lanes != nil {
+		if k, ok := p.o.OrderingKey.Key(d.Message()); ok {
+			p.lanesMu.Lock()
+			free := p.lanes.Add(k, d)
+			p.lanesMu.Unlock()
+			if !free {
+				return // it waits behind its key
+			}
+			j.key = k
+		}
+	}
 	select {
-	case p.hand <- d: // a worker was waiting for one
+	case p.hand <- j: // a worker was waiting for one
 		return
 	default:
 	}
-	if !p.spawn(d) {
-		p.work <- d // every worker busy: the next one free takes it
+	if !p.spawn(j) {
+		p.work <- j // every worker busy: the next one free takes it
 	}
 }
 
@@ -332,16 +387,18 @@ func (p *Loop) stopped() bool {
 	}
 }
 
-// handle runs one delivery through deliver → decide → settle; with
-// InPlace, a retry repeats the delivery while it is held. A panic on the
-// way is recovered here, so one message can never take the process (and
-// with it every other message) down.
-func (p *Loop) handle(ctx context.Context, d Delivery) {
-	sd := &settleOnce{Delivery: d}
+// handle runs one delivery through deliver → decide → settle; an ordered
+// one (InPlace, or a message with an ordering key) repeats the delivery in
+// place while it is held. A panic on the way is recovered here, so one
+// message can never take the process (and with it every other message)
+// down.
+func (p *Loop) handle(ctx context.Context, d Delivery, keyed bool) {
+	ordered := p.o.InPlace || keyed
+	sd := &settleOnce{Delivery: d, ordered: ordered}
 	defer p.recoverDelivery(ctx, sd)
 	// The delivery is unacked from receipt on: holds are bounded from there.
 	since := p.o.Now()
-	for p.attempt(ctx, sd, since) {
+	for p.attempt(ctx, sd, since, ordered) {
 	}
 }
 
@@ -350,11 +407,15 @@ func (p *Loop) handle(ctx context.Context, d Delivery) {
 type settleOnce struct {
 	Delivery
 	settled atomic.Bool
+	// ordered deliveries must keep their place in line; leaving it is
+	// reported.
+	ordered bool
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
 func (d *settleOnce) Nack(requeue bool) error { d.settled.Store(true); return d.Delivery.Nack(requeue) }
 func (d *settleOnce) Alive() bool             { return alive(d.Delivery) }
+func (d *settleOnce) Ordered() bool           { return d.ordered }
 
 // Unwrap is the delivery as the consumer handed it, for what it tells
 // beyond the Delivery interface (its tag, the broker it came from).
@@ -417,8 +478,8 @@ func (p *Loop) safeHistory(m *msg.Message) (in msg.Info) {
 
 // attempt is one delivery attempt. It reports true when an in-place retry
 // has waited out its delay and the app is to be called again; since is
-// when the delivery was received.
-func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
+// when the delivery was received, ordered whether it is held in place.
+func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered bool) bool {
 	if !p.ready(ctx, d) {
 		return false
 	}
@@ -426,6 +487,7 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time) bool {
 	defer p.inFlight(-1)
 
 	e := p.begin(ctx, d)
+	e.ordered = ordered
 	defer e.span.End()
 	if e.expired() {
 		return p.finish(e, p.expire(e), since, true)
@@ -464,6 +526,9 @@ type entry struct {
 	pol  *retry.Policy
 	ctx  context.Context
 	span trace.Span
+	// ordered deliveries are held in place rather than moved behind
+	// later messages.
+	ordered bool
 }
 
 // begin starts an attempt of d: it reads the history, starts the
@@ -472,7 +537,7 @@ type entry struct {
 // policy.
 func (p *Loop) begin(ctx context.Context, d Delivery) *entry {
 	m := d.Message()
-	e := &entry{d: d, m: m, now: p.o.Now()}
+	e := &entry{d: d, m: m, now: p.o.Now(), ordered: p.o.InPlace}
 	e.in, e.st = p.history(m, e.now)
 	if p.tracing {
 		e.ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
@@ -556,7 +621,7 @@ func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
 		e.span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
 		e.span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
 	}
-	if p.o.InPlace {
+	if e.ordered {
 		switch p.holdInPlace(e.ctx, e.d, e.m, e.in, dec, out, since) {
 		case held:
 			p.record(out, v.called, dec, v.latency)
@@ -624,8 +689,14 @@ func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in m
 	}
 	now := p.o.Now()
 	if now.Add(wait).Sub(since) >= p.o.MoveHoldMax {
-		p.log.Warn("ordered message would be held too long in place; it takes the usual way", "event", "ORDERED_HOLD_EXHAUSTED",
-			"message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(), "wait", wait.String(), "decision", dec.Action.String())
+		p.log.Warn("ordered message would be held too long in place; it takes the usual way and later messages overtake it",
+			"event", "ORDERED_HOLD_EXHAUSTED", "message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(),
+			"wait", wait.String(), "decision", dec.Action.String())
+		if dec.Action != retry.Return {
+			// A return keeps its place on a classic queue; on a quorum
+			// queue the republish reports it.
+			p.orderBroken(OrderHoldExhausted)
+		}
 		return notHeld
 	}
 	if m.Headers == nil {
@@ -692,6 +763,18 @@ func (p *Loop) moveFailed(why string) {
 func (p *Loop) inFlight(delta int) {
 	p.Stats.InFlight.Add(int64(delta))
 	p.obs.InFlight(delta)
+}
+
+// orderBroken counts an ordered message that left its place in line.
+func (p *Loop) orderBroken(reason string) {
+	p.Stats.OrderBroken.Add(1)
+	p.obs.OrderBroken(reason)
+}
+
+// ordered reports whether a delivery must keep its place in line.
+func ordered(d Delivery) bool {
+	o, ok := d.(interface{ Ordered() bool })
+	return ok && o.Ordered()
 }
 
 // alive reports whether a delivery can still be settled. Deliveries that
@@ -919,6 +1002,11 @@ func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg
 			"message_id", m.MessageID, "error", err.Error())
 		p.nack(d)
 		return false
+	}
+	if ordered(d) {
+		p.log.Warn("ordered message returned to the tail of the work queue; later messages of its key may come first",
+			"event", "ORDER_BROKEN", "message_id", m.MessageID, "reason", OrderReturned)
+		p.orderBroken(OrderReturned)
 	}
 	if err := d.Ack(); err != nil {
 		p.settleFailed(m, "ack after return", err)

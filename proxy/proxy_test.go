@@ -100,7 +100,7 @@ func newTestProxy(t *testing.T, out retry.Outcome, pubErr error) (*Loop, *fakePu
 }
 
 func run(p *Loop, d Delivery) {
-	p.handle(context.Background(), d)
+	p.handle(context.Background(), d, false)
 }
 
 func msgWith(h map[string]any) *msg.Message {
@@ -394,10 +394,11 @@ type countingObserver struct {
 func (o *countingObserver) Decided(_ retry.Outcome, _ bool, dec retry.Decision, _ time.Duration) {
 	o.decided = append(o.decided, dec.Action)
 }
-func (o *countingObserver) MoveFailed(string) {}
-func (o *countingObserver) InFlight(int)      {}
-func (o *countingObserver) Batch(int)         {}
-func (o *countingObserver) InternalError()    {}
+func (o *countingObserver) MoveFailed(string)  {}
+func (o *countingObserver) InFlight(int)       {}
+func (o *countingObserver) Batch(int)          {}
+func (o *countingObserver) InternalError()     {}
+func (o *countingObserver) OrderBroken(string) {}
 
 // TestDecisionCountedOnceAfterSettle: a decision is counted once, as what
 // happened: a dead-lettering whose move was let go counts as a return.

@@ -24,6 +24,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/proxy"
 	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/hopper-sidecar/hopper/topology"
@@ -579,6 +580,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		MoveRetryMax:       cfg.Broker.MoveRetryMax.D(),
 		MoveHoldMax:        cfg.Broker.MoveHoldMax.D(),
 		InPlace:            cfg.Consumer.Ordered,
+		OrderingKey:        orderingKey(cfg),
 		Batch:              batch.Limits{MaxMessages: cfg.Consumer.Batch.Size(), MaxBytes: cfg.Consumer.Batch.MaxBytes},
 		BatchWait:          cfg.Consumer.Batch.MaxWait.D(),
 		// Taking more messages while moves fail would only pile up held
@@ -627,6 +629,16 @@ func (s *Sidecar) inFlight() int64 {
 		}
 	}
 	return n
+}
+
+// orderingKey is the key source of a validated config.
+func orderingKey(cfg *config.Config) order.Source {
+	src, err := order.Parse(cfg.Consumer.OrderingKey)
+	if err != nil {
+		// Validate refuses such a config before any loop is built.
+		panic(fmt.Sprintf("consumer.orderingKey passed validation: %v", err))
+	}
+	return src
 }
 
 func allOrdered(subs []*subscription) bool {

@@ -29,6 +29,7 @@ type Metrics struct {
 	returns      *family
 	movesFailed  *family
 	internal     *family
+	orderBroken  *family
 	batchSize    *family
 	breaker      *family
 	breakerOpens *series
@@ -82,6 +83,9 @@ func NewMetrics(src Sources) *Metrics {
 		"Move publishes that failed (each retry counts); the original is held and the move retried.", "queue", "move")
 	m.internal = r.counter("hopper_internal_errors_total",
 		"Panics recovered while handling a message; each such message goes to the DLQ with reason hopper-error.", "queue")
+	m.orderBroken = r.counter("hopper_order_broken_total",
+		"Ordered messages that had to leave their place in line (held past moveHoldMax, or returned to the tail of a queue), by reason.",
+		"queue", "reason")
 	m.batchSize = r.histogram("hopper_batch_size",
 		"Messages per batch request to the app (batch delivery only).",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}, "queue")
@@ -120,6 +124,9 @@ func NewMetrics(src Sources) *Metrics {
 		m.requeues.with(q)
 		m.returns.with(q)
 		m.internal.with(q)
+		for _, r := range []string{OrderBrokenHoldExhausted, OrderBrokenReturned} {
+			m.orderBroken.with(q, r)
+		}
 		m.ForQueue(q)
 	}
 	m.first = m.ForQueue(queues[0])
@@ -250,6 +257,16 @@ func (q *Queue) MoveFailed(move string) { q.m.movesFailed.with(q.name, move).inc
 // InternalError counts a panic recovered while handling a message.
 func (q *Queue) InternalError() { q.m.internal.with(q.name).inc() }
 
+// The reasons hopper_order_broken_total is labelled with, as the proxy
+// reports them.
+const (
+	OrderBrokenHoldExhausted = "hold-exhausted"
+	OrderBrokenReturned      = "returned"
+)
+
+// OrderBroken counts an ordered message that left its place in line.
+func (q *Queue) OrderBroken(reason string) { q.m.orderBroken.with(q.name, reason).inc() }
+
 // Batch records the size of a batch request.
 func (q *Queue) Batch(size int) {
 	q.batchOnce.Do(func() { q.batchSize = q.m.batchSize.with(q.name) })
@@ -269,6 +286,10 @@ func (m *Metrics) MoveFailed(move string) { m.first.MoveFailed(move) }
 
 // InFlight tracks the first queue's deliveries in flight.
 func (m *Metrics) InFlight(delta int) { m.first.InFlight(delta) }
+
+// OrderBroken counts an ordered message of the first queue that left its
+// place in line.
+func (m *Metrics) OrderBroken(reason string) { m.first.OrderBroken(reason) }
 
 // Batch records a batch request of the first queue.
 func (m *Metrics) Batch(size int) { m.first.Batch(size) }
