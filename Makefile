@@ -108,7 +108,9 @@ docker-check:
 ## (the "bench: defaults" line) and against fixed settings on a 20ms app (the
 ## "bench: slow20ms" line), and 32 messages per request against the raw loop, the
 ## broker's floor and a hand-written batching loop (the "bench: batch", "batch-raw" and
-## "batch-retry" lines); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
+## "batch-retry" lines); `--paths keyed` (never by default) drains a backlog answered after 1ms
+## unordered, with 1000 and 16 ordering keys, and one key against consumer.ordered (the
+## "bench: keyed" lines); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
 ## and BENCHFLAGS="--n 20000 --runs 1 --paths fair" (or --paths batch)
 BENCHFLAGS ?=
 bench: deps

@@ -36,6 +36,10 @@ const (
 	// slowPath is answered like appPath, but only after slowDelay: the slow
 	// path's app, which takes its time as real apps do.
 	slowPath = "/slow"
+	// keyedPath is answered like appPath, but only after keyedDelay: the
+	// keyed path's app, slow enough that how many messages are at the app
+	// at once decides the rate.
+	keyedPath = "/keyed"
 	// bigPath is answered like appPath after bigDelay, counting how many
 	// requests it holds at once: the big path's app.
 	bigPath = "/big"
@@ -222,6 +226,9 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 	case slowPath:
 		time.Sleep(slowDelay)
 		now = time.Now() // a slow message is final when answered, after the delay
+	case keyedPath:
+		time.Sleep(keyedDelay)
+		now = time.Now()
 	case bigPath:
 		h := r.held.Add(1)
 		for m := r.maxHeld.Load(); h > m && !r.maxHeld.CompareAndSwap(m, h); m = r.maxHeld.Load() {

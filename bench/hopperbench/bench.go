@@ -72,7 +72,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named); fair, slow, big, batch and deep alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named); fair, slow, big, batch, deep and keyed alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
@@ -239,6 +239,9 @@ type consumerSetting struct {
 	// batchWait its maxWait, when above 0.
 	batch     int
 	batchWait time.Duration
+	// orderingKey is consumer.orderingKey; ordered is consumer.ordered.
+	orderingKey string
+	ordered     bool
 }
 
 func (cs consumerSetting) isDefault() bool { return cs == consumerSetting{} }
@@ -260,6 +263,12 @@ func (cs consumerSetting) tag() string {
 	if cs.batch > 1 {
 		return fmt.Sprintf("p%dw%db%d", cs.prefetch, cs.workers, cs.batch)
 	}
+	if cs.ordered {
+		return "ordered"
+	}
+	if cs.orderingKey != "" {
+		return fmt.Sprintf("p%dw%dkeyed", cs.prefetch, cs.workers)
+	}
 	return fmt.Sprintf("p%dw%d", cs.prefetch, cs.workers)
 }
 
@@ -268,7 +277,18 @@ func (cs consumerSetting) yaml() string {
 	if cs.isDefault() {
 		return ""
 	}
+	if cs.ordered {
+		// One in flight: prefetch and workers are consumer.ordered's own.
+		s := "consumer:\n  ordered: true\n"
+		if cs.fixed {
+			s += "limiter:\n  enabled: false\n"
+		}
+		return s
+	}
 	s := fmt.Sprintf("consumer:\n  prefetch: %d\n  workers: %d\n", cs.prefetch, cs.workers)
+	if cs.orderingKey != "" {
+		s += fmt.Sprintf("  orderingKey: %q\n", cs.orderingKey)
+	}
 	if cs.batch > 1 {
 		s += fmt.Sprintf("  batch:\n    maxMessages: %d\n", cs.batch)
 		if cs.batchWait > 0 {
@@ -286,6 +306,12 @@ func (cs consumerSetting) yaml() string {
 // default one without the bench noticing.
 func (cs consumerSetting) check(cfg *config.Config) error {
 	if cs.isDefault() {
+		return nil
+	}
+	if cfg.Consumer.Ordered != cs.ordered || cfg.Consumer.OrderingKey != cs.orderingKey {
+		return fmt.Errorf("consumer ordered %v orderingKey %q, want %v %q", cfg.Consumer.Ordered, cfg.Consumer.OrderingKey, cs.ordered, cs.orderingKey)
+	}
+	if cs.ordered {
 		return nil
 	}
 	if cfg.Consumer.Prefetch != cs.prefetch || cfg.Consumer.Workers != cs.workers {
@@ -319,6 +345,9 @@ type spec struct {
 	// sample, when above 0, records the final answers so far every
 	// sample during the drain (runResult.curve).
 	sample time.Duration
+	// keys, when above 0, spreads the backlog over that many ordering
+	// keys (keyHeaders).
+	keys int
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -491,7 +520,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big", "deep":
+	case "defaults", "slow", "big", "deep", "keyed":
 		return modeOK, nil
 	case "batch":
 		return modeBatch, nil
@@ -533,7 +562,7 @@ func (e *env) drain(s spec) (runResult, error) {
 	if size == 0 {
 		size = e.o.size
 	}
-	pub, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", n, size)
+	pub, err := publishKeyedBacklog(ctx, e.url, plan.Work.Name, "m-", n, size, s.keys)
 	if err != nil {
 		return runResult{}, fmt.Errorf("publish backlog: %w", err)
 	}
@@ -763,6 +792,8 @@ type report struct {
 	batch map[string][]runResult
 	// deep path: who (deepWho) → runs
 	deep map[string][]runResult
+	// keyed path: who (keyedWho) → runs
+	keyed map[string][]runResult
 }
 
 // rawPaths are the paths that compare Hopper with the raw worker: every
@@ -772,7 +803,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" {
 			out = append(out, p)
 		}
 	}
@@ -793,6 +824,12 @@ func (e *env) bench() (*report, error) {
 		case "slow":
 			var err error
 			if rep.slow, err = e.slowness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "keyed":
+			var err error
+			if rep.keyed, err = e.keyedness(); err != nil {
 				return nil, err
 			}
 			continue
@@ -967,6 +1004,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.fairAlone) > 0 {
 		rep.printFair(w, o)
 	}
+	if len(rep.keyed) > 0 {
+		rep.printKeyed(w, o)
+	}
 	if len(rep.slow) > 0 {
 		rep.printSlow(w, o)
 	}
@@ -1035,6 +1075,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.fairLine())
 		case "slow":
 			out = append(out, rep.slowLine())
+		case "keyed":
+			out = append(out, rep.keyedLines()...)
 		case "big":
 			out = append(out, rep.bigLine())
 		case "batch":

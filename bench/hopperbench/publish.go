@@ -23,6 +23,13 @@ func body(n int) []byte {
 // confirms, keeping up to window publishes unconfirmed, and returns once
 // every one is confirmed.
 func publishBacklog(ctx context.Context, url, queue, prefix string, n, size int) (time.Duration, error) {
+	return publishKeyedBacklog(ctx, url, queue, prefix, n, size, 0)
+}
+
+// publishKeyedBacklog is publishBacklog with, when keys is above 0, an
+// ordering key in header keyHeader: message i has key i mod keys, so every
+// key's messages are spread evenly through the backlog.
+func publishKeyedBacklog(ctx context.Context, url, queue, prefix string, n, size, keys int) (time.Duration, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return 0, fmt.Errorf("publisher dial: %w", err)
@@ -59,6 +66,7 @@ func publishBacklog(ctx context.Context, url, queue, prefix string, n, size int)
 				ContentType:  "application/octet-stream",
 				DeliveryMode: amqp.Persistent,
 				MessageId:    prefix + strconv.Itoa(i),
+				Headers:      keyHeaders(i, keys),
 				Body:         b,
 			})
 		if err != nil {
@@ -138,4 +146,17 @@ func publishPairs(ctx context.Context, ch *amqp.Channel, queues, prefixes [2]str
 		}
 	}
 	return n, nil
+}
+
+// keyHeader is the application header the keyed path's messages carry
+// their ordering key in.
+const keyHeader = "k"
+
+// keyHeaders are the headers of backlog message i of a backlog spread
+// over keys keys; nil when keys is 0.
+func keyHeaders(i, keys int) amqp.Table {
+	if keys <= 0 {
+		return nil
+	}
+	return amqp.Table{keyHeader: strconv.Itoa(i % keys)}
 }
