@@ -161,6 +161,13 @@ type ConsumerOptions struct {
 	Quorum bool
 	// Publisher publishes those copies; without one they are nacked.
 	Publisher *Publisher
+	// Ordered, set for a queue consumed in order, says whether a message
+	// must keep its place in line (a message without an ordering key need
+	// not). Those of the copies above are logged and told to OnOrderBroken:
+	// they went to the tail of the queue, behind messages that came after
+	// them. Both optional.
+	Ordered       func(m *msg.Message) bool
+	OnOrderBroken func(n int)
 	// DeadlineHeader names the application header holding a message's
 	// absolute deadline, pinned on the copy as on every give-back. Default
 	// "" (none).
@@ -613,6 +620,7 @@ func (c *Consumer) giveBack(s *session, ds []amqp.Delivery) {
 	var (
 		wg     sync.WaitGroup
 		nacked atomic.Int64
+		broken atomic.Int64
 	)
 	for _, d := range back {
 		wg.Add(1)
@@ -628,6 +636,9 @@ func (c *Consumer) giveBack(s *session, ds []amqp.Delivery) {
 				}
 				return
 			}
+			if c.opts.Ordered != nil && c.opts.Ordered(d.m) {
+				broken.Add(1)
+			}
 			if err := d.Ack(); err != nil {
 				// The copy exists and the original comes back: a duplicate.
 				settleFailed(d, "ack after return", err)
@@ -635,8 +646,16 @@ func (c *Consumer) giveBack(s *session, ds []amqp.Delivery) {
 		}()
 	}
 	wg.Wait()
+	republished := int64(len(back)) - nacked.Load()
 	log.Info("deliveries not yet handed over returned to the queue", "event", "SHUTDOWN_RETURNED",
-		"queue", c.opts.Queue, "count", len(back), "republished", int64(len(back))-nacked.Load())
+		"queue", c.opts.Queue, "count", len(back), "republished", republished)
+	if n := broken.Load(); n > 0 {
+		log.Warn("ordered messages returned to the tail of the queue at shutdown; later messages may come first",
+			"event", "ORDER_BROKEN", "queue", c.opts.Queue, "count", n, "reason", "returned")
+		if c.opts.OnOrderBroken != nil {
+			c.opts.OnOrderBroken(int(n))
+		}
+	}
 }
 
 // reconsume handles a consumer the broker cancelled (its queue was deleted,

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,15 @@ func TestConsumerShutdownGivesBackUnhanded(t *testing.T) {
 			q := declareTyped(t, typ, n)
 			pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 1, ConfirmTimeout: 10 * time.Second})
 			defer pub.Close()
-			c := NewConsumer(ConsumerOptions{Options: opts(), Queue: q, Prefetch: n, Quorum: typ == "quorum", Publisher: pub})
+			// Even message ids are ordered: a quorum queue's copies of
+			// those go to the tail and are reported.
+			var broken atomic.Int64
+			c := NewConsumer(ConsumerOptions{Options: opts(), Queue: q, Prefetch: n, Quorum: typ == "quorum", Publisher: pub,
+				Ordered: func(m *msg.Message) bool {
+					i, _ := strconv.Atoi(m.MessageID)
+					return i%2 == 0
+				},
+				OnOrderBroken: func(k int) { broken.Add(int64(k)) }})
 
 			var (
 				mu      sync.Mutex
@@ -122,6 +131,17 @@ func TestConsumerShutdownGivesBackUnhanded(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("queue holds %d messages, want the %d never handed over (each once)", len(got), len(want))
+			}
+			wantBroken := 0
+			if typ == "quorum" {
+				for _, id := range want {
+					if i, _ := strconv.Atoi(id); i%2 == 0 {
+						wantBroken++
+					}
+				}
+			}
+			if got := broken.Load(); got != int64(wantBroken) {
+				t.Errorf("%d copies reported as out of order, want %d (the ordered ones republished to the tail)", got, wantBroken)
 			}
 		})
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/proxy"
 	"github.com/hopper-sidecar/hopper/telemetry"
@@ -455,6 +456,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			Quorum:         sub.cfg.Queue.Type == "quorum",
 			Publisher:      pub,
 			DeadlineHeader: sub.cfg.Retry.DeadlineHeader,
+			Ordered:        sub.ordered(),
+			OnOrderBroken: func(n int) {
+				for range n {
+					s.metrics.ForQueue(sub.name()).OrderBroken(telemetry.OrderBrokenReturned)
+				}
+			},
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
@@ -629,6 +636,20 @@ func (s *Sidecar) inFlight() int64 {
 		}
 	}
 	return n
+}
+
+// ordered says which of the queue's messages must keep their place in
+// line: all of an ordered queue, those with a key when it has an ordering
+// key; nil when none must.
+func (sub *subscription) ordered() func(*msg.Message) bool {
+	if sub.cfg.Consumer.Ordered {
+		return func(*msg.Message) bool { return true }
+	}
+	src := orderingKey(&sub.cfg)
+	if !src.Set() {
+		return nil
+	}
+	return func(m *msg.Message) bool { _, ok := src.Key(m); return ok }
 }
 
 // orderingKey is the key source of a validated config.
