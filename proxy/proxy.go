@@ -326,6 +326,17 @@ func (p *Loop) run(ctx context.Context, j job) {
 	}
 }
 
+// Keys reports, with an ordering key, how many keys have a delivery at
+// the app (or held in place) and how many deliveries wait behind them.
+func (p *Loop) Keys() (busy, waiting int) {
+	if p.lanes == nil {
+		return 0, 0
+	}
+	p.lanesMu.Lock()
+	defer p.lanesMu.Unlock()
+	return p.lanes.Busy(), p.lanes.Waiting()
+}
+
 // Handle hands a delivery to the workers. It is called by the consumer.
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)

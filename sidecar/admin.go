@@ -27,8 +27,10 @@ func (s *Sidecar) readiness() (int, string) {
 		}
 		return http.StatusServiceUnavailable, "not ready: " + phase
 	}
-	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool { return sub.cfg.Consumer.Batch.On() }) {
-		// Several queues, or batches whose sizes are worth seeing: a
+	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool {
+		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != ""
+	}) {
+		// Several queues, or batches or ordering keys worth seeing: a
 		// line per queue.
 		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
 	}
@@ -75,10 +77,14 @@ func (s *Sidecar) queueStates() string {
 		case !sub.consuming():
 			state = "reconnecting"
 		}
-		var inFlight, batches, batched int64
+		var (
+			inFlight, batches, batched int64
+			keysBusy, keysWaiting      int
+		)
 		if px := sub.px.Load(); px != nil {
 			inFlight = px.Stats.InFlight.Load()
 			batches, batched = px.Stats.Batches.Load(), px.Stats.BatchedMessages.Load()
+			keysBusy, keysWaiting = px.Keys()
 		}
 		fmt.Fprintf(&b, "queue %s: %s (in flight %d", sub.name(), state, inFlight)
 		if bt := sub.cfg.Consumer.Batch; bt.On() {
@@ -87,6 +93,9 @@ func (s *Sidecar) queueStates() string {
 				mean = float64(batched) / float64(batches)
 			}
 			fmt.Fprintf(&b, "; batches of up to %d: %d sent, %.1f messages each on average", bt.Size(), batches, mean)
+		}
+		if k := sub.cfg.Consumer.OrderingKey; k != "" {
+			fmt.Fprintf(&b, "; ordered by %s: %d keys in delivery, %d messages waiting behind them", k, keysBusy, keysWaiting)
 		}
 		b.WriteString(")\n")
 	}

@@ -46,6 +46,7 @@ func TestKeyedOrderPerKey(t *testing.T) {
 			cfg.Queue.Type = qt
 			cfg.Consumer.OrderingKey = "header:k"
 			cfg.Consumer.Prefetch = 40
+			cfg.Admin.Listen = "127.0.0.1:0"
 			r := start(t, cfg)
 
 			keys := []string{"a", "b", "c", "d", "u"}
@@ -73,6 +74,12 @@ func TestKeyedOrderPerKey(t *testing.T) {
 				if n := len(app.callsFor(id)); n != 0 {
 					t.Fatalf("%s was called %d times while a01 of the same key was at the app", id, n)
 				}
+			}
+			// /readyz shows the one key in delivery and the five messages
+			// of it waiting.
+			want := "ordered by header:k: 1 keys in delivery, 5 messages waiting behind them"
+			if _, body := readyz(t, r.sc); !strings.Contains(body, want) {
+				t.Errorf("/readyz does not say %q:\n%s", want, body)
 			}
 			release()
 			r.settled(1)
