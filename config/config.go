@@ -166,7 +166,10 @@ type Queue struct {
 	// x-single-active-consumer: the broker delivers to one consumer at a
 	// time, across every pod, and hands over to another only when that
 	// one goes away, so messages are processed in queue order by one pod
-	// while the others wait as standbys. Default false.
+	// while the others wait as standbys. A new broker consumer joins the
+	// back of the line, so on such a queue the prefetch never follows the
+	// concurrency limit (consumer.prefetch, or twice the workers, fixes
+	// it). Default false.
 	SingleActiveConsumer *bool `yaml:"singleActiveConsumer,omitempty"`
 }
 
