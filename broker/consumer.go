@@ -172,7 +172,27 @@ type ConsumerOptions struct {
 	// absolute deadline, pinned on the copy as on every give-back. Default
 	// "" (none).
 	DeadlineHeader string
+	// SingleActive says the queue has a single active consumer, so the
+	// consumer follows whether it is the one the broker delivers to (see
+	// Role). Default false.
+	SingleActive bool
+	// StandbyCheck is how often a single-active consumer that has received
+	// nothing looks at the queue's ready messages to tell standby from
+	// idle. Default 2s.
+	StandbyCheck time.Duration
 }
+
+// Roles of a consumer on a single-active-consumer queue (see Role).
+const (
+	// RoleActive: the broker delivers to this consumer.
+	RoleActive = "active"
+	// RoleStandby: another consumer of the queue is active; this one takes
+	// over when that one goes.
+	RoleStandby = "standby"
+	// RoleIdle: nothing has been delivered and the queue is empty, so
+	// active and standby look alike.
+	RoleIdle = "idle"
+)
 
 // Consumer keeps one consumer on a queue alive across connection loss,
 // broker restarts and broker-side cancels, re-preparing and re-consuming each
@@ -217,6 +237,67 @@ type Consumer struct {
 	// Reconsumes counts consumers started again on a live connection after
 	// the broker cancelled one (queue deleted, quorum leader moved).
 	Reconsumes atomic.Int64
+
+	// delivered: a delivery came on the broker consumer registered now;
+	// waitingChecks counts the standby checks in a row since it was
+	// registered that saw ready messages while it received none.
+	delivered     atomic.Bool
+	waitingChecks atomic.Int32
+}
+
+// Role says, for a single-active-consumer queue, whether this consumer is
+// the one the broker delivers to: "" while no consumer is registered.
+//
+// AMQP 0-9-1 tells a consumer nothing when it becomes the active one (the
+// broker's management API and rabbitmqctl list_consumers show it; the
+// protocol does not), so the role is read from what the consumer sees. The
+// broker keeps the active consumer until it is cancelled or its channel
+// closes, and delivers to no other meanwhile; so a consumer that has
+// received a delivery since it was registered is the active one, until it
+// is registered anew. One that has received nothing while the queue held
+// ready messages at two checks in a row (StandbyCheck apart: an active
+// consumer with room in its prefetch is sent ready messages at once) is a
+// standby. One that has received nothing from an empty queue cannot tell:
+// it is idle, and becomes active or standby as messages arrive. A standby
+// learns it took over only when its first delivery arrives.
+func (c *Consumer) Role() string {
+	switch {
+	case !c.active.Load():
+		return ""
+	case c.delivered.Load():
+		return RoleActive
+	case c.waitingChecks.Load() >= 2:
+		return RoleStandby
+	}
+	return RoleIdle
+}
+
+// SingleActive reports whether the queue has a single active consumer.
+func (c *Consumer) SingleActive() bool { return c.opts.SingleActive }
+
+// checkStandby looks at the queue's ready messages for a single-active
+// consumer that has received nothing yet, on a channel of its own (a
+// failed passive declare closes its channel).
+func (c *Consumer) checkStandby(s *session) {
+	if c.delivered.Load() {
+		return
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return // the session's own watchers see a closed connection
+	}
+	defer closeQuietly(ch)
+	q, err := declarePassive(ch, c.opts.Queue)
+	switch {
+	case err != nil || c.delivered.Load():
+	case q.Messages > 0:
+		if c.waitingChecks.Add(1) == 2 {
+			c.opts.logger().Info("single active consumer: another consumer of the queue is active; standing by",
+				"event", "CONSUMER_STANDBY", "queue", c.opts.Queue, "ready", q.Messages)
+		}
+	default:
+		c.waitingChecks.Store(0)
+	}
 }
 
 // NewConsumer returns a consumer; Run starts it, or a Group it is added to.
@@ -446,6 +527,16 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 	c.cur = s
 	c.mu.Unlock()
 	defer c.active.Store(false)
+	var standby <-chan time.Time
+	if c.opts.SingleActive {
+		every := c.opts.StandbyCheck
+		if every <= 0 {
+			every = 2 * time.Second
+		}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		standby = tick.C
+	}
 
 	var (
 		deliveries <-chan amqp.Delivery
@@ -511,6 +602,8 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				return fmt.Sprintf("consume: %v", err)
 			}
 			deliveries, curPrefch = d, prefetch
+			c.delivered.Store(false)
+			c.waitingChecks.Store(0)
 			c.active.Store(true)
 			c.started.Store(true)
 			c.opts.logger().Info("consuming", "event", "CONSUMER_STARTED", "queue", c.opts.Queue, "prefetch", prefetch, "consumer_tag", tag)
@@ -526,6 +619,10 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			}
 			return "shutdown"
 		case <-c.wake:
+		case <-standby:
+			if deliveries != nil {
+				c.checkStandby(s)
+			}
 		case e := <-connClosed:
 			return fmt.Sprintf("connection closed: %v", e)
 		case e := <-chClosed:
@@ -574,6 +671,10 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			}
 			s.acker.register(d.DeliveryTag)
 			c.received(len(d.Body))
+			if c.opts.SingleActive && !c.delivered.Swap(true) {
+				c.opts.logger().Info("single active consumer: this consumer is the active one", "event", "CONSUMER_ACTIVE",
+					"queue", c.opts.Queue, "consumer_tag", tag)
+			}
 			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,7 +70,12 @@ func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error 
 			continue
 		}
 		if q.Role == topology.RoleWork {
-			continue // the operator's queue: its arguments are theirs
+			// The operator's queue: its arguments are theirs, but for the
+			// ones the config asks for.
+			if err := verifyWork(conn, q); err != nil {
+				errs = append(errs, err)
+			}
+			continue
 		}
 		// The queue exists, so an active declare creates nothing; the broker
 		// answers PRECONDITION_FAILED when the arguments differ.
@@ -185,6 +192,144 @@ func serverVersion(conn *amqp.Connection) string {
 	return v
 }
 
+// verifyWork checks the arguments of an operator's work queue that the
+// config asks for (queue.arguments, queue.singleActiveConsumer), and that
+// the queue is not a single-active-consumer queue the config does not ask
+// for, since one consumer at a time changes how the pods share the work.
+//
+// AMQP 0-9-1 cannot read a queue's arguments. An active declare of a queue
+// that exists creates nothing, and the broker refuses it (406
+// PRECONDITION_FAILED) at the first argument it compares that differs from
+// the queue's, naming the argument and the queue's value of it. So the
+// check declares with the asked-for arguments; when the broker names one of
+// those, or single active consumer, that is the mismatch. When it names an
+// argument the config does not speak of (a dead-letter exchange the
+// operator set, a length limit), its value is taken as the queue has it and
+// the declare tried again, until the broker accepts or names an argument
+// the config does ask for.
+func verifyWork(conn *amqp.Connection, q topology.Queue) error {
+	args := map[string]any{}
+	for _, k := range q.Checked {
+		args[k] = q.Args[k]
+	}
+	asked := func(k string) bool { return slices.Contains(q.Checked, k) || k == topology.ArgSingleActiveConsumer }
+	for range maxArgRounds {
+		err := passiveDeclareWith(conn, q.Name, args)
+		var ae *amqp.Error
+		if err == nil || !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			return err
+		}
+		key, current, ok := inequivalentArg(ae.Reason)
+		switch {
+		case ok && asked(key):
+			want := "none"
+			if v, set := args[key]; set {
+				want = fmt.Sprint(v)
+			}
+			return fmt.Errorf("%w: work queue %q has %s=%s, the config asks for %s (%s). A queue's arguments cannot change once it exists: "+
+				"create the queue anew with the asked-for arguments (or move to a new queue name), or change %s to match it: %w",
+				ErrTopology, q.Name, key, describeArg(current), want, configKey(key), configKey(key), err)
+		case ok:
+			args[key] = current // the operator's own argument
+			if current == nil {
+				delete(args, key)
+			}
+		default:
+			if len(q.Checked) == 0 {
+				return nil // nothing asked for; an argument Hopper cannot read is the operator's
+			}
+			return fmt.Errorf("%w: could not check the arguments of work queue %q (%s): %w", ErrTopology, q.Name, strings.Join(q.Checked, ", "), err)
+		}
+	}
+	return fmt.Errorf("%w: could not check the arguments of work queue %q: the broker kept refusing after %d arguments", ErrTopology, q.Name, maxArgRounds)
+}
+
+// maxArgRounds bounds the declares one work queue check makes: one per
+// argument the queue has that the config does not speak of.
+const maxArgRounds = 32
+
+// configKey names the config key that sets a work queue argument.
+func configKey(arg string) string {
+	if arg == topology.ArgSingleActiveConsumer {
+		return "queue.singleActiveConsumer"
+	}
+	return "queue.arguments." + arg
+}
+
+func describeArg(v any) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprint(v)
+}
+
+// inequivalentReason is how RabbitMQ words a declare whose argument differs
+// from the queue's: "inequivalent arg 'K' for queue 'Q' in vhost 'V':
+// received R but current is C", where C is none, 'true'/'false' for a
+// boolean, or "the value 'X' of type 'T'".
+var inequivalentReason = regexp.MustCompile(`inequivalent arg '([^']+)' for queue .*: received .* but current is (none|the value '(.*)' of type '([a-z]+)'|'(.*)')$`)
+
+// inequivalentArg reads the argument the broker named and the queue's
+// value of it (nil when the queue does not have it) from a refusal; ok is
+// false when the reason is not one it knows how to read.
+func inequivalentArg(reason string) (key string, current any, ok bool) {
+	m := inequivalentReason.FindStringSubmatch(reason)
+	if m == nil {
+		return "", nil, false
+	}
+	key = m[1]
+	val, typ := m[3], m[4]
+	switch {
+	case m[2] == "none":
+		return key, nil, true
+	case typ == "":
+		// Of the type the declare sent: a boolean, an integer or a string.
+		val = m[5]
+		if val == "true" || val == "false" {
+			return key, val == "true", true
+		}
+		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
+			return key, n, true
+		}
+		return key, val, true
+	}
+	switch typ {
+	case "longstr":
+		return key, val, true
+	case "bool":
+		return key, val == "true", true
+	case "long", "signedint", "short", "byte", "unsignedbyte", "unsignedshort", "unsignedint":
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return key, nil, false
+		}
+		// The broker compares integers of any width alike.
+		return key, n, true
+	}
+	return key, nil, false
+}
+
+// passiveDeclareWith declares an existing queue actively with args, which
+// creates nothing when it exists and is refused when an argument differs.
+// A queue that does not exist is reported, never created.
+func passiveDeclareWith(conn *amqp.Connection, name string, args map[string]any) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	if _, err := declarePassive(ch, name); err != nil {
+		return fmt.Errorf("%w: queue %q does not exist: %w", ErrTopology, name, err)
+	}
+	_, err = ch.QueueDeclare(name,
+		true,  // durable
+		false, // autoDelete
+		false, // exclusive
+		false, // noWait
+		amqp.Table(args))
+	return err
+}
+
 func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -199,6 +344,12 @@ func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) e
 		amqp.Table(args)); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			if key, current, ok := inequivalentArg(ae.Reason); ok && q.Role == topology.RoleWork &&
+				(slices.Contains(q.Checked, key) || key == topology.ArgSingleActiveConsumer) {
+				return fmt.Errorf("%w: work queue %q exists with %s=%s, the config asks for %s. A queue's arguments cannot change once it exists: "+
+					"change %s to match the queue, or move to a new queue (a new queue.name, or drain and delete this one, then let Hopper declare it): %w",
+					ErrTopology, q.Name, key, describeArg(current), describeArg(args[key]), configKey(key), err)
+			}
 			return fmt.Errorf("%w: %s queue %q exists with other arguments than planned (%v); delete it or change the config: %w",
 				ErrTopology, q.Role, q.Name, q.Args, err)
 		}

@@ -32,6 +32,7 @@ const (
 //	prefetch unset, limiter on         follows: about 2 × the limit, from 20
 //	                                   up to 2 × workers (workers default 512)
 //	prefetch unset, limiter off        2 × workers (default 64)
+//	  or single active consumer
 //
 // With batching on, workers count requests, each of up to
 // consumer.batch.maxMessages messages, and a prefetch Hopper picks is that
@@ -48,7 +49,11 @@ func (c *Config) Concurrency() (prefetch, workers int, follow bool) {
 			workers = max(1, c.Consumer.Prefetch/per)
 		}
 		return c.Consumer.Prefetch, workers, false
-	case c.Limiter.Enabled:
+	case c.Limiter.Enabled && !c.Queue.SAC():
+		// A following prefetch registers a new broker consumer at each
+		// change, and on a single-active-consumer queue a new consumer
+		// goes to the back of the line: the active role would pass to
+		// another pod with every step of the limit.
 		workers = c.Consumer.Workers
 		if workers <= 0 {
 			workers = AutoWorkers

@@ -20,6 +20,8 @@ func TestConcurrency(t *testing.T) {
 		{"prefetch and workers", func(c *config.Config) { c.Consumer.Prefetch, c.Consumer.Workers = 200, 64 }, 200, 64, false},
 		{"no limiter", func(c *config.Config) { c.Limiter.Enabled = false }, 2 * config.FixedWorkers, config.FixedWorkers, false},
 		{"ordered", func(c *config.Config) { c.Consumer.Ordered = true; c.Consumer.Prefetch = 50 }, 1, 1, false},
+		{"single active consumer never follows", func(c *config.Config) { yes := true; c.Queue.SingleActiveConsumer = &yes },
+			2 * config.FixedWorkers, config.FixedWorkers, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

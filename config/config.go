@@ -153,6 +153,106 @@ type Queue struct {
 	// DeliveryLimit is the x-delivery-limit for a declared quorum work queue.
 	// Default 0 (not set).
 	DeliveryLimit int `yaml:"deliveryLimit"`
+	// Arguments are further x-arguments of the work queue that Hopper does
+	// not model itself (x-max-priority, x-max-length, x-overflow,
+	// x-message-ttl, x-queue-leader-locator...), passed to the broker as
+	// given: integers as 64-bit integers, strings and booleans as they
+	// are. They apply when Hopper declares the work queue and are checked
+	// against it when topology.declare is false. The keys Hopper sets
+	// itself (x-queue-type, x-dead-letter-*, x-delivery-limit,
+	// x-single-active-consumer, x-expires) are refused here. In a
+	// subscription, a map given replaces the top-level one whole. Default
+	// none.
+	Arguments map[string]Argument `yaml:"arguments,omitempty"`
+	// SingleActiveConsumer declares the work queue with
+	// x-single-active-consumer: the broker delivers to one consumer at a
+	// time, across every pod, and hands over to another only when that
+	// one goes away, so messages are processed in queue order by one pod
+	// while the others wait as standbys. A new broker consumer joins the
+	// back of the line, so on such a queue the prefetch never follows the
+	// concurrency limit (consumer.prefetch, or twice the workers, fixes
+	// it). Default false.
+	SingleActiveConsumer *bool `yaml:"singleActiveConsumer,omitempty"`
+}
+
+// SAC says whether the work queue is a single-active-consumer queue.
+func (q Queue) SAC() bool { return q.SingleActiveConsumer != nil && *q.SingleActiveConsumer }
+
+// Argument is one queue argument as YAML gives it: a string, an integer or
+// a boolean. Integers go to the broker as 64-bit integers (an AMQP long),
+// never as floating point numbers or strings, which RabbitMQ would refuse
+// or read otherwise.
+type Argument struct {
+	v any // string, int64 or bool
+}
+
+// StringArgument, IntArgument and BoolArgument make arguments (tests and
+// flags).
+func StringArgument(s string) Argument { return Argument{v: s} }
+
+// IntArgument is an integer argument.
+func IntArgument(n int64) Argument { return Argument{v: n} }
+
+// BoolArgument is a boolean argument.
+func BoolArgument(b bool) Argument { return Argument{v: b} }
+
+// Value is the argument as the broker gets it: string, int64 or bool.
+func (a Argument) Value() any { return a.v }
+
+// Int is the argument's integer, if it is one.
+func (a Argument) Int() (int64, bool) { n, ok := a.v.(int64); return n, ok }
+
+// Str is the argument's string, if it is one.
+func (a Argument) Str() (string, bool) { s, ok := a.v.(string); return s, ok }
+
+func (a Argument) String() string { return fmt.Sprint(a.v) }
+
+// UnmarshalYAML accepts a string, an integer or true/false.
+func (a *Argument) UnmarshalYAML(n *yaml.Node) error {
+	v, err := parseArgument(n)
+	if err != nil {
+		return typeError(n, err)
+	}
+	*a = v
+	return nil
+}
+
+// MarshalYAML writes the value as it is.
+func (a Argument) MarshalYAML() (any, error) { return a.v, nil }
+
+func parseArgument(n *yaml.Node) (Argument, error) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Tag {
+		case "!!str":
+			return Argument{v: n.Value}, nil
+		case "!!int":
+			v, err := strconv.ParseInt(n.Value, 0, 64)
+			if err != nil {
+				return Argument{}, fmt.Errorf("integer %s out of range", n.Value)
+			}
+			return Argument{v: v}, nil
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err != nil {
+				return Argument{}, fmt.Errorf("decode %q: %w", n.Value, err)
+			}
+			return Argument{v: b}, nil
+		}
+	}
+	return Argument{}, fmt.Errorf("must be a string, an integer or true/false, got %s", describe(n))
+}
+
+// ParseArgument reads an argument from a string (an environment variable
+// or flag): an integer when it is one, true or false, else the string.
+func ParseArgument(s string) Argument {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return Argument{v: n}
+	}
+	if b, err := strconv.ParseBool(s); err == nil && (s == "true" || s == "false") {
+		return Argument{v: b}
+	}
+	return Argument{v: s}
 }
 
 // Topology names the queues around the work queue.

@@ -107,6 +107,11 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.fail(n, path, err)
 		}
 		return
+	case argumentType:
+		if _, err := parseArgument(n); err != nil {
+			w.fail(n, path, err)
+		}
+		return
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // an explicit null leaves the default
@@ -310,6 +315,7 @@ func SetKey(cfg *Config, path, value string) error {
 var (
 	durationType = reflect.TypeOf(Duration(0))
 	attemptsType = reflect.TypeOf(Attempts(0))
+	argumentType = reflect.TypeOf(Argument{})
 )
 
 // setFromString parses an environment or flag value into a field. Lists are
@@ -329,6 +335,9 @@ func setFromString(fv reflect.Value, s string) error {
 			return err
 		}
 		fv.Set(reflect.ValueOf(a))
+		return nil
+	case argumentType:
+		fv.Set(reflect.ValueOf(ParseArgument(s)))
 		return nil
 	}
 	switch fv.Kind() {
@@ -368,7 +377,11 @@ func setFromString(fv reflect.Value, s string) error {
 			if !ok {
 				return fmt.Errorf("invalid entry %q (want key=value)", p)
 			}
-			m.SetMapIndex(reflect.ValueOf(strings.TrimSpace(k)), reflect.ValueOf(strings.TrimSpace(v)))
+			ev := reflect.New(fv.Type().Elem()).Elem()
+			if err := setFromString(ev, strings.TrimSpace(v)); err != nil {
+				return err
+			}
+			m.SetMapIndex(reflect.ValueOf(strings.TrimSpace(k)), ev)
 		}
 		fv.Set(m)
 	case reflect.Pointer:

@@ -39,6 +39,12 @@ func (c *Config) subscription(s Subscription) Config {
 	if s.Queue.DeliveryLimit != 0 {
 		e.Queue.DeliveryLimit = s.Queue.DeliveryLimit
 	}
+	if s.Queue.Arguments != nil {
+		e.Queue.Arguments = maps.Clone(s.Queue.Arguments)
+	}
+	if s.Queue.SingleActiveConsumer != nil {
+		e.Queue.SingleActiveConsumer = s.Queue.SingleActiveConsumer
+	}
 	if s.Bindings != nil {
 		e.Topology.Bindings = slices.Clone(s.Bindings)
 	}
@@ -104,6 +110,7 @@ func (c *Config) subscription(s Subscription) Config {
 func (c *Config) clone() Config {
 	e := *c
 	e.Broker.URLs = slices.Clone(c.Broker.URLs)
+	e.Queue.Arguments = maps.Clone(c.Queue.Arguments)
 	e.Topology.Bindings = slices.Clone(c.Topology.Bindings)
 	e.Retry.Tiers = slices.Clone(c.Retry.Tiers)
 	e.Retry.Outcomes = maps.Clone(c.Retry.Outcomes)

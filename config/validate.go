@@ -118,6 +118,7 @@ func (c *Config) validateOne() []error {
 	if c.Queue.DeliveryLimit < 0 || c.Queue.DeliveryLimit > math.MaxInt32 {
 		add("queue.deliveryLimit", "must be between 0 and %d", math.MaxInt32)
 	}
+	validateArguments(c.Queue, add)
 
 	if !strings.Contains(c.Topology.RetryQueue, "{delay}") {
 		add("topology.retryQueue", "template must contain {delay} so each tier has its own queue, got %q", c.Topology.RetryQueue)
@@ -429,4 +430,90 @@ func validateBindings(bs []Binding, add func(path, format string, a ...any)) {
 			}
 		}
 	}
+}
+
+// ownedArguments are the queue arguments Hopper sets itself, each with the
+// key that models it: given in queue.arguments as well, one would silently
+// undo the other.
+var ownedArguments = map[string]string{
+	"x-queue-type":              "set queue.type instead",
+	"x-dead-letter-exchange":    "Hopper dead-letters the work queue to its DLQ itself: set topology.dlq instead",
+	"x-dead-letter-routing-key": "Hopper dead-letters the work queue to its DLQ itself: set topology.dlq instead",
+	"x-dead-letter-strategy":    "Hopper sets at-least-once on quorum queues itself (queue.type)",
+	"x-delivery-limit":          "set queue.deliveryLimit instead",
+	"x-single-active-consumer":  "set queue.singleActiveConsumer instead",
+	"x-expires":                 "a work queue that deletes itself when unused takes the way back from its delay tiers with it: Hopper's queues never expire",
+}
+
+// validateArguments checks queue.arguments: the keys Hopper models are
+// refused with the key that does, the well-known ones are checked for the
+// type and range the broker takes, and any other x- key passes as it is.
+func validateArguments(q Queue, add func(path, format string, a ...any)) {
+	quorum := q.Type == "quorum"
+	for _, k := range slices.Sorted(maps.Keys(q.Arguments)) {
+		a := q.Arguments[k]
+		path := "queue.arguments." + k
+		intIn := func(lo, hi int64) {
+			if n, ok := a.Int(); !ok || n < lo || n > hi {
+				add(path, "must be an integer %d..%d, got %v", lo, hi, describeArgument(a))
+			}
+		}
+		oneOf := func(values ...string) {
+			if s, ok := a.Str(); !ok || !slices.Contains(values, s) {
+				add(path, "must be one of %s, got %v", strings.Join(values, ", "), describeArgument(a))
+			}
+		}
+		classicOnly := func() {
+			if quorum {
+				add(path, "applies to classic queues only; a quorum queue (queue.type) refuses it")
+			}
+		}
+		if why, ok := ownedArguments[k]; ok {
+			add(path, "is set by Hopper: %s", why)
+			continue
+		}
+		switch k {
+		case "x-max-priority":
+			intIn(1, 255)
+			if quorum {
+				add(path, "quorum queues do not support priorities and RabbitMQ refuses the argument: use a classic queue (queue.type) or leave it out")
+			}
+		case "x-queue-leader-locator":
+			oneOf("client-local", "balanced")
+		case "x-queue-master-locator":
+			oneOf("client-local", "balanced", "min-masters", "random")
+			classicOnly()
+		case "x-max-length", "x-max-length-bytes":
+			intIn(0, math.MaxInt64)
+		case "x-message-ttl":
+			// RabbitMQ's largest TTL is a 32-bit count of milliseconds.
+			intIn(0, math.MaxInt32)
+		case "x-overflow":
+			oneOf("drop-head", "reject-publish", "reject-publish-dlx")
+			if s, _ := a.Str(); quorum && s != "reject-publish" {
+				add(path, "a quorum work queue dead-letters at-least-once, which needs reject-publish (Hopper sets it); got %v", describeArgument(a))
+			}
+		case "x-queue-mode":
+			oneOf("default", "lazy")
+			classicOnly()
+		case "x-queue-version":
+			intIn(1, 2)
+			classicOnly()
+		case "x-max-age", "x-stream-max-segment-size-bytes":
+			add(path, "applies to streams only; Hopper consumes classic and quorum queues")
+		default:
+			if !strings.HasPrefix(k, "x-") {
+				add(path, "queue arguments start with x- (RabbitMQ ignores any other), got %q", k)
+			}
+		}
+	}
+}
+
+// describeArgument shows a value with its type, so that "10" (a string)
+// and 10 (an integer) read differently in an error.
+func describeArgument(a Argument) string {
+	if s, ok := a.Str(); ok {
+		return fmt.Sprintf("the string %q", s)
+	}
+	return a.String()
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
 )
 
 // readiness is the /readyz answer. A consumer sidecar takes no traffic, so
@@ -28,10 +30,10 @@ func (s *Sidecar) readiness() (int, string) {
 		return http.StatusServiceUnavailable, "not ready: " + phase
 	}
 	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool {
-		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != ""
+		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC()
 	}) {
-		// Several queues, or batches or ordering keys worth seeing: a
-		// line per queue.
+		// Several queues, batches or ordering keys worth seeing, or a
+		// single active consumer's role: a line per queue.
 		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
 	}
 	return http.StatusOK, "ready: " + s.stateLine()
@@ -76,6 +78,8 @@ func (s *Sidecar) queueStates() string {
 			state = "paused: " + strings.Join(s.pauseReasons(sub), ", ")
 		case !sub.consuming():
 			state = "reconnecting"
+		case sub.cfg.Queue.SAC():
+			state = "consuming, single active consumer: " + roleText(sub.role())
 		}
 		var (
 			inFlight, batches, batched int64
@@ -128,4 +132,15 @@ func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 		}
 	}()
 	return srv, nil
+}
+
+// roleText explains a single active consumer's role on /readyz.
+func roleText(role string) string {
+	switch role {
+	case broker.RoleActive:
+		return "active (the broker delivers to this pod)"
+	case broker.RoleStandby:
+		return "standby (another consumer is active; this pod takes over when it goes)"
+	}
+	return "idle (nothing delivered yet and the queue is empty: active or standby shows once messages arrive)"
 }

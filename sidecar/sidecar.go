@@ -138,6 +138,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 			return 0
 		},
 		ConcurrencyLimit: func() int64 { return int64(s.ConcurrencyLimit()) },
+		ConsumerActive:   s.consumerActive,
 		MovesFailing: func() int64 {
 			var n int64
 			for _, sub := range s.subs {
@@ -201,6 +202,44 @@ func (s *Sidecar) QueuePrefetch(queue string) int {
 		}
 	}
 	return 0
+}
+
+// QueueRole is, for a queue with a single active consumer, whether this
+// sidecar's consumer is the active one (broker.RoleActive), a standby
+// (broker.RoleStandby) or cannot tell yet on an empty queue
+// (broker.RoleIdle); "" while it is not consuming, and for any other queue.
+func (s *Sidecar) QueueRole(queue string) string {
+	for _, sub := range s.subs {
+		if sub.name() == queue {
+			return sub.role()
+		}
+	}
+	return ""
+}
+
+// role is the consumer's role on a single-active-consumer queue ("" on
+// any other).
+func (sub *subscription) role() string {
+	c := sub.cons.Load()
+	if c == nil || !c.SingleActive() || !c.Connected() {
+		return ""
+	}
+	return c.Role()
+}
+
+// consumerActive says, per queue, whether the broker delivers to this
+// sidecar's consumer: on a single-active-consumer queue only while it is
+// the active one, on any other while it is registered.
+func (s *Sidecar) consumerActive() map[string]bool {
+	m := make(map[string]bool, len(s.subs))
+	for _, sub := range s.subs {
+		if c := sub.cons.Load(); c != nil && c.SingleActive() {
+			m[sub.name()] = sub.role() == broker.RoleActive
+		} else {
+			m[sub.name()] = sub.consuming()
+		}
+	}
+	return m
 }
 
 // Consuming reports whether a consumer is live on the broker for every
@@ -462,6 +501,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 					s.metrics.ForQueue(sub.name()).OrderBroken(telemetry.OrderBrokenReturned)
 				}
 			},
+			SingleActive:   sub.cfg.Queue.SAC(),
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),

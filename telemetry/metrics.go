@@ -60,6 +60,10 @@ type Sources struct {
 	MovesFailing   func() int64
 	// ConcurrencyLimit is the adaptive limit on concurrent app requests.
 	ConcurrencyLimit func() int64
+	// ConsumerActive says, per queue, whether the broker delivers to this
+	// sidecar's consumer (on a single-active-consumer queue, whether it
+	// is the active one).
+	ConsumerActive func() map[string]bool
 }
 
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
@@ -144,6 +148,20 @@ func NewMetrics(src Sources) *Metrics {
 	}
 	boolGauge("hopper_broker_connected", "1 while the consumer's broker connection is up.", src.Connected)
 	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open, or moves failing).", src.Paused)
+	if src.ConsumerActive != nil {
+		r.labelledGaugeFunc("hopper_consumer_active",
+			"1 while the broker delivers to this pod's consumer of the queue: on a queue with a single active consumer, while this pod is the active one (0 on a standby); on any other, while a consumer is registered.",
+			"queue", func() map[string]float64 {
+				out := map[string]float64{}
+				for q, on := range src.ConsumerActive() {
+					out[q] = 0
+					if on {
+						out[q] = 1
+					}
+				}
+				return out
+			})
+	}
 	if src.ConcurrencyLimit != nil {
 		r.gaugeFunc("hopper_concurrency_limit",
 			"The adaptive limit on concurrent requests to the app (between 1 and consumer.workers; 0 when the limiter is off).",

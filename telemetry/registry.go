@@ -107,6 +107,16 @@ func (r *registry) labelledCounterFunc(name, help, label string, fn func() map[s
 	}})
 }
 
+// labelledGaugeFunc registers a gauge whose series, one per value of
+// label, are read from fn at each scrape.
+func (r *registry) labelledGaugeFunc(name, help, label string, fn func() map[string]float64) {
+	r.add(&family{name: name, help: help, kind: gaugeKind, labels: []string{label}, collect: func(f *family) {
+		for v, n := range fn() {
+			f.with(v).set(n)
+		}
+	}})
+}
+
 // with returns the series for values (one per label), creating it at 0.
 // It allocates its key: callers on the delivery path keep the series.
 func (f *family) with(values ...string) *series {

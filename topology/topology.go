@@ -37,7 +37,15 @@ type Queue struct {
 	// and nothing on 3.x. A policy's delivery-limit still wins over -1
 	// (the broker takes the larger when either is negative).
 	Unbounded bool
+	// Checked are the arguments of an operator's work queue that the
+	// config asks for (queue.arguments, queue.singleActiveConsumer): with
+	// topology.declare false they are verified against the queue, which
+	// is otherwise only checked to exist.
+	Checked []string
 }
+
+// ArgSingleActiveConsumer is the argument of a single-active-consumer queue.
+const ArgSingleActiveConsumer = "x-single-active-consumer"
 
 // Exchange is an exchange the work queue is bound to.
 type Exchange struct {
@@ -98,6 +106,18 @@ func FromConfig(c *config.Config) Plan {
 	if c.Queue.Type == "quorum" && c.Queue.DeliveryLimit > 0 {
 		p.Work.Args["x-delivery-limit"] = int32(c.Queue.DeliveryLimit)
 	}
+	// The operator's further arguments and single active consumer are
+	// what the work queue must have whether Hopper declares it or only
+	// verifies it: Checked names them for the verify.
+	for k, a := range c.Queue.Arguments {
+		p.Work.Args[k] = a.Value()
+		p.Work.Checked = append(p.Work.Checked, k)
+	}
+	if c.Queue.SAC() {
+		p.Work.Args[ArgSingleActiveConsumer] = true
+		p.Work.Checked = append(p.Work.Checked, ArgSingleActiveConsumer)
+	}
+	slices.Sort(p.Work.Checked)
 	for _, d := range c.AllTiers() {
 		args := typeArgs()
 		// Expiry happens only at the head of a queue, so each delay has its
@@ -218,6 +238,9 @@ func (p *Plan) String() string {
 		}
 		if q.Unbounded {
 			b.WriteString(" (and x-delivery-limit=-1 on RabbitMQ 4.x)")
+		}
+		if !q.Owned && len(q.Checked) > 0 {
+			fmt.Fprintf(&b, " (checked: %s)", strings.Join(q.Checked, ", "))
 		}
 		b.WriteByte('\n')
 	}

@@ -76,6 +76,42 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- $_ := set $seen $name $i -}}
 {{- end -}}
 
+{{- /* Ordering holds within one pod only: several pods on one queue take
+       its messages in turn, so consumer.ordered (and a per-key
+       consumer.orderingKey) would promise an order no pod keeps. A queue
+       with a single active consumer is consumed by one pod at a time,
+       the others standing by, and keeps it. Each queue is checked with
+       what its subscription inherits. In a parent chart's own Deployment
+       its replicas are out of this chart's sight. */ -}}
+{{- $deploy := default (dict) $v.deployment -}}
+{{- $scalers := list -}}
+{{- if get (default (dict) $v.keda) "enabled" -}}{{- $scalers = append $scalers "keda.enabled" -}}{{- end -}}
+{{- if get (default (dict) $v.autoscaling) "enabled" -}}{{- $scalers = append $scalers "autoscaling.enabled" -}}{{- end -}}
+{{- if and (ne (get $deploy "enabled") false) (gt (int (default 1 (get $deploy "replicas"))) 1) -}}
+{{- $scalers = append $scalers (printf "deployment.replicas %d" (int (get $deploy "replicas"))) -}}
+{{- end -}}
+{{- if $scalers -}}
+{{- $topCons := default (dict) (get $cfg "consumer") -}}
+{{- $queues := list (dict "path" "config" "queue" $queue "consumer" $topCons) -}}
+{{- if $subs -}}{{- $queues = list -}}{{- end -}}
+{{- range $i, $s := $subs -}}
+{{- /* A key the subscription sets wins, false included; merge would
+       take a false for unset. */ -}}
+{{- $sq := deepCopy (pick $queue "singleActiveConsumer") -}}
+{{- range $k, $val := default (dict) (get $s "queue") -}}{{- $_ := set $sq $k $val -}}{{- end -}}
+{{- $sc := deepCopy (pick $topCons "ordered" "orderingKey") -}}
+{{- range $k, $val := default (dict) (get $s "consumer") -}}{{- $_ := set $sc $k $val -}}{{- end -}}
+{{- $queues = append $queues (dict "path" (printf "config.subscriptions[%d]" $i) "queue" $sq "consumer" $sc) -}}
+{{- end -}}
+{{- range $queues -}}
+{{- $ordered := get .consumer "ordered" -}}
+{{- $key := toString (default "" (get .consumer "orderingKey")) -}}
+{{- if and (or (eq (toString $ordered) "true") (ne $key "")) (ne (toString (get .queue "singleActiveConsumer")) "true") -}}
+{{- fail (printf "%s.consumer.%s with %s: order holds within one pod only, and several pods would take the queue's messages in turn. Set %s.queue.singleActiveConsumer: true (one pod consumes at a time, the others stand by), or run one replica without autoscaling" .path (ternary "ordered: true" (printf "orderingKey %q" $key) (eq (toString $ordered) "true")) (join ", " $scalers) .path) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* app: Hopper delivers to the app container on localhost. */ -}}
 {{- $app := default (dict) (get $cfg "app") -}}
 {{- if not (hasKey $app "url") -}}
