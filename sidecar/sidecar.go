@@ -501,7 +501,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 					s.metrics.ForQueue(sub.name()).OrderBroken(telemetry.OrderBrokenReturned)
 				}
 			},
-			SingleActive:   sub.cfg.Queue.SAC(),
+			SingleActive: sub.cfg.Queue.SAC(),
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
