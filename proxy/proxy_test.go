@@ -48,6 +48,8 @@ func (d *fakeDelivery) Alive() bool { return d.alive }
 // fakePub fails its first fails publishes with err (all of them when fails
 // is negative); onFail runs after each failure.
 type fakePub struct {
+	// mu serialises publishes: a batch's moves run concurrently.
+	mu     sync.Mutex
 	j      *journal
 	err    error
 	fails  int
@@ -58,15 +60,19 @@ type fakePub struct {
 }
 
 func (p *fakePub) Publish(_ context.Context, queue string, m *msg.Message) error {
+	p.mu.Lock()
 	p.j.add("publish " + queue)
 	p.got, p.to = append(p.got, m), append(p.to, queue)
 	if p.err != nil && (p.fails < 0 || p.failed < p.fails) {
 		p.failed++
+		n := p.failed
+		p.mu.Unlock()
 		if p.onFail != nil {
-			p.onFail(p.failed)
+			p.onFail(n)
 		}
 		return p.err
 	}
+	p.mu.Unlock()
 	return nil
 }
 
