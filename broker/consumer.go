@@ -176,6 +176,14 @@ type ConsumerOptions struct {
 	// consumer follows whether it is the one the broker delivers to (see
 	// Role). Default false.
 	SingleActive bool
+	// KeepActive keeps a registered consumer of a single-active-consumer
+	// queue registered while paused and when its prefetch changes (the
+	// change waits for the next registration): cancelling it would hand
+	// the active role to a standby while this one still holds unacked
+	// messages, and the standby would deliver the messages behind them
+	// first. Paused, it takes no more than its prefetch. For queues
+	// consumed in order. Default false.
+	KeepActive bool
 	// StandbyCheck is how often a single-active consumer that has received
 	// nothing looks at the queue's ready messages to tell standby from
 	// idle. Default 2s.
@@ -543,6 +551,8 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 		tag        string
 		seq        int
 		curPrefch  int
+		// keptPaused: a KeepActive consumer was told it is paused.
+		keptPaused bool
 	)
 	// stop cancels the broker consumer. What the library had already
 	// buffered is handed over when pausing (the breaker returns it); at
@@ -568,7 +578,15 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 	}
 	for {
 		paused, prefetch, requested, room := c.want()
-		if deliveries != nil && (paused || replace(curPrefch, prefetch, requested)) {
+		keep := c.opts.KeepActive && c.opts.SingleActive
+		if keep && deliveries != nil && paused != keptPaused {
+			keptPaused = paused
+			if paused {
+				c.opts.logger().Info("consumer paused; it stays registered to keep the single active consumer's role and takes no more than its prefetch",
+					"event", "CONSUMER_PAUSED", "queue", c.opts.Queue, "prefetch", curPrefch)
+			}
+		}
+		if deliveries != nil && !keep && (paused || replace(curPrefch, prefetch, requested)) {
 			if err := stop(true); err != nil {
 				return fmt.Sprintf("cancel consumer: %v", err)
 			}

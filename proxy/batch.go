@@ -377,7 +377,7 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 	var moves sync.WaitGroup
 	for i, e := range es {
 		vd := p.judge(e, v.entries[i], v.latency)
-		if unavailable(vd.dec, vd.out) && !waited {
+		if p.unavailable(vd.dec, vd.out) && !waited {
 			p.wait(p.o.UnavailableBackoff)
 			waited = true
 		}

@@ -117,6 +117,11 @@ type Options struct {
 	// Batch turns batch delivery on when Batch.MaxMessages is above 1:
 	// Workers then count batch requests. Default off.
 	Batch batch.Limits
+	// PausedKeepsConsuming says the consumer is not cancelled while
+	// paused (a single active consumer keeping its role), so a message the
+	// breaker refuses comes straight back: its return waits
+	// UnavailableBackoff too, rather than spin. Default false.
+	PausedKeepsConsuming bool
 	// OrderingKey, when set, delivers the messages with the same key one
 	// at a time, in the order they came, each retried in place as InPlace
 	// does, while messages of other keys (and those without a key) are
@@ -642,7 +647,7 @@ func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
 			return false
 		}
 	}
-	if backoff && unavailable(dec, out) {
+	if backoff && p.unavailable(dec, out) {
 		p.wait(p.o.UnavailableBackoff)
 	}
 	// Counted once, after the settle, as what actually happened: a decision
@@ -656,10 +661,14 @@ func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
 
 // unavailable says whether a decision returns a message the app could not
 // take, which waits the unavailable backoff so that an app that is down
-// is not spun on. A refusal does not wait (the consumer is paused), nor
-// does a crash (the message goes back with its count).
-func unavailable(dec retry.Decision, out retry.Outcome) bool {
-	return dec.Action == retry.Return && !out.Given() && !out.Crashed
+// is not spun on. A refusal does not wait, since the consumer is paused
+// (unless it keeps consuming while paused), nor does a crash (the message
+// goes back with its count).
+func (p *Loop) unavailable(dec retry.Decision, out retry.Outcome) bool {
+	if dec.Action != retry.Return || out.Crashed {
+		return false
+	}
+	return !out.Given() || out.Refused && p.o.PausedKeepsConsuming
 }
 
 // holdResult is what holdInPlace did.

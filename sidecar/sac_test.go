@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +91,51 @@ func TestSingleActiveConsumerRoles(t *testing.T) {
 		t.Errorf("b hopper_consumer_active = %v after taking over, want 1", got)
 	}
 	b.settled(0)
+}
+
+// TestSingleActiveOrderedPauseKeepsRole: the active pod of an ordered
+// single-active-consumer queue whose app goes down pauses without
+// cancelling its consumer: the standby stays a standby, delivers nothing,
+// and once the app is back the active pod delivers everything in order.
+// A cancel would make the standby active while the paused pod still holds
+// m1, and the standby would deliver m2… first.
+func TestSingleActiveOrderedPauseKeepsRole(t *testing.T) {
+	appA, appB := newScriptApp(t), newScriptApp(t)
+	yes := true
+	base := testConfig(t, appA.URL)
+	base.Queue.SingleActiveConsumer = &yes
+	base.Consumer.OrderingKey = "header:k"
+	base.Consumer.Prefetch = 4
+	a := start(t, base)
+	cfgB := base
+	cfgB.App.URL = appB.URL
+	b := start(t, cfgB)
+	q := base.Queue.Name
+
+	a.publish("m0", withHeader("k", "x"))
+	waitfor.Until(t, 30*time.Second, "a active", func() bool { return a.sc.QueueRole(q) == broker.RoleActive })
+
+	appA.Close()
+	for i := 1; i <= 8; i++ {
+		a.publish(fmt.Sprintf("m%d", i), withHeader("k", "x"))
+	}
+	waitfor.Until(t, 60*time.Second, "a paused by its breaker and b's role known", func() bool {
+		role := b.sc.QueueRole(q)
+		return a.sc.Paused() && (role == broker.RoleStandby || role == broker.RoleActive)
+	})
+	if role := b.sc.QueueRole(q); role != broker.RoleStandby {
+		t.Fatalf("with a paused, b is %q: the paused pod gave up the active role", role)
+	}
+	if n := len(appB.order(func(call) bool { return true })); n != 0 {
+		t.Fatalf("b delivered %d messages while a was paused", n)
+	}
+	appA.Restart()
+	a.settled(0)
+	want := []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8"}
+	if got := appA.order(func(c call) bool { return c.Status == 200 }); !slices.Equal(got, want) {
+		t.Errorf("a's app answered 200 to %v, want %v", got, want)
+	}
+	if n := len(appB.order(func(call) bool { return true })); n != 0 {
+		t.Errorf("b delivered %d messages", n)
+	}
 }

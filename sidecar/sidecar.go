@@ -502,6 +502,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				}
 			},
 			SingleActive: sub.cfg.Queue.SAC(),
+			KeepActive:   sub.keepsActive(),
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
@@ -628,8 +629,11 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		MoveHoldMax:        cfg.Broker.MoveHoldMax.D(),
 		InPlace:            cfg.Consumer.Ordered,
 		OrderingKey:        orderingKey(cfg),
-		Batch:              batch.Limits{MaxMessages: cfg.Consumer.Batch.Size(), MaxBytes: cfg.Consumer.Batch.MaxBytes},
-		BatchWait:          cfg.Consumer.Batch.MaxWait.D(),
+		// A single active consumer of an ordered queue stays registered
+		// while paused, so what the breaker refuses comes back at once.
+		PausedKeepsConsuming: sub.keepsActive(),
+		Batch:                batch.Limits{MaxMessages: cfg.Consumer.Batch.Size(), MaxBytes: cfg.Consumer.Batch.MaxBytes},
+		BatchWait:            cfg.Consumer.Batch.MaxWait.D(),
 		// Taking more messages while moves fail would only pile up held
 		// deliveries: pause this queue until every held move has gone
 		// through. Other queues, whose moves go elsewhere, carry on.
@@ -690,6 +694,13 @@ func (sub *subscription) ordered() func(*msg.Message) bool {
 		return nil
 	}
 	return func(m *msg.Message) bool { _, ok := src.Key(m); return ok }
+}
+
+// keepsActive says whether the queue's consumer stays registered while
+// paused: a single active consumer of an ordered queue, whose cancel would
+// let a standby deliver the messages behind the ones this pod still holds.
+func (sub *subscription) keepsActive() bool {
+	return sub.cfg.Queue.SAC() && sub.ordered() != nil
 }
 
 // orderingKey is the key source of a validated config.
