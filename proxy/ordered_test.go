@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -214,4 +215,85 @@ func isRunsInOrder(ids []string) bool {
 		}
 	}
 	return true
+}
+
+// clockApp moves a fake clock forward by advance while it handles a1 (a
+// slow call) and answers a2 503 on its first attempt.
+type clockApp struct {
+	mu      sync.Mutex
+	now     time.Time
+	advance time.Duration
+	calls   []string
+}
+
+func (a *clockApp) Now() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.now
+}
+
+func (a *clockApp) Deliver(_ context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = append(a.calls, fmt.Sprintf("%s#%d", m.MessageID, in.Attempt))
+	if m.MessageID == "a1" {
+		a.now = a.now.Add(a.advance)
+	}
+	if m.MessageID == "a2" && in.Attempt == 1 {
+		return retry.Outcome{Kind: retry.Response, Status: 503}
+	}
+	return retry.Outcome{Kind: retry.Response, Status: 200}
+}
+
+func (a *clockApp) DeliverBatch(context.Context, *batch.Request) batch.Answer { panic("no batches") }
+
+// A message that waited behind its key has been unacked since it was
+// received, and its in-place hold is bounded from then, not from when its
+// turn came: a2, received with a1 and waiting while a1's call took 80ms,
+// would pass MoveHoldMax (100ms) by holding for its 50ms tier, so its
+// retry goes through the tier queue (and is reported as leaving its
+// place). Bounded from its turn it would be held, and each message of a
+// key could stay unacked a MoveHoldMax longer than the one before it,
+// past the broker's consumer timeout.
+func TestKeyedHoldBoundedFromReceipt(t *testing.T) {
+	app := &clockApp{now: time.Unix(1_700_000_000, 0), advance: 80 * time.Millisecond}
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	cfg.Retry.Tiers = []config.Duration{config.Duration(50 * time.Millisecond)}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	j := &journal{}
+	pub := &fakePub{j: j}
+	src, err := order.Parse("header:k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &brokenObserver{}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: app, Pub: pub, Workers: 2, Queue: 4,
+		OrderingKey: src, MoveHoldMax: 100 * time.Millisecond, Now: app.Now, Observer: obs})
+	p.Start(context.Background())
+	for _, id := range []string{"a1", "a2"} {
+		m := msgWith(map[string]any{"k": "a"})
+		m.MessageID = id
+		p.Handle(&fakeDelivery{m: m, j: j, alive: true})
+	}
+	waitfor.Until(t, 10*time.Second, "a2's retry published", func() bool {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return len(pub.to) == 1
+	})
+	if !p.Shutdown(context.Background()) {
+		t.Fatal("shutdown did not finish")
+	}
+	if want := []string{"orders.retry.50ms"}; !slices.Equal(pub.to, want) {
+		t.Errorf("published to %v, want %v", pub.to, want)
+	}
+	if want := []string{OrderHoldExhausted}; !slices.Equal(obs.reasons, want) {
+		t.Errorf("reported %v, want %v", obs.reasons, want)
+	}
+	if want := []string{"a1#1", "a2#1"}; !slices.Equal(app.calls, want) {
+		t.Errorf("calls %v, want %v", app.calls, want)
+	}
 }

@@ -207,14 +207,16 @@ type Loop struct {
 	// one of their key being delivered; the worker that finishes a
 	// delivery goes on with the next of its key.
 	lanesMu sync.Mutex
-	lanes   *order.Lanes[Delivery]
+	lanes   *order.Lanes[job]
 }
 
 // job is a delivery handed to a worker, with its ordering key ("" for
-// none).
+// none) and when it was received: a delivery that waited behind its key
+// has been unacked since then, and its holds are bounded from there.
 type job struct {
-	d   Delivery
-	key string
+	d     Delivery
+	key   string
+	since time.Time
 }
 
 // New returns a loop; Start launches its workers.
@@ -256,7 +258,7 @@ func New(o Options) *Loop {
 		p.obs = nopObserver{}
 	}
 	if o.OrderingKey.Set() {
-		p.lanes = order.NewLanes[Delivery]()
+		p.lanes = order.NewLanes[job]()
 	}
 	if p.batching() {
 		p.pending = make(chan Delivery, o.Queue)
@@ -317,7 +319,7 @@ func (p *Loop) spawn(j job) bool {
 // behind it for that key, one after the other, until none is left.
 func (p *Loop) run(ctx context.Context, j job) {
 	for {
-		p.handle(ctx, j.d, j.key != "")
+		p.handleSince(ctx, j.d, j.key != "", j.since)
 		if j.key == "" {
 			return
 		}
@@ -327,7 +329,7 @@ func (p *Loop) run(ctx context.Context, j job) {
 		if !ok {
 			return
 		}
-		j.d = next
+		j = next
 	}
 }
 
@@ -350,16 +352,16 @@ func (p *Loop) Handle(d Delivery) {
 		p.pending <- d
 		return
 	}
-	j := job{d: d}
+	j := job{d: d, since: p.o.Now()}
 	if p.lanes != nil {
 		if k, ok := p.o.OrderingKey.Key(d.Message()); ok {
+			j.key = k
 			p.lanesMu.Lock()
-			free := p.lanes.Add(k, d)
+			free := p.lanes.Add(k, j)
 			p.lanesMu.Unlock()
 			if !free {
 				return // it waits behind its key
 			}
-			j.key = k
 		}
 	}
 	select {
@@ -403,17 +405,17 @@ func (p *Loop) stopped() bool {
 	}
 }
 
-// handle runs one delivery through deliver → decide → settle; an ordered
+// handleSince runs one delivery through deliver → decide → settle; an ordered
 // one (InPlace, or a message with an ordering key) repeats the delivery in
 // place while it is held. A panic on the way is recovered here, so one
 // message can never take the process (and with it every other message)
-// down.
-func (p *Loop) handle(ctx context.Context, d Delivery, keyed bool) {
+// down. The delivery was received at since: it is unacked from then on
+// (also while it waited behind its key), and its holds are bounded from
+// there.
+func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since time.Time) {
 	ordered := p.o.InPlace || keyed
 	sd := &settleOnce{Delivery: d, ordered: ordered}
 	defer p.recoverDelivery(ctx, sd)
-	// The delivery is unacked from receipt on: holds are bounded from there.
-	since := p.o.Now()
 	for p.attempt(ctx, sd, since, ordered) {
 	}
 }

@@ -585,3 +585,8 @@ func TestInPlaceHoldCutByShutdown(t *testing.T) {
 		t.Errorf("returned %d, want 1", p.Stats.Returned.Load())
 	}
 }
+
+// handle runs d as a worker would, received now.
+func (p *Loop) handle(ctx context.Context, d Delivery, keyed bool) {
+	p.handleSince(ctx, d, keyed, p.o.Now())
+}
