@@ -30,6 +30,13 @@ func newConfigCmd() *cobra.Command {
 				for _, w := range plan.Warnings() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 				}
+				if p := cfg.Topology.Partitions; p.On() {
+					// Every partition is planned alike: the first one's
+					// warnings stand for all.
+					fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q in %d partition(s) %s … %s behind exchange %q, %d delay tier(s) each, DLQ %q\n",
+						cfg.Queue.Name, p.Count, plan.Work.Name, plans[len(plans)-1].Work.Name, config.PartitionExchange(cfg.Queue.Name), len(plan.Tiers), plan.DLQ.Name)
+					return nil
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q, %d delay tier(s), DLQ %q\n",
 					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
 				return nil
@@ -39,7 +46,7 @@ func newConfigCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: queue %q: %s\n", plan.Work.Name, w)
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "config OK: %s\n", plural(len(plans), "subscription"))
+			fmt.Fprintf(cmd.OutOrStdout(), "config OK: %s\n", plural(len(cfg.Subscriptions), "subscription"))
 			for _, plan := range plans {
 				fmt.Fprintf(cmd.OutOrStdout(), "  queue %q, %d delay tier(s), DLQ %q\n",
 					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
