@@ -23,6 +23,12 @@ func body(n int) []byte {
 // confirms, keeping up to window publishes unconfirmed, and returns once
 // every one is confirmed.
 func publishBacklog(ctx context.Context, url, queue, prefix string, n, size int) (time.Duration, error) {
+	return publishBacklogTo(ctx, url, "", func(int) string { return queue }, prefix, n, size)
+}
+
+// publishBacklogTo is publishBacklog through exchange, message i with
+// routing key key(i).
+func publishBacklogTo(ctx context.Context, url, exchange string, key func(i int) string, prefix string, n, size int) (time.Duration, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return 0, fmt.Errorf("publisher dial: %w", err)
@@ -52,7 +58,7 @@ func publishBacklog(ctx context.Context, url, queue, prefix string, n, size int)
 	}
 	start := time.Now()
 	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue,
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key(i),
 			false, // mandatory
 			false, // immediate
 			amqp.Publishing{
