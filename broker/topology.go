@@ -60,7 +60,9 @@ func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error
 }
 
 // Verify checks, without creating anything, that every queue exists and
-// that Hopper's own queues have the planned arguments.
+// that Hopper's own queues have the planned arguments. (For partitions,
+// the check that the broker knows the consistent-hash type declares a
+// throwaway exchange and deletes it at once: see requireExchangeTypes.)
 func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error {
 	var errs []error
 	for _, q := range p.Queues() {
