@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -41,6 +42,9 @@ func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error
 	if len(errs) > 0 {
 		return errors.Join(errs...) // no bindings to a queue that is not there
 	}
+	if err := requireExchangeTypes(conn, p); err != nil {
+		return err
+	}
 	for _, e := range p.Exchanges {
 		if err := declareExchange(conn, e, true); err != nil {
 			errs = append(errs, err)
@@ -58,7 +62,9 @@ func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error
 }
 
 // Verify checks, without creating anything, that every queue exists and
-// that Hopper's own queues have the planned arguments.
+// that Hopper's own queues have the planned arguments. (For partitions,
+// the check that the broker knows the consistent-hash type declares a
+// throwaway exchange and deletes it at once: see requireExchangeTypes.)
 func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error {
 	var errs []error
 	for _, q := range p.Queues() {
@@ -82,6 +88,9 @@ func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error 
 		if err := declare(conn, q); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := requireExchangeTypes(conn, p); err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	// Exchanges must exist with the planned type. Bindings cannot be read
 	// over AMQP 0-9-1, so they are the operator's to check.
@@ -112,24 +121,71 @@ func declareExchange(conn *amqp.Connection, e topology.Exchange, create bool) er
 		}
 	}
 	// autoDelete=false, internal=false, noWait=false
-	if err := ch.ExchangeDeclare(e.Name, e.Type, e.Durable, false, false, false, nil); err != nil {
+	if err := ch.ExchangeDeclare(e.Name, e.Type, e.Durable, false, false, false, amqp.Table(e.Args)); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return fmt.Errorf("%w: exchange %q exists with another type or durability than planned (type=%s durable=%t); change the config, or delete the exchange: %w",
-				ErrTopology, e.Name, e.Type, e.Durable, err)
+			return fmt.Errorf("%w: exchange %q exists with another type, durability or arguments than planned (type=%s durable=%t arguments=%v); change the config, or delete the exchange: %w",
+				ErrTopology, e.Name, e.Type, e.Durable, e.Args, err)
 		}
 		return fmt.Errorf("declare exchange %q: %w", e.Name, err)
 	}
 	return nil
 }
 
-// bind binds the work queue; binding twice is a no-op for the broker.
+// ErrPluginMissing marks an exchange type the broker does not know: the
+// plugin that provides it is not enabled.
+var ErrPluginMissing = errors.New("broker plugin not enabled")
+
+// EnableConsistentHash is the command that gives the broker the
+// consistent-hash exchange type partitions need.
+const EnableConsistentHash = "rabbitmq-plugins enable rabbitmq_consistent_hash_exchange"
+
+// requireExchangeTypes checks that the broker knows the consistent-hash
+// exchange type before anything of the plan's exchanges is declared. An
+// unknown type makes the broker close the channel (or connection) with a
+// bare "unknown exchange type": the operator is told instead which plugin
+// to enable. The check declares a throwaway exchange of the type and
+// deletes it, since an existing exchange is accepted by a passive declare
+// even after its plugin was disabled.
+func requireExchangeTypes(conn *amqp.Connection, p *topology.Plan) error {
+	if !p.Partitioned() {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	name := "hopper.type-check." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	// durable=false, autoDelete=true, internal=false, noWait=false
+	if err := ch.ExchangeDeclare(name, topology.ConsistentHash, false, true, false, false, nil); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.CommandInvalid {
+			return fmt.Errorf("%w: %w: exchange type %s is unknown to the broker (partitions need it); enable it on every node with `%s`: %w",
+				ErrTopology, ErrPluginMissing, topology.ConsistentHash, EnableConsistentHash, err)
+		}
+		return fmt.Errorf("check exchange type %s: %w", topology.ConsistentHash, err)
+	}
+	if err := ch.ExchangeDelete(name, false, false); err != nil { // ifUnused=false, noWait=false
+		return fmt.Errorf("delete exchange %q after checking its type: %w", name, err)
+	}
+	return nil
+}
+
+// bind binds the work queue (or, for an exchange-to-exchange binding, the
+// destination exchange); binding twice is a no-op for the broker.
 func bind(conn *amqp.Connection, b topology.Binding) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer closeQuietly(ch)
+	if b.ToExchange != "" {
+		if err := ch.ExchangeBind(b.ToExchange, b.RoutingKey, b.Exchange, false, amqp.Table(b.Args)); err != nil { // noWait=false
+			return fmt.Errorf("bind exchange %q to exchange %q (routing key %q): %w", b.ToExchange, b.Exchange, b.RoutingKey, err)
+		}
+		return nil
+	}
 	if err := ch.QueueBind(b.Queue, b.RoutingKey, b.Exchange, false, amqp.Table(b.Args)); err != nil { // noWait=false
 		return fmt.Errorf("bind queue %q to exchange %q (routing key %q): %w", b.Queue, b.Exchange, b.RoutingKey, err)
 	}

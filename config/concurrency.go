@@ -105,7 +105,7 @@ const MemoryHeadroom = 64 << 20
 // of 0), since a limit below what is live would only make the collector
 // run without end.
 func (c *Config) MemoryLimit() (limit int64, ok bool) {
-	for _, sc := range c.SubscriptionConfigs() {
+	for _, sc := range c.Consumed() {
 		if _, _, follow := sc.Concurrency(); !follow || sc.Consumer.PrefetchBytes <= 0 {
 			return 0, false
 		}
@@ -148,7 +148,7 @@ func PrefetchBudget(container int64) int64 {
 // stay as they are.
 func (c *Config) FitPrefetchBytes(container int64) (share int, lowered bool) {
 	n := 0
-	for _, sc := range c.SubscriptionConfigs() {
+	for _, sc := range c.Consumed() {
 		if _, _, follow := sc.Concurrency(); follow && sc.Consumer.PrefetchBytes > 0 {
 			n++
 		}

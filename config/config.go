@@ -55,6 +55,9 @@ type Subscription struct {
 	Consumer SubscriptionConsumer `yaml:"consumer,omitempty"`
 	// Retry sets this queue's retry policy. Default retry.*.
 	Retry SubscriptionRetry `yaml:"retry,omitempty"`
+	// Partitions split this queue into partitions (see Partitions).
+	// Default topology.partitions.
+	Partitions *Partitions `yaml:"partitions,omitempty"`
 }
 
 // SubscriptionConsumer overrides consumer.* for one subscription; a key left
@@ -270,8 +273,60 @@ type Topology struct {
 	DLQMaxLength int `yaml:"dlqMaxLength"`
 	// Bindings route messages from exchanges to the work queue. Hopper
 	// declares the exchanges and bindings with the rest of the topology.
+	// With partitions on they bind the exchanges to the partitions'
+	// hash exchange instead, so publishers keep publishing where they did.
 	Bindings []Binding `yaml:"bindings"`
+	// Partitions split the work queue into queues of their own behind a
+	// consistent-hash exchange, each consumed by one replica at a time.
+	// Default count 0: off.
+	Partitions Partitions `yaml:"partitions"`
+	// PartitionOf is set only on the effective config of one partition
+	// queue (see Config.Consumed): the work queue name the partitions
+	// replace. It is no key of the file.
+	PartitionOf string `yaml:"-"`
 }
+
+// Partitions split a work queue Q into Count queues Q.p0 … Q.p{Count-1},
+// bound with equal weight to a consistent-hash exchange named
+// Q.partitions (RabbitMQ's rabbitmq_consistent_hash_exchange plugin). The
+// exchange sends every message of one key to the same partition; each
+// partition is declared single-active-consumer, so one replica at a time
+// delivers its messages, in order, while the partitions spread over the
+// replicas. Every partition has its own delay tiers and all share the DLQ
+// named from Q.
+type Partitions struct {
+	// Count is the number of partition queues, 1 to MaxPartitions.
+	// Default 0: off, the work queue is consumed as it is.
+	Count int `yaml:"count"`
+	// HashOn is what the exchange hashes to pick a partition: routingKey,
+	// or header:NAME for the value of the message header NAME. Default
+	// routingKey.
+	HashOn string `yaml:"hashOn"`
+}
+
+// MaxPartitions bounds topology.partitions.count: each partition is a
+// queue with its own tiers and a consumer channel in every replica.
+const MaxPartitions = 64
+
+// On says whether partitions are on.
+func (p Partitions) On() bool { return p.Count > 0 }
+
+// HashHeader is the header the exchange hashes ("" when it hashes the
+// routing key).
+func (p Partitions) HashHeader() string {
+	name, ok := strings.CutPrefix(p.HashOn, "header:")
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// PartitionQueue is the name of partition i of work queue q.
+func PartitionQueue(q string, i int) string { return q + ".p" + strconv.Itoa(i) }
+
+// PartitionExchange is the name of the consistent-hash exchange in front of
+// the partitions of work queue q.
+func PartitionExchange(q string) string { return q + ".partitions" }
 
 // Binding binds the work queue to one exchange.
 type Binding struct {
@@ -589,7 +644,7 @@ func Default() Config {
 			PublishChannels: 8,
 		},
 		Queue:    Queue{Type: "classic"},
-		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq"},
+		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq", Partitions: Partitions{HashOn: "routingKey"}},
 		App: App{
 			URL:                "http://127.0.0.1:8080/",
 			Timeout:            Duration(30 * time.Second),

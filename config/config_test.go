@@ -822,12 +822,14 @@ func TestEnvName(t *testing.T) {
 }
 
 // countLeaves counts the keys the environment can set: every field that is
-// not a struct (those nest) nor a list of structs (policies).
+// not a struct (those nest), a list of structs (policies) nor derived
+// (yaml:"-").
 func countLeaves(t reflect.Type) int {
 	n := 0
 	for i := range t.NumField() {
 		f := t.Field(i)
 		switch {
+		case f.Tag.Get("yaml") == "-": // derived, not a key
 		case f.Type.Kind() == reflect.Struct:
 			n += countLeaves(f.Type)
 		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:

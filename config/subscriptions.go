@@ -28,6 +28,33 @@ func (c *Config) SubscriptionConfigs() []Config {
 	return out
 }
 
+// Consumed returns one complete config per queue the sidecar consumes:
+// SubscriptionConfigs, with each partitioned subscription expanded into
+// its partition queues. A partition's config is its subscription's with
+// queue.name the partition queue's, topology.dlq the one DLQ named from the
+// partitioned queue, and Topology.PartitionOf that queue's name; consumer
+// and retry settings are the subscription's, so every partition is
+// delivered and retried alike.
+func (c *Config) Consumed() []Config {
+	var out []Config
+	for _, e := range c.SubscriptionConfigs() {
+		p := e.Topology.Partitions
+		if !p.On() {
+			out = append(out, e)
+			continue
+		}
+		dlq := nameFor(e.Topology.DLQ, e.Queue.Name, "")
+		for i := range p.Count {
+			pc := e.clone()
+			pc.Queue.Name = PartitionQueue(e.Queue.Name, i)
+			pc.Topology.DLQ = dlq
+			pc.Topology.PartitionOf = e.Queue.Name
+			out = append(out, pc)
+		}
+	}
+	return out
+}
+
 // subscription is the effective config of one subscription.
 func (c *Config) subscription(s Subscription) Config {
 	e := c.clone()
@@ -47,6 +74,12 @@ func (c *Config) subscription(s Subscription) Config {
 	}
 	if s.Bindings != nil {
 		e.Topology.Bindings = slices.Clone(s.Bindings)
+	}
+	if s.Partitions != nil {
+		e.Topology.Partitions.Count = s.Partitions.Count
+		if s.Partitions.HashOn != "" {
+			e.Topology.Partitions.HashOn = s.Partitions.HashOn
+		}
 	}
 	if strings.HasPrefix(s.Path, "/") { // anything else is reported by Validate
 		e.App.URL = withPath(c.App.URL, s.Path)
@@ -175,6 +208,7 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 			}
 		}
 	}
+subs:
 	for i, s := range c.Subscriptions {
 		path := fmt.Sprintf("subscriptions[%d]", i)
 		if s.Path != "" && !strings.HasPrefix(s.Path, "/") {
@@ -195,9 +229,22 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 			!claim(nameFor(e.Topology.DLQ, e.Queue.Name, ""), path+".queue.name", "its DLQ") {
 			continue
 		}
-		for _, d := range e.AllTiers() {
-			if !claim(nameFor(e.Topology.RetryQueue, e.Queue.Name, FormatDuration(d)), path+".queue.name", "its tier queue") {
-				break
+		queues := []string{e.Queue.Name}
+		if p := e.Topology.Partitions; p.On() && p.Count <= MaxPartitions {
+			queues = queues[:0]
+			for j := range p.Count {
+				if !claim(PartitionQueue(e.Queue.Name, j), path+".queue.name", "its partition queue") {
+					continue subs
+				}
+				queues = append(queues, PartitionQueue(e.Queue.Name, j))
+			}
+		}
+	tiers:
+		for _, q := range queues {
+			for _, d := range e.AllTiers() {
+				if !claim(nameFor(e.Topology.RetryQueue, q, FormatDuration(d)), path+".queue.name", "its tier queue") {
+					break tiers
+				}
 			}
 		}
 	}
@@ -208,6 +255,8 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 func subscriptionKey(key string) string {
 	switch {
 	case strings.HasPrefix(key, "topology.bindings"):
+		return strings.TrimPrefix(key, "topology.")
+	case strings.HasPrefix(key, "topology.partitions"):
 		return strings.TrimPrefix(key, "topology.")
 	case key == "app.url":
 		return "path"

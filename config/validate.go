@@ -127,6 +127,7 @@ func (c *Config) validateOne() []error {
 		add("topology.dlq", "required")
 	}
 	validateBindings(c.Topology.Bindings, add)
+	validatePartitions(c.Topology.Partitions, add)
 	if c.Topology.DLQMaxLength < 0 || c.Topology.DLQMaxLength > math.MaxInt32 {
 		add("topology.dlqMaxLength", "must be between 0 and %d", math.MaxInt32)
 	}
@@ -516,4 +517,21 @@ func describeArgument(a Argument) string {
 		return fmt.Sprintf("the string %q", s)
 	}
 	return a.String()
+}
+
+// validatePartitions checks topology.partitions: the count's range and
+// what the exchange hashes.
+func validatePartitions(p Partitions, add func(path, format string, a ...any)) {
+	if p.Count < 0 || p.Count > MaxPartitions {
+		add("topology.partitions.count", "must be between 0 (off) and %d, got %d", MaxPartitions, p.Count)
+	}
+	switch name, isHeader := strings.CutPrefix(p.HashOn, "header:"); {
+	case p.HashOn == "routingKey":
+	case isHeader && strings.TrimSpace(name) == "":
+		add("topology.partitions.hashOn", "header: needs the header's name, like header:customer-id")
+	case isHeader && strings.TrimSpace(name) != name:
+		add("topology.partitions.hashOn", "header name %q has spaces around it", name)
+	case !isHeader:
+		add("topology.partitions.hashOn", "must be routingKey or header:NAME, got %q", p.HashOn)
+	}
 }

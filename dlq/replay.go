@@ -53,6 +53,13 @@ type ReplayOptions struct {
 	// To, when set, is the destination queue for every message instead of
 	// its x-original-queue.
 	To string
+	// Through, when set and To is not, names the exchange a message from
+	// queue is replayed through instead of that queue: for a partition
+	// queue its consistent-hash exchange, published with the message's
+	// original routing key (its headers are kept), so the exchange picks
+	// the partition for its key as it did the first time. ok false sends
+	// the message to queue itself.
+	Through func(queue string) (exchange string, ok bool)
 	// Filter selects the messages replayed; the others are skipped (kept).
 	Filter Filter
 	// Bound is the number of messages present at start; at most that many
@@ -488,6 +495,18 @@ func (r *replayer) decide(m *msg.Message, replaying int) (dest, verdict string) 
 	return dest, ""
 }
 
+// route is the exchange and routing key a copy for dest is published
+// with: dest through the default exchange, or the exchange in front of
+// dest's partitions with the original routing key.
+func (r *replayer) route(m *msg.Message, dest string) (exchange, key string) {
+	if r.o.To == "" && r.o.Through != nil {
+		if ex, ok := r.o.Through(dest); ok {
+			return ex, msg.OriginalRoutingKey(m)
+		}
+	}
+	return "", dest
+}
+
 // move publishes the copy, waits for the confirm, then acks the original.
 // A failed publish leaves the original held (it returns to the DLQ at the
 // end of the run), or rotated on a quorum DLQ; never acked.
@@ -501,7 +520,8 @@ func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest st
 	if err == nil {
 		// Not ctx: an interrupt must not abandon a publish the broker may
 		// already have taken; the publisher's confirm timeout bounds it.
-		err = r.pub.PublishTo(context.WithoutCancel(ctx), "", dest, cp)
+		exchange, key := r.route(m, dest)
+		err = r.pub.PublishTo(context.WithoutCancel(ctx), exchange, key, cp)
 		published = err == nil
 	}
 	if published {

@@ -102,7 +102,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		queues []string
 		tiers  []time.Duration
 	)
-	for _, c := range cfg.SubscriptionConfigs() {
+	for _, c := range cfg.Consumed() {
 		sub := &subscription{cfg: c, plan: topology.FromConfig(&c)}
 		s.subs = append(s.subs, sub)
 		queues = append(queues, sub.name())

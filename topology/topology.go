@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,13 +56,23 @@ type Exchange struct {
 	// Owned exchanges are declared (topology.declare true) or checked for
 	// their type; the broker's own amq.* exchanges are only checked to exist.
 	Owned bool
+	// Args are the exchange's arguments: hash-header on a partitions
+	// exchange that hashes a header.
+	Args map[string]any
 }
 
+// ConsistentHash is the type of the exchange in front of partitions; the
+// broker knows it only with the rabbitmq_consistent_hash_exchange plugin
+// enabled.
+const ConsistentHash = "x-consistent-hash"
+
 // Binding binds the work queue to an exchange with one routing key (or
-// header match).
+// header match); or, with ToExchange set, binds the exchange ToExchange
+// instead (an operator's exchange feeding the partitions exchange).
 type Binding struct {
 	Exchange   string
 	Queue      string
+	ToExchange string
 	RoutingKey string
 	// Args are the binding arguments: x-match and the headers of a headers
 	// exchange.
@@ -157,13 +168,57 @@ func FromConfig(c *config.Config) Plan {
 			p.Work.Args["x-overflow"] = "reject-publish"
 		}
 	}
-	p.Exchanges, p.Bindings = bindings(c.Topology.Bindings, q)
+	if base := c.Topology.PartitionOf; base != "" {
+		partition(&p, c, base)
+		return p
+	}
+	p.Exchanges, p.Bindings = bindings(c.Topology.Bindings, q, "")
 	return p
+}
+
+// partition makes p the plan of one partition queue of base: the queue has
+// one active consumer at a time (the broker hands its messages to the next
+// consumer, in order, when that one goes), it is bound with weight 1 to the
+// consistent-hash exchange, and the operator's bindings feed that exchange
+// rather than a queue, so a publisher's message reaches exactly one
+// partition, always the same for one key.
+func partition(p *Plan, c *config.Config, base string) {
+	p.Work.Args["x-single-active-consumer"] = true
+	hash := Exchange{Name: config.PartitionExchange(base), Type: ConsistentHash, Durable: true, Owned: true}
+	if h := c.Topology.Partitions.HashHeader(); h != "" {
+		hash.Args = map[string]any{"hash-header": h}
+	}
+	exs, bs := bindings(c.Topology.Bindings, "", hash.Name)
+	// The hash exchange first: the operator's exchanges are bound to it.
+	p.Exchanges = append([]Exchange{hash}, exs...)
+	// The binding key of a consistent-hash exchange is the partition's
+	// weight: equal weights give each partition an equal share of keys.
+	p.Bindings = append([]Binding{{Exchange: hash.Name, Queue: p.Work.Name, RoutingKey: "1"}}, bs...)
+}
+
+// Partitioned says whether the plan is one partition queue's.
+func (p *Plan) Partitioned() bool {
+	return len(p.Exchanges) > 0 && p.Exchanges[0].Type == ConsistentHash
+}
+
+// PartitionExchange is the consistent-hash exchange a message for a
+// partition of queue base is published to, when queue names a partition
+// queue (base.p<n>); ok is false for any other queue.
+func PartitionExchange(queue string) (exchange string, ok bool) {
+	i := strings.LastIndex(queue, ".p")
+	if i <= 0 || i+2 == len(queue) {
+		return "", false
+	}
+	n, err := strconv.Atoi(queue[i+2:])
+	if err != nil || n < 0 || n >= config.MaxPartitions || strconv.Itoa(n) != queue[i+2:] {
+		return "", false
+	}
+	return config.PartitionExchange(queue[:i]), true
 }
 
 // bindings turns the configured bindings into exchanges (each once, in
 // order) and one binding per routing key or header match.
-func bindings(bs []config.Binding, queue string) ([]Exchange, []Binding) {
+func bindings(bs []config.Binding, queue, toExchange string) ([]Exchange, []Binding) {
 	var exs []Exchange
 	var out []Binding
 	for _, b := range bs {
@@ -172,7 +227,7 @@ func bindings(bs []config.Binding, queue string) ([]Exchange, []Binding) {
 		}
 		switch b.Type {
 		case "fanout":
-			out = append(out, Binding{Exchange: b.Exchange, Queue: queue})
+			out = append(out, Binding{Exchange: b.Exchange, Queue: queue, ToExchange: toExchange})
 		case "headers":
 			match := b.Match
 			if match == "" {
@@ -182,10 +237,10 @@ func bindings(bs []config.Binding, queue string) ([]Exchange, []Binding) {
 			for k, v := range b.Headers {
 				args[k] = v
 			}
-			out = append(out, Binding{Exchange: b.Exchange, Queue: queue, Args: args})
+			out = append(out, Binding{Exchange: b.Exchange, Queue: queue, ToExchange: toExchange, Args: args})
 		default:
 			for _, k := range b.RoutingKeys {
-				out = append(out, Binding{Exchange: b.Exchange, Queue: queue, RoutingKey: k})
+				out = append(out, Binding{Exchange: b.Exchange, Queue: queue, ToExchange: toExchange, RoutingKey: k})
 			}
 		}
 	}
@@ -246,13 +301,23 @@ func (p *Plan) String() string {
 	}
 	for _, e := range p.Exchanges {
 		fmt.Fprintf(&b, "exchange %s type=%s durable=%t", e.Name, e.Type, e.Durable)
+		for _, k := range sortedKeys(e.Args) {
+			fmt.Fprintf(&b, " %s=%v", k, e.Args[k])
+		}
+		if e.Type == ConsistentHash {
+			b.WriteString(" (needs: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange)")
+		}
 		if !e.Owned {
 			b.WriteString(" (the broker's own: checked, not declared)")
 		}
 		b.WriteByte('\n')
 	}
 	for _, bd := range p.Bindings {
-		fmt.Fprintf(&b, "binding %s -> %s", bd.Exchange, bd.Queue)
+		if bd.ToExchange != "" {
+			fmt.Fprintf(&b, "binding %s -> exchange %s", bd.Exchange, bd.ToExchange)
+		} else {
+			fmt.Fprintf(&b, "binding %s -> %s", bd.Exchange, bd.Queue)
+		}
 		if len(bd.Args) > 0 {
 			for _, k := range sortedKeys(bd.Args) {
 				fmt.Fprintf(&b, " %s=%v", k, bd.Args[k])
@@ -283,12 +348,15 @@ type DocExchange struct {
 	Type    string `json:"type"`
 	Durable bool   `json:"durable"`
 	Owned   bool   `json:"owned"`
+	// Arguments: hash-header for a partitions exchange hashing a header.
+	Arguments map[string]any `json:"arguments,omitempty"`
 }
 
 // DocBinding is one binding of a Document.
 type DocBinding struct {
 	Exchange   string         `json:"exchange"`
-	Queue      string         `json:"queue"`
+	Queue      string         `json:"queue,omitempty"`
+	ToExchange string         `json:"toExchange,omitempty"`
 	RoutingKey string         `json:"routingKey"`
 	Arguments  map[string]any `json:"arguments,omitempty"`
 }
@@ -321,10 +389,10 @@ func (p *Plan) Document() Document {
 	}
 	d.Exchanges, d.Bindings = []DocExchange{}, []DocBinding{}
 	for _, e := range p.Exchanges {
-		d.Exchanges = append(d.Exchanges, DocExchange(e))
+		d.Exchanges = append(d.Exchanges, DocExchange{Name: e.Name, Type: e.Type, Durable: e.Durable, Owned: e.Owned, Arguments: e.Args})
 	}
 	for _, b := range p.Bindings {
-		d.Bindings = append(d.Bindings, DocBinding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey, Arguments: b.Args})
+		d.Bindings = append(d.Bindings, DocBinding{Exchange: b.Exchange, Queue: b.Queue, ToExchange: b.ToExchange, RoutingKey: b.RoutingKey, Arguments: b.Args})
 	}
 	return d
 }

@@ -72,7 +72,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named); fair, slow, big, batch, deep and keyed alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named); fair, slow, big, batch, deep, keyed and partitions alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
@@ -171,7 +171,9 @@ func setup(o *options) (*env, error) {
 		}
 	}
 	logf("starting a private RabbitMQ node")
-	if e.b, err = testbroker.Start(testbroker.Options{Quiet: true}); err != nil {
+	// The partitions path needs the consistent-hash exchange; no other path
+	// notices the plugin.
+	if e.b, err = testbroker.Start(testbroker.Options{Quiet: true, Plugins: []string{"rabbitmq_consistent_hash_exchange"}}); err != nil {
 		return e, fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
 	}
 	e.url = e.b.URL()
@@ -520,7 +522,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big", "deep", "keyed":
+	case "defaults", "slow", "big", "deep", "keyed", "partitions":
 		return modeOK, nil
 	case "batch":
 		return modeBatch, nil
@@ -794,6 +796,8 @@ type report struct {
 	deep map[string][]runResult
 	// keyed path: who (keyedWho) → runs
 	keyed map[string][]runResult
+	// partitions path: one series per partition count and process count
+	partitions []partitionSeries
 }
 
 // rawPaths are the paths that compare Hopper with the raw worker: every
@@ -803,7 +807,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" {
 			out = append(out, p)
 		}
 	}
@@ -848,6 +852,12 @@ func (e *env) bench() (*report, error) {
 		case "deep":
 			var err error
 			if rep.deep, err = e.deepness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "partitions":
+			var err error
+			if rep.partitions, err = e.partitioning(); err != nil {
 				return nil, err
 			}
 			continue
@@ -1016,6 +1026,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.batch) > 0 {
 		rep.printBatch(w, o)
 	}
+	if len(rep.partitions) > 0 {
+		rep.printPartitions(w, o)
+	}
 
 	// The other paths' lines come just before the final line, which stays
 	// last.
@@ -1083,6 +1096,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.batchLines()...)
 		case "deep":
 			out = append(out, rep.deepLine())
+		case "partitions":
+			out = append(out, rep.partitionLines()...)
 		}
 	}
 	return out

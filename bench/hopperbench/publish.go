@@ -23,13 +23,19 @@ func body(n int) []byte {
 // confirms, keeping up to window publishes unconfirmed, and returns once
 // every one is confirmed.
 func publishBacklog(ctx context.Context, url, queue, prefix string, n, size int) (time.Duration, error) {
-	return publishKeyedBacklog(ctx, url, queue, prefix, n, size, 0)
+	return publishBacklogTo(ctx, url, "", func(int) string { return queue }, prefix, n, size, 0)
 }
 
 // publishKeyedBacklog is publishBacklog with, when keys is above 0, an
 // ordering key in header keyHeader: message i has key i mod keys, so every
 // key's messages are spread evenly through the backlog.
 func publishKeyedBacklog(ctx context.Context, url, queue, prefix string, n, size, keys int) (time.Duration, error) {
+	return publishBacklogTo(ctx, url, "", func(int) string { return queue }, prefix, n, size, keys)
+}
+
+// publishBacklogTo is publishKeyedBacklog through exchange, message i with
+// routing key key(i).
+func publishBacklogTo(ctx context.Context, url, exchange string, key func(i int) string, prefix string, n, size, keys int) (time.Duration, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return 0, fmt.Errorf("publisher dial: %w", err)
@@ -59,7 +65,7 @@ func publishKeyedBacklog(ctx context.Context, url, queue, prefix string, n, size
 	}
 	start := time.Now()
 	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue,
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key(i),
 			false, // mandatory
 			false, // immediate
 			amqp.Publishing{

@@ -30,6 +30,13 @@ func newConfigCmd() *cobra.Command {
 				for _, w := range plan.Warnings() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 				}
+				if p := cfg.Topology.Partitions; p.On() {
+					// Every partition is planned alike: the first one's
+					// warnings stand for all.
+					fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q in %d partition(s) %s … %s behind exchange %q, %d delay tier(s) each, DLQ %q\n",
+						cfg.Queue.Name, p.Count, plan.Work.Name, plans[len(plans)-1].Work.Name, config.PartitionExchange(cfg.Queue.Name), len(plan.Tiers), plan.DLQ.Name)
+					return nil
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q, %d delay tier(s), DLQ %q\n",
 					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
 				return nil
@@ -39,7 +46,7 @@ func newConfigCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: queue %q: %s\n", plan.Work.Name, w)
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "config OK: %s\n", plural(len(plans), "subscription"))
+			fmt.Fprintf(cmd.OutOrStdout(), "config OK: %s\n", plural(len(cfg.Subscriptions), "subscription"))
 			for _, plan := range plans {
 				fmt.Fprintf(cmd.OutOrStdout(), "  queue %q, %d delay tier(s), DLQ %q\n",
 					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
@@ -87,7 +94,7 @@ each subscription's queue has its own; every command acts on all of them.
 					return err
 				}
 				if sub.declare == nil {
-					return printPlans(cmd.OutOrStdout(), plans, cfg.Multi(), output)
+					return printPlans(cmd.OutOrStdout(), plans, len(plans) > 1 || cfg.Multi(), output)
 				}
 				return applyPlans(cmd, cfg, plans, *sub.declare)
 			},
@@ -108,7 +115,7 @@ func loadPlans(cmd *cobra.Command, cf *configFlags) (config.Config, []topology.P
 	if err != nil {
 		return cfg, nil, err
 	}
-	effs := cfg.SubscriptionConfigs()
+	effs := cfg.Consumed()
 	plans := make([]topology.Plan, len(effs))
 	for i := range effs {
 		plans[i] = topology.FromConfig(&effs[i])
@@ -157,33 +164,45 @@ func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, de
 	opts := broker.ConfigOptions(cfg.Broker, log, "hopper-topology")
 	verb := map[bool]string{true: "applied", false: "verified"}[declare]
 	out := cmd.OutOrStdout()
-	queues, bindings := 0, 0
-	exchanges := map[string]bool{}
+	// Partitions make several plans of one queue: each is reported like a
+	// subscription's.
+	multi := cfg.Multi() || len(plans) > 1
+	bindings := 0
+	queueNames, exchanges := map[string]bool{}, map[string]bool{}
 	for i := range plans {
 		plan := &plans[i]
 		if declare {
 			plan.Declare = true
 		}
 		if err := applyOne(cmd.Context(), opts, plan, declare); err != nil {
-			if !cfg.Multi() {
+			if !multi {
 				return err
+			}
+			if len(plans) != len(cfg.Subscriptions) {
+				return fmt.Errorf("queue %q: %w", plan.Work.Name, err)
 			}
 			return fmt.Errorf("subscriptions[%d] (queue %q): %w", i, plan.Work.Name, err)
 		}
-		if !cfg.Multi() {
+		if !multi {
 			fmt.Fprintf(out, "topology %s: OK %s\n", verb, counts(len(plan.Queues()), len(plan.Exchanges), len(plan.Bindings)))
 			return nil
 		}
 		fmt.Fprintf(out, "topology %s: queue %q OK %s\n", verb, plan.Work.Name, counts(len(plan.Queues()), len(plan.Exchanges), len(plan.Bindings)))
-		queues += len(plan.Queues())
+		for _, q := range plan.Queues() {
+			queueNames[q.Name] = true
+		}
 		bindings += len(plan.Bindings)
 		for _, e := range plan.Exchanges {
 			exchanges[e.Name] = true
 		}
 	}
 	// An exchange shared by several subscriptions is one exchange on the
-	// broker, so the total counts it once.
-	fmt.Fprintf(out, "topology %s: OK (%s, %s)\n", verb, plural(len(plans), "subscription"), countList(queues, len(exchanges), bindings))
+	// broker, so the total counts it once; so is the DLQ partitions share.
+	noun := "subscription"
+	if len(plans) != len(cfg.Subscriptions) {
+		noun = "work queue"
+	}
+	fmt.Fprintf(out, "topology %s: OK (%s, %s)\n", verb, plural(len(plans), noun), countList(len(queueNames), len(exchanges), bindings))
 	return nil
 }
 

@@ -72,6 +72,26 @@ type target struct {
 	dlq  string
 	log  *slog.Logger
 	opts broker.Options
+	// partitioned are the config's partitioned work queues: a message
+	// dead-lettered from one of their partitions is replayed through the
+	// partitions exchange.
+	partitioned map[string]bool
+}
+
+// through is dlq.ReplayOptions.Through for the config's partitioned
+// queues: the partitions exchange of a queue that is one of their
+// partitions.
+func (t *target) through(queue string) (string, bool) {
+	ex, ok := topology.PartitionExchange(queue)
+	if !ok {
+		return "", false
+	}
+	for base := range t.partitioned {
+		if config.PartitionExchange(base) == ex {
+			return ex, true
+		}
+	}
+	return "", false
 }
 
 // load reads the config like run does. With --dlq the work queue is not
@@ -98,7 +118,12 @@ func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &target{cfg: cfg, dlq: f.name}
+	t := &target{cfg: cfg, dlq: f.name, partitioned: map[string]bool{}}
+	for _, e := range cfg.SubscriptionConfigs() {
+		if e.Topology.Partitions.On() {
+			t.partitioned[e.Queue.Name] = true
+		}
+	}
 	if cfg.Multi() {
 		eff, err := pickSubscription(&cfg, pick, f.name != "")
 		if err != nil {

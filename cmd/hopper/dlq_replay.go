@@ -77,6 +77,9 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				return err
 			}
 			o.DLQ = t.dlq
+			if len(t.partitioned) > 0 {
+				o.Through = t.through
+			}
 			if err := o.Validate(); err != nil {
 				return usage(err)
 			}

@@ -126,6 +126,10 @@ type Options struct {
 	// Cookie is the Erlang cookie; nodes that are to form a cluster share
 	// one. Empty means a random cookie of the node's own.
 	Cookie string
+	// Plugins are enabled when the node boots (written to its
+	// enabled_plugins file), for example
+	// "rabbitmq_consistent_hash_exchange". Default none.
+	Plugins []string
 }
 
 // Broker is a private RabbitMQ node. Its methods are safe for concurrent
@@ -141,6 +145,7 @@ type Broker struct {
 	quiet        bool
 	extraConfig  string
 	cookie       string
+	plugins      []string
 	startTimeout time.Duration
 
 	mu       sync.Mutex
@@ -199,6 +204,7 @@ func Start(opts Options) (*Broker, error) {
 		quiet:        opts.Quiet,
 		extraConfig:  opts.ExtraConfig,
 		cookie:       opts.Cookie,
+		plugins:      opts.Plugins,
 		startTimeout: timeout,
 	}
 	if b.cookie == "" {
@@ -232,6 +238,27 @@ func Start(opts Options) (*Broker, error) {
 	b.logf("node %s listening on %s (dir %s), started in %v",
 		b.nodeName, b.addr(), b.dir, time.Since(began).Round(time.Millisecond))
 	return b, nil
+}
+
+// pluginsFile is the Erlang term list of an enabled_plugins file.
+func pluginsFile(plugins []string) string {
+	return "[" + strings.Join(plugins, ",") + "].\n"
+}
+
+// MustStartWith starts a broker with opts for one test, like MustStart.
+func MustStartWith(tb testing.TB, opts Options) *Broker {
+	tb.Helper()
+	b, err := Start(opts)
+	if err != nil {
+		tb.Fatalf("testbroker: cannot start RabbitMQ: %v\n%s", err, InstallHint)
+		return nil
+	}
+	tb.Cleanup(func() {
+		if err := b.Stop(); err != nil {
+			tb.Errorf("testbroker: stop: %v", err)
+		}
+	})
+	return b
 }
 
 // MustStart starts a broker for one test and registers its Stop with
@@ -536,7 +563,7 @@ func (b *Broker) prepareDir() error {
 		// reached. log.console = false: the node logs to its own file
 		// under log/, server.log only gets the banner and crashes.
 		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n" + b.extraConfig, 0o644},
-		{"enabled_plugins", "[].\n", 0o644},
+		{"enabled_plugins", pluginsFile(b.plugins), 0o644},
 		// Used instead of /etc/rabbitmq/rabbitmq-env.conf, so a system
 		// setting (NODENAME, NODE_PORT, ...) cannot leak into the node.
 		{"rabbitmq-env.conf", "", 0o644},

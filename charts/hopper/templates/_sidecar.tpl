@@ -194,6 +194,58 @@ subscription in order.
 {{- toJson $names -}}
 {{- end -}}
 
+{{/*
+hopper.consumedQueues: the queues Hopper consumes, as a JSON list: those of
+hopper.queues, each partitioned one (topology.partitions.count, or a
+subscription's partitions.count) replaced by its partition queues
+<queue>.p0 … as Hopper names them.
+*/}}
+{{- define "hopper.consumedQueues" -}}
+{{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
+{{- $top := int (dig "topology" "partitions" "count" 0 $cfg) -}}
+{{- $subs := default (list) (get $cfg "subscriptions") -}}
+{{- if not $subs -}}
+{{- $subs = list (dict "queue" (dict "name" (dig "queue" "name" "" $cfg))) -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $subs -}}
+{{- $name := dig "queue" "name" "" . -}}
+{{- $n := int (dig "partitions" "count" $top .) -}}
+{{- if gt $n 0 -}}
+{{- range $i := until $n -}}
+{{- $out = append $out (printf "%s.p%d" $name $i) -}}
+{{- end -}}
+{{- else -}}
+{{- $out = append $out $name -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+hopper.partitionCap: when every consumed queue is partitioned, the largest
+partition count: each partition has one active consumer, so replicas past
+it only stand by and an autoscaler has no use for them. 0 when a queue is
+not partitioned (any replica may then take its share of that queue).
+*/}}
+{{- define "hopper.partitionCap" -}}
+{{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
+{{- $top := int (dig "topology" "partitions" "count" 0 $cfg) -}}
+{{- $subs := default (list) (get $cfg "subscriptions") -}}
+{{- $cap := $top -}}
+{{- if $subs -}}
+{{- $cap = 0 -}}
+{{- $all := true -}}
+{{- range $subs -}}
+{{- $n := int (dig "partitions" "count" $top .) -}}
+{{- if eq $n 0 }}{{ $all = false }}{{ end -}}
+{{- if gt $n $cap }}{{ $cap = $n }}{{ end -}}
+{{- end -}}
+{{- if not $all }}{{ $cap = 0 }}{{ end -}}
+{{- end -}}
+{{- $cap -}}
+{{- end -}}
+
 {{/* hopper.config: the hopper.yaml Hopper reads (ends with one newline). */}}
 {{- define "hopper.config" -}}
 {{- include "hopper.effectiveConfig" . }}
