@@ -176,6 +176,12 @@ type ConsumerOptions struct {
 	// consumer follows whether it is the one the broker delivers to (see
 	// Role). Default false.
 	SingleActive bool
+	// Priority, when not 0, is the consumer's priority (x-priority). On a
+	// single-active-consumer quorum queue of RabbitMQ 4.0 or later the
+	// broker makes the consumer of highest priority the active one, and
+	// hands over to a higher one that subscribes once the active one has
+	// settled what it holds. Default 0 (none).
+	Priority int
 	// KeepActive keeps a registered consumer of a single-active-consumer
 	// queue registered while paused and when its prefetch changes (the
 	// change waits for the next registration): cancelling it would hand
@@ -610,12 +616,16 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			}
 			seq++
 			tag = fmt.Sprintf("hopper-%s-%d-%d-%d", c.opts.Queue, c.Reconnects.Load(), c.Reconsumes.Load(), seq)
+			var args amqp.Table
+			if c.opts.Priority != 0 {
+				args = amqp.Table{"x-priority": int32(c.opts.Priority)}
+			}
 			d, err := s.ch.ConsumeWithContext(ctx, c.opts.Queue, tag,
 				false, // autoAck
 				false, // exclusive
 				false, // noLocal
 				false, // noWait
-				nil)
+				args)
 			if err != nil {
 				return fmt.Sprintf("consume: %v", err)
 			}

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,6 +61,10 @@ type Sidecar struct {
 	limiter   atomic.Pointer[app.Limiter]
 	pub       atomic.Pointer[broker.Publisher]
 	adminAddr atomic.Value // string
+
+	// instance names this replica among the others consuming the same
+	// queues: its host name (a pod's name) and process id.
+	instance string
 }
 
 // subscription is one consumed queue: its effective config (the top-level
@@ -97,7 +103,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Sidecar{cfg: cfg, log: log}
+	s := &Sidecar{cfg: cfg, log: log, instance: instanceName()}
 	var (
 		queues []string
 		tiers  []time.Duration
@@ -503,6 +509,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			},
 			SingleActive: sub.cfg.Queue.SAC(),
 			KeepActive:   sub.keepsActive(),
+			Priority:     sub.consumerPriority(s.instance),
 			OnReconnect: func(reason string) {
 				s.metrics.Reconnected()
 				s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason),
@@ -694,6 +701,28 @@ func (sub *subscription) ordered() func(*msg.Message) bool {
 		return nil
 	}
 	return func(m *msg.Message) bool { _, ok := src.Key(m); return ok }
+}
+
+// instanceName is what tells this replica from the others: the host name,
+// which in Kubernetes is the pod's, and the process id, which tells apart
+// two processes on one host.
+func instanceName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
+}
+
+// consumerPriority is the priority this replica subscribes a partition
+// queue with: how much it prefers that partition, so that replicas share
+// the partitions where the broker activates the consumer of highest
+// priority. 0 (none) for a queue that is not a partition.
+func (sub *subscription) consumerPriority(instance string) int {
+	if sub.cfg.Topology.PartitionOf == "" {
+		return 0
+	}
+	return order.Preference(instance, sub.name())
 }
 
 // keepsActive says whether the queue's consumer stays registered while
