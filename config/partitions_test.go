@@ -18,6 +18,7 @@ func TestPartitionsValidation(t *testing.T) {
 		{"topology:\n  partitions:\n    count: 4\n    hashOn: key\n", `topology.partitions.hashOn: must be routingKey or header:NAME, got "key"`},
 		{"topology:\n  partitions:\n    count: 4\n    hashOn: 'header:'\n", "topology.partitions.hashOn: header: needs the header's name"},
 		{"subscriptions:\n- queue: {name: a}\n  partitions: {count: 100}\n", "subscriptions[0].partitions.count: must be between 0 (off) and 64, got 100"},
+		{"topology:\n  retryQueue: 'wms.retry.{delay}'\n  partitions:\n    count: 4\n", `topology.retryQueue: with topology.partitions each partition needs tier queues of its own`},
 	} {
 		c, err := parse(t, "queue:\n  name: orders\n"+tc.doc)
 		if strings.HasPrefix(tc.doc, "subscriptions") {

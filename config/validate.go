@@ -128,6 +128,9 @@ func (c *Config) validateOne() []error {
 	}
 	validateBindings(c.Topology.Bindings, add)
 	validatePartitions(c.Topology.Partitions, add)
+	if c.Topology.Partitions.On() && !strings.Contains(c.Topology.RetryQueue, "{queue}") {
+		add("topology.retryQueue", "with topology.partitions each partition needs tier queues of its own (they dead-letter back to it): the template must contain {queue}, got %q", c.Topology.RetryQueue)
+	}
 	if c.Topology.DLQMaxLength < 0 || c.Topology.DLQMaxLength > math.MaxInt32 {
 		add("topology.dlqMaxLength", "must be between 0 and %d", math.MaxInt32)
 	}
