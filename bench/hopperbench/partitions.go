@@ -34,7 +34,7 @@ var partitionProcs = []int{1, 2}
 
 // partitionKeys is the number of routing keys of the backlog: enough for
 // every partition to get a share.
-const partitionKeys = 64
+const partitionKeys = 1024
 
 // partitionBacklogMax bounds the backlog of a run: one partition drains at
 // about 50 messages/s.
