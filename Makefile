@@ -124,6 +124,8 @@ bench: deps
 ## batch (the same with batches of up to 16 answered entry by entry),
 ## ordered and ordered-quorum (40 ordering keys through the same app mix, a hopper SIGKILL,
 ## a broker restart and an app crash: per key, the first 2xx of each message in publish order),
+## single-active-consumer (two processes, the active one SIGKILLed) and partitions (three processes on
+## four partitions, one SIGKILLed),
 ## outage, cluster (quorum leader's node SIGKILLed, another stopped), poison-burst,
 ## poison-crash, overload and subscriptions (two queues in one hopper, one failing every
 ## message, each accounted for on its own); every message id is accounted for (acked or in the DLQ with a
