@@ -32,7 +32,8 @@ func (c *Config) SubscriptionConfigs() []Config {
 // SubscriptionConfigs, with each partitioned subscription expanded into
 // its partition queues. A partition's config is its subscription's with
 // queue.name the partition queue's, topology.dlq the one DLQ named from the
-// partitioned queue, and Topology.PartitionOf that queue's name; consumer
+// partitioned queue, Topology.PartitionOf that queue's name and
+// queue.singleActiveConsumer on; consumer
 // and retry settings are the subscription's, so every partition is
 // delivered and retried alike.
 func (c *Config) Consumed() []Config {
@@ -49,6 +50,10 @@ func (c *Config) Consumed() []Config {
 			pc.Queue.Name = PartitionQueue(e.Queue.Name, i)
 			pc.Topology.DLQ = dlq
 			pc.Topology.PartitionOf = e.Queue.Name
+			// Each partition has one active consumer: the broker's, and
+			// Hopper's own view of it (verify, roles, a fixed prefetch).
+			yes := true
+			pc.Queue.SingleActiveConsumer = &yes
 			out = append(out, pc)
 		}
 	}

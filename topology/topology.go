@@ -183,7 +183,7 @@ func FromConfig(c *config.Config) Plan {
 // rather than a queue, so a publisher's message reaches exactly one
 // partition, always the same for one key.
 func partition(p *Plan, c *config.Config, base string) {
-	p.Work.Args["x-single-active-consumer"] = true
+	p.Work.Args[ArgSingleActiveConsumer] = true
 	hash := Exchange{Name: config.PartitionExchange(base), Type: ConsistentHash, Durable: true, Owned: true}
 	if h := c.Topology.Partitions.HashHeader(); h != "" {
 		hash.Args = map[string]any{"hash-header": h}

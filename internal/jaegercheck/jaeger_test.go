@@ -68,6 +68,26 @@ func startJaeger(t *testing.T) (otlpHTTP, otlpGRPC, query string) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("Jaeger all-in-one not found at %s: run scripts/install-jaeger.sh (make tools) first", bin)
 	}
+	// A port picked free can be taken by another process before Jaeger
+	// binds it (the suite runs brokers and Hopper processes meanwhile):
+	// Jaeger then exits, and is started again on other ports.
+	for attempt := 1; ; attempt++ {
+		var exited bool
+		otlpHTTP, otlpGRPC, query, exited = runJaeger(t, bin)
+		if !exited {
+			return otlpHTTP, otlpGRPC, query
+		}
+		if attempt == 3 {
+			t.Fatalf("jaeger exited before serving, %d times", attempt)
+		}
+		t.Logf("jaeger exited before serving (a port taken meanwhile?); starting it again")
+	}
+}
+
+// runJaeger starts Jaeger on fresh ports and waits until its query API
+// answers, or it exits (exited true).
+func runJaeger(t *testing.T, bin string) (otlpHTTP, otlpGRPC, query string, exited bool) {
+	t.Helper()
 	p := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 	otlpAddr, grpcAddr, queryAddr := p(), p(), p()
 	args := []string{
@@ -86,7 +106,8 @@ func startJaeger(t *testing.T) (otlpHTTP, otlpGRPC, query string) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "SPAN_STORAGE_TYPE=memory")
-	logf, err := os.Create(filepath.Join(t.TempDir(), "jaeger.log"))
+	logPath := filepath.Join(t.TempDir(), "jaeger.log")
+	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +115,17 @@ func startJaeger(t *testing.T) (otlpHTTP, otlpGRPC, query string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start jaeger: %v", err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // test teardown
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()          //nolint:errcheck // the exit is what matters
+	t.Cleanup(func() { cmd.Process.Kill(); <-done }) //nolint:errcheck // test teardown
 	query = "http://" + queryAddr
-	waitfor.Until(t, 30*time.Second, "jaeger query API", func() bool {
+	waitfor.Until(t, 2*time.Minute, "jaeger query API (or jaeger's exit)", func() bool {
+		select {
+		case <-done:
+			exited = true
+			return true
+		default:
+		}
 		resp, err := http.Get(query + "/api/services")
 		if err != nil {
 			return false
@@ -104,7 +133,11 @@ func startJaeger(t *testing.T) (otlpHTTP, otlpGRPC, query string) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	return "http://" + otlpAddr, "http://" + grpcAddr, query
+	if exited {
+		out, _ := os.ReadFile(logPath)
+		t.Logf("jaeger log:\n%s", out)
+	}
+	return "http://" + otlpAddr, "http://" + grpcAddr, query, exited
 }
 
 // jaegerTrace is the part of Jaeger's query API answer the check reads.

@@ -47,6 +47,7 @@ config:
 		{"unordered, three replicas", []string{"-f", minimal, "--set", "deployment.replicas=3"}, ""},
 		{"ordering key, three replicas", []string{"-f", minimal, "--set", "config.consumer.orderingKey=routingKey", "--set", "deployment.replicas=3"},
 			"config.consumer.orderingKey \"routingKey\" with deployment.replicas 3: order holds within one pod only"},
+		{"ordered, KEDA, partitioned", []string{"-f", minimal, "--set", "config.consumer.ordered=true", "--set", "keda.enabled=true", "--set", "config.topology.partitions.count=4"}, ""},
 		{"ordering key, three replicas, single active consumer", append([]string{"-f", minimal, "--set", "config.consumer.orderingKey=routingKey", "--set", "deployment.replicas=3"}, sac...), ""},
 		{"subscription inheriting ordered without single active consumer", []string{"-f", subs},
 			"config.subscriptions[2].consumer.ordered: true with deployment.replicas 2"},

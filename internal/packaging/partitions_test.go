@@ -70,8 +70,10 @@ func TestChartPartitionsCapReplicas(t *testing.T) {
 	if max, _ := scaledObject(t, renderPartitions(t, "--set", "keda.minReplicaCount=6")); max != 6 {
 		t.Errorf("minReplicaCount 6 with 4 partitions: maxReplicaCount %v, want 6", max)
 	}
-	// Partitions off: the values' maximum.
-	if max, queues := scaledObject(t, renderPartitions(t, "--set", "config.topology.partitions.count=0")); max != 10 || !slices.Equal(queues, []string{"orders"}) {
+	// Partitions off (the ordered queue then needs a single active
+	// consumer of its own to scale): the values' maximum.
+	if max, queues := scaledObject(t, renderPartitions(t, "--set", "config.topology.partitions.count=0",
+		"--set", "config.queue.singleActiveConsumer=true")); max != 10 || !slices.Equal(queues, []string{"orders"}) {
 		t.Errorf("partitions off: maxReplicaCount %v, triggers %v", max, queues)
 	}
 

@@ -92,7 +92,10 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- end -}}
 {{- if $scalers -}}
 {{- $topCons := default (dict) (get $cfg "consumer") -}}
-{{- $queues := list (dict "path" "config" "queue" $queue "consumer" $topCons) -}}
+{{- /* A partitioned queue's partitions each have a single active
+       consumer of their own. */ -}}
+{{- $topParts := int (dig "topology" "partitions" "count" 0 $cfg) -}}
+{{- $queues := list (dict "path" "config" "queue" $queue "consumer" $topCons "parts" (gt $topParts 0)) -}}
 {{- if $subs -}}{{- $queues = list -}}{{- end -}}
 {{- range $i, $s := $subs -}}
 {{- /* A key the subscription sets wins, false included; merge would
@@ -101,12 +104,12 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- range $k, $val := default (dict) (get $s "queue") -}}{{- $_ := set $sq $k $val -}}{{- end -}}
 {{- $sc := deepCopy (pick $topCons "ordered" "orderingKey") -}}
 {{- range $k, $val := default (dict) (get $s "consumer") -}}{{- $_ := set $sc $k $val -}}{{- end -}}
-{{- $queues = append $queues (dict "path" (printf "config.subscriptions[%d]" $i) "queue" $sq "consumer" $sc) -}}
+{{- $queues = append $queues (dict "path" (printf "config.subscriptions[%d]" $i) "queue" $sq "consumer" $sc "parts" (gt (int (dig "partitions" "count" $topParts $s)) 0)) -}}
 {{- end -}}
 {{- range $queues -}}
 {{- $ordered := get .consumer "ordered" -}}
 {{- $key := toString (default "" (get .consumer "orderingKey")) -}}
-{{- if and (or (eq (toString $ordered) "true") (ne $key "")) (ne (toString (get .queue "singleActiveConsumer")) "true") -}}
+{{- if and (or (eq (toString $ordered) "true") (ne $key "")) (ne (toString (get .queue "singleActiveConsumer")) "true") (not .parts) -}}
 {{- fail (printf "%s.consumer.%s with %s: order holds within one pod only, and several pods would take the queue's messages in turn. Set %s.queue.singleActiveConsumer: true (one pod consumes at a time, the others stand by), or run one replica without autoscaling" .path (ternary "ordered: true" (printf "orderingKey %q" $key) (eq (toString $ordered) "true")) (join ", " $scalers) .path) -}}
 {{- end -}}
 {{- end -}}
