@@ -67,6 +67,16 @@ func (c *Config) Concurrency() (prefetch, workers int, follow bool) {
 	return min(2*workers*per, 65535), workers, false
 }
 
+// Budgeted says whether consumer.prefetchBytes bounds the queue's
+// prefetch: a prefetch Hopper picks, following the limit or, on a
+// single-active-consumer queue, fixed (to keep the consumer's place in
+// line); not one the operator set (consumer.prefetch), nor an ordered
+// queue's one message.
+func (c *Config) Budgeted() bool {
+	_, _, follow := c.Concurrency()
+	return follow || c.Queue.SAC() && c.Consumer.Prefetch == 0 && !c.Consumer.Ordered
+}
+
 // FollowPrefetch is FollowPrefetch(limit, workers) in messages: with
 // batching on, each request of the limit carries a batch.
 func (c *Config) FollowPrefetch(limit, workers int) int {
@@ -95,8 +105,7 @@ func FollowPrefetch(limit, workers int) int {
 const MemoryHeadroom = 64 << 20
 
 // MemoryLimit is the soft memory limit for the Go runtime when every
-// consumed queue's prefetch follows the concurrency limit under a byte
-// budget: the budgets' sum plus MemoryHeadroom. Without a limit the
+// consumed queue's prefetch is under a byte budget (Budgeted): the budgets' sum plus MemoryHeadroom. Without a limit the
 // collector lets the heap grow to twice what is live, so 64 MiB of held
 // 1 MiB messages took a peak RSS near three times that; with it, the heap
 // is collected as it nears the bound instead. It only binds when large
@@ -106,7 +115,7 @@ const MemoryHeadroom = 64 << 20
 // run without end.
 func (c *Config) MemoryLimit() (limit int64, ok bool) {
 	for _, sc := range c.Consumed() {
-		if _, _, follow := sc.Concurrency(); !follow || sc.Consumer.PrefetchBytes <= 0 {
+		if !sc.Budgeted() || sc.Consumer.PrefetchBytes <= 0 {
 			return 0, false
 		}
 		limit += int64(sc.Consumer.PrefetchBytes)
@@ -139,7 +148,7 @@ func PrefetchBudget(container int64) int64 {
 }
 
 // FitPrefetchBytes lowers the byte budget of every queue whose prefetch
-// follows the limit to an equal share of PrefetchBudget(container) where
+// is under one (Budgeted) to an equal share of PrefetchBudget(container) where
 // it is higher: the default of 64 MiB, made for a machine without a
 // limit, costs about 128 MiB once held, the whole of the chart's default
 // limit. It
@@ -149,7 +158,7 @@ func PrefetchBudget(container int64) int64 {
 func (c *Config) FitPrefetchBytes(container int64) (share int, lowered bool) {
 	n := 0
 	for _, sc := range c.Consumed() {
-		if _, _, follow := sc.Concurrency(); follow && sc.Consumer.PrefetchBytes > 0 {
+		if sc.Budgeted() && sc.Consumer.PrefetchBytes > 0 {
 			n++
 		}
 	}

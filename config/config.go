@@ -471,7 +471,8 @@ type Consumer struct {
 	// hold: the consumer keeps its prefetch at most PrefetchBytes over the
 	// size of recent bodies (1 until it has seen one, at least 1), so an
 	// app that keeps up with large messages does not draw hundreds of
-	// them into memory. Applies only while the prefetch follows the limit.
+	// them into memory. Applies to a prefetch Hopper picks: one that follows
+	// the limit, and a single-active-consumer queue's.
 	// In a container with a memory limit, hopper run lowers it to fit
 	// (FitPrefetchBytes). Default 64 MiB; 0 bounds nothing.
 	PrefetchBytes int `yaml:"prefetchBytes"`

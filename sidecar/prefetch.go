@@ -86,9 +86,11 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 
 // prefetchBytes is the byte budget of the queue's consumer: the
 // configured consumer.prefetchBytes while the prefetch follows the limit,
-// none for a fixed prefetch, which the operator sized.
+// and for the prefetch Hopper picks for a single-active-consumer queue
+// (which does not follow, to keep its place in line); none for a prefetch
+// the operator set (consumer.prefetch), or an ordered queue's one.
 func (sub *subscription) prefetchBytes() int {
-	if _, _, follow := sub.cfg.Concurrency(); follow {
+	if sub.cfg.Budgeted() {
 		return sub.cfg.Consumer.PrefetchBytes
 	}
 	return 0

@@ -152,3 +152,42 @@ func TestResumeWithinPrefetchBytes(t *testing.T) {
 	}
 	t.Logf("prefetch of each consumer started: %v (%d after the breaker opened)", started, len(started)-beforeResume)
 }
+
+// The prefetch Hopper picks for a single-active-consumer queue does not
+// follow the limit, but it is still bounded by consumer.prefetchBytes:
+// the first consumer, before any body size is known, takes one message,
+// not twice the workers, and none takes more than the budget holds.
+func TestSingleActivePrefetchWithinBytes(t *testing.T) {
+	app := newHealthApp(t)
+	cfg := testConfig(t, app.URL)
+	yes := true
+	cfg.Queue.SingleActiveConsumer = &yes
+	cfg.Consumer.Prefetch, cfg.Consumer.Workers = 0, 0
+	cfg.Consumer.PrefetchBytes = 1 << 20
+	const n, size, room = 20, 256 << 10, 4 // 1 MiB / 256 KiB
+	prefillSized(t, cfg, "first", n, size)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := &startedLog{}
+	sc := sidecar.New(&cfg, slog.New(log))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar: %v", err)
+		}
+	})
+	waitfor.Until(t, time.Minute, "the backlog answered", func() bool { return app.answered() == n })
+	started := log.started()
+	if len(started) == 0 || started[0] != 1 {
+		t.Errorf("consumers started with prefetch %v: the first, before any body size is known, should take 1", started)
+	}
+	for i, p := range started {
+		if p > room {
+			t.Errorf("consumer %d of %v started with prefetch %d over the %d the budget allows", i, started, p, room)
+		}
+	}
+}
