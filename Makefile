@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build deps tools test unit demo vet fmt clean jaeger-check fuzz
+.PHONY: all build deps tools helm test check unit demo vet fmt clean jaeger-check fuzz
 
 all: build
 
@@ -17,17 +17,28 @@ deps:
 	scripts/install-rabbitmq.sh
 
 ## tools: pinned helm and Jaeger all-in-one in .cache/bin (go install; cached,
-## several minutes on the first run)
-tools:
-	scripts/install-helm.sh
+## several minutes on the first run); `make test` needs helm only
+tools: helm
 	scripts/install-jaeger.sh
 
-## test: every test, against a private RabbitMQ node the tests start themselves:
-## unit and fuzz seeds, integration, the reduced fault suite, the Jaeger
-## end-to-end check, chart lint/render (and its KEDA, Prometheus Operator and
-## PromQL checks) and Dockerfile checks
-test: deps tools vet
-	$(GO) test -count=1 -timeout 25m ./...
+helm:
+	scripts/install-helm.sh
+
+## test: what must pass on every change, against a private RabbitMQ node the
+## tests start themselves: unit tests and fuzz seeds, integration tests of
+## every package (broker, loop, sidecar, DLQ tools, CLI), chart lint/render
+## and Dockerfile checks. Everything but the long suites of `make check`.
+LONG_SUITES = /faults$$|/internal/jaegercheck$$
+test: deps helm vet
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -Ev '$(LONG_SUITES)')
+
+## check: `make test`, then the long suites: the reduced fault suite (every
+## message id accounted for under SIGKILLs, broker restarts and app crashes),
+## the Jaeger end-to-end check, the chart's objects against the KEDA,
+## Prometheus Operator and Kubernetes types, and the fuzzers for a bounded
+## number of inputs. CI runs it.
+check: test tools
+	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/
 	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=20000x
 
@@ -64,8 +75,6 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum differ from what go mod tidy leaves (run go mod tidy)"; exit 1; }
 	$(GO) vet ./...
-	@cd internal/kubecheck && { $(GO) mod tidy -diff || { echo "internal/kubecheck: go.mod/go.sum differ from what go mod tidy leaves"; exit 1; }; }
-	cd internal/kubecheck && $(GO) vet ./...
 
 clean:
 	rm -rf bin
@@ -87,6 +96,8 @@ chart-test:
 ## module of its own (internal/kubecheck), so none of it is in hopper's go.mod.
 .PHONY: kubecheck
 kubecheck:
+	@cd internal/kubecheck && { $(GO) mod tidy -diff || { echo "internal/kubecheck: go.mod/go.sum differ from what go mod tidy leaves"; exit 1; }; }
+	cd internal/kubecheck && $(GO) vet ./...
 	cd internal/kubecheck && $(GO) test -count=1 ./...
 
 ## docker-check: the Dockerfile builds with `make build` and ends in a non-root, shell-free
