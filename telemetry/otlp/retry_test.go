@@ -84,17 +84,19 @@ func TestRetryAfter(t *testing.T) {
 func TestHTTPRetryAfterDate(t *testing.T) {
 	t.Run("waited", func(t *testing.T) {
 		col := &httpCollector{answers: []int{http.StatusTooManyRequests},
-			retryAfter: time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)}
+			retryAfter: time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)}
 		srv := httptest.NewServer(col)
 		defer srv.Close()
-		exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/base"}))
+		exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/base",
+			"OTEL_EXPORTER_OTLP_TIMEOUT": "60000"}))
 		w := recordWaits(exp)
 		if err := exp.ExportSpans(context.Background(), sampleSpans(t)); err != nil {
 			t.Fatal(err)
 		}
-		// The date has whole seconds: 2 to 3 s from when it was written.
-		if got := w.all(); len(got) != 1 || got[0] <= time.Second || got[0] > 3*time.Second {
-			t.Errorf("waits = %v, want one of 1-3s (the date's)", got)
+		// The date has whole seconds: 29 to 30 s from when it was
+		// written, less the time the answer took to come back.
+		if got := w.all(); len(got) != 1 || got[0] <= 15*time.Second || got[0] > 30*time.Second {
+			t.Errorf("waits = %v, want one of 15-30s (the date's)", got)
 		}
 	})
 	t.Run("past the deadline", func(t *testing.T) {
