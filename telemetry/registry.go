@@ -23,6 +23,7 @@ const (
 	counterKind kind = iota
 	gaugeKind
 	histogramKind
+	summaryKind
 )
 
 func (k kind) String() string {
@@ -31,6 +32,8 @@ func (k kind) String() string {
 		return "gauge"
 	case histogramKind:
 		return "histogram"
+	case summaryKind:
+		return "summary"
 	}
 	return "counter"
 }

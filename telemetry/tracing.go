@@ -56,9 +56,13 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string, version str
 	if !ok {
 		return t, nil
 	}
+	cfg.UserAgent = otlp.UserAgent(version)
 	exp := otlp.New(cfg)
 	exp.Rejected = func(n int64) { t.Dropped.Add(n) }
 	t.Exporter = "otlp " + cfg.Protocol + " " + cfg.URL
+	if cfg.Proxy != nil {
+		t.Exporter += " through proxy " + cfg.Proxy.Redacted()
+	}
 	res, err := resource.Merge(
 		resource.NewSchemaless(semconv.ServiceName("hopper"), semconv.ServiceVersion(version)),
 		resource.Environment(), // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME win

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpproxy"
 )
 
 // Protocols the exporter speaks, as OTEL_EXPORTER_OTLP_PROTOCOL names them.
@@ -35,6 +37,12 @@ type Config struct {
 	Gzip    bool
 	// TLS is nil for a plain-text endpoint.
 	TLS *tls.Config
+	// Proxy is the HTTP proxy to reach the collector through, nil for a
+	// direct connection.
+	Proxy *url.URL
+	// UserAgent is sent with every export; New uses UserAgent("") when
+	// it is empty.
+	UserAgent string
 }
 
 // FromEnv reads the standard OTEL_EXPORTER_OTLP_* variables, each
@@ -92,7 +100,49 @@ func FromEnv(getenv func(string) string) (cfg Config, ok bool, err error) {
 			return Config{}, false, err
 		}
 	}
+	if cfg.Proxy, err = cfg.proxyFromEnv(getenv); err != nil {
+		return Config{}, false, err
+	}
 	return cfg, true, nil
+}
+
+// proxyFromEnv picks the proxy for the collector from HTTPS_PROXY,
+// HTTP_PROXY and NO_PROXY (or their lower-case forms), as net/http does
+// for http/protobuf: by the URL's scheme, never for localhost or a
+// loopback address. gRPC is always tunnelled with CONNECT and, as gRPC
+// clients do, takes HTTPS_PROXY whether or not the connection inside is
+// TLS.
+func (cfg *Config) proxyFromEnv(getenv func(string) string) (*url.URL, error) {
+	either := func(upper string) (string, string) {
+		if v := getenv(upper); v != "" {
+			return v, upper
+		}
+		return getenv(strings.ToLower(upper)), strings.ToLower(upper)
+	}
+	httpsProxy, httpsName := either("HTTPS_PROXY")
+	httpProxy, httpName := either("HTTP_PROXY")
+	noProxy, _ := either("NO_PROXY")
+	target, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("collector URL %q: %w", cfg.URL, err)
+	}
+	name, value := httpName, httpProxy
+	if target.Scheme == "https" || cfg.Protocol == ProtocolGRPC {
+		target.Scheme, name, value = "https", httpsName, httpsProxy
+	}
+	// The proxy function leaves out a value it cannot read, which would
+	// send spans around the proxy without a word.
+	if err := checkProxy(value); err != nil {
+		return nil, fmt.Errorf("%s %q: %w", name, value, err)
+	}
+	proxy, err := (&httpproxy.Config{HTTPProxy: httpProxy, HTTPSProxy: httpsProxy, NoProxy: noProxy}).ProxyFunc()(target)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if proxy != nil && cfg.Protocol == ProtocolGRPC && proxy.Scheme != "http" {
+		return nil, fmt.Errorf("%s %q: gRPC export goes through an http:// proxy (CONNECT), not %s://", name, proxy.Redacted(), proxy.Scheme)
+	}
+	return proxy, nil
 }
 
 // setURL derives the request URL from the endpoint and reports whether
@@ -130,6 +180,27 @@ func (cfg *Config) setURL(endpoint, name string, getenv func(string) string) (se
 	}
 	cfg.URL = u.String()
 	return u.Scheme == "https", nil
+}
+
+// checkProxy reports whether a proxy variable's value reads as a URL,
+// "host:port" taken as an http:// one.
+func checkProxy(v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err == nil && u.Scheme != "" && u.Host != "" {
+		return nil
+	}
+	if !strings.Contains(v, "://") {
+		if u, err2 := url.Parse("http://" + v); err2 == nil && u.Host != "" {
+			return nil
+		}
+	}
+	if err == nil {
+		err = errors.New("want a proxy URL (http://host:port)")
+	}
+	return err
 }
 
 // parseHeaders reads "key=value,key2=value2", values percent-encoded.

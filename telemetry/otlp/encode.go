@@ -355,7 +355,14 @@ func appendDouble(b []byte, num protowire.Number, v float64) []byte {
 	return protowire.AppendFixed64(b, math.Float64bits(v))
 }
 
+// appendTime writes a time in nanoseconds since the epoch. The field is
+// unsigned: a time before 1970 (or the zero time.Time, whose UnixNano
+// overflows) is written as 0, "unknown", instead of wrapping around to a
+// date centuries ahead; and 0, proto3's default, is left out.
 func appendTime(b []byte, num protowire.Number, unixNano int64) []byte {
+	if unixNano <= 0 {
+		return b
+	}
 	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
 	return protowire.AppendFixed64(b, uint64(unixNano))
 }

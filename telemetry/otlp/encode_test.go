@@ -259,3 +259,14 @@ func TestEncodeManySpans(t *testing.T) {
 		}
 	}
 }
+
+// A zero or pre-1970 time is written as 0 ("unknown"), not wrapped
+// around to a date centuries ahead.
+func TestEncodeTimesBeforeEpoch(t *testing.T) {
+	stubs := tracetest.SpanStubs{{Name: "no times", EndTime: time.Unix(-5, 0),
+		Events: []sdktrace.Event{{Name: "e"}}}}
+	s := decode(t, Encode(stubs.Snapshots())).ResourceSpans[0].ScopeSpans[0].Spans[0]
+	if s.StartTimeUnixNano != 0 || s.EndTimeUnixNano != 0 || s.Events[0].TimeUnixNano != 0 {
+		t.Errorf("start %d end %d event %d, want 0 each", s.StartTimeUnixNano, s.EndTimeUnixNano, s.Events[0].TimeUnixNano)
+	}
+}

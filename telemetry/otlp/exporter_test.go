@@ -19,6 +19,7 @@ import (
 	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -26,7 +27,32 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
+
+// waits records the waits an exporter asks for between tries, instead of
+// spending them.
+type waits struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (w *waits) all() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Duration(nil), w.d...)
+}
+
+func recordWaits(exp *Exporter) *waits {
+	w := &waits{}
+	exp.sleep = func(ctx context.Context, d time.Duration) error {
+		w.mu.Lock()
+		w.d = append(w.d, d)
+		w.mu.Unlock()
+		return ctx.Err()
+	}
+	return w
+}
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
@@ -46,8 +72,11 @@ type httpCollector struct {
 	answers []int
 	// rejecting, when above 0, is the partial success a 200 reports.
 	rejecting int64
-	requests  []*coltracepb.ExportTraceServiceRequest
-	headers   []http.Header
+	// retryAfter, when set, is the Retry-After of every refusal (a 503
+	// otherwise says 0).
+	retryAfter string
+	requests   []*coltracepb.ExportTraceServiceRequest
+	headers    []http.Header
 }
 
 func (c *httpCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +103,10 @@ func (c *httpCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(c.answers) > 0 {
 		code := c.answers[0]
 		c.answers = c.answers[1:]
-		if code == 503 {
+		switch {
+		case c.retryAfter != "":
+			w.Header().Set("Retry-After", c.retryAfter)
+		case code == 503:
 			w.Header().Set("Retry-After", "0")
 		}
 		http.Error(w, "busy", code)
@@ -97,7 +129,7 @@ func TestHTTPExportDeliversAndRetries(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_HEADERS":     "authorization=Bearer%20abc,x-tenant=t1",
 		"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
 	}))
-	exp.backoff = time.Millisecond
+	recordWaits(exp)
 	spans := sampleSpans(t)
 	if err := exp.ExportSpans(context.Background(), spans); err != nil {
 		t.Fatalf("export after two busy answers: %v", err)
@@ -135,7 +167,7 @@ func TestHTTPExportGivesUpAtDeadline(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", 503) }))
 	defer srv.Close()
 	exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL, "OTEL_EXPORTER_OTLP_TIMEOUT": "50"}))
-	exp.backoff = time.Millisecond
+	exp.minBackoff = time.Millisecond
 	err := exp.ExportSpans(context.Background(), sampleSpans(t))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("want the last answer and the deadline, got %v", err)
@@ -155,11 +187,14 @@ func TestExportAfterShutdownFails(t *testing.T) {
 // grpcCollector is the collector's trace service on a real gRPC server.
 type grpcCollector struct {
 	coltracepb.UnimplementedTraceServiceServer
-	mu        sync.Mutex
-	fail      []codes.Code
-	rejecting int64
-	requests  []*coltracepb.ExportTraceServiceRequest
-	tenant    []string
+	mu   sync.Mutex
+	fail []codes.Code
+	// retryDelay, when above 0, is the RetryInfo every refusal carries.
+	retryDelay time.Duration
+	rejecting  int64
+	requests   []*coltracepb.ExportTraceServiceRequest
+	tenant     []string
+	userAgent  []string
 }
 
 func (c *grpcCollector) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
@@ -168,10 +203,18 @@ func (c *grpcCollector) Export(ctx context.Context, req *coltracepb.ExportTraceS
 	c.requests = append(c.requests, req)
 	md, _ := metadata.FromIncomingContext(ctx)
 	c.tenant = append(c.tenant, strings.Join(md.Get("x-tenant"), ","))
+	c.userAgent = append(c.userAgent, strings.Join(md.Get("user-agent"), ","))
 	if len(c.fail) > 0 {
 		code := c.fail[0]
 		c.fail = c.fail[1:]
-		return nil, status.Error(code, "refused: "+code.String())
+		st := status.New(code, "refused: "+code.String())
+		if c.retryDelay > 0 {
+			var err error
+			if st, err = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(c.retryDelay)}); err != nil {
+				return nil, err
+			}
+		}
+		return nil, st.Err()
 	}
 	if c.rejecting > 0 {
 		return &coltracepb.ExportTraceServiceResponse{PartialSuccess: &coltracepb.ExportTracePartialSuccess{
@@ -205,7 +248,7 @@ func TestGRPCExport(t *testing.T) {
 				"OTEL_EXPORTER_OTLP_TRACES_HEADERS":     "x-tenant=t2",
 				"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": gz,
 			}))
-			exp.backoff = time.Millisecond
+			recordWaits(exp)
 			spans := sampleSpans(t)
 			if err := exp.ExportSpans(context.Background(), spans); err != nil {
 				t.Fatalf("export after one UNAVAILABLE: %v", err)
