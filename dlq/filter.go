@@ -56,7 +56,7 @@ func (f *Filter) Validate() error {
 	var errs []error
 	for _, s := range f.Statuses {
 		if _, _, err := parseStatus(s); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("--status %q: %w", s, err))
 		}
 	}
 	for _, r := range f.Reasons {
@@ -74,11 +74,14 @@ func (f *Filter) Validate() error {
 	return errors.Join(errs...)
 }
 
+// errStatus says what a status filter accepts.
+var errStatus = errors.New("not a final status: want a code (100-599), a class (1xx-5xx) or 0 for no response")
+
 // parseStatus reads "503" (exact) or "5xx" (class): it returns the range
 // [lo, hi].
 func parseStatus(s string) (lo, hi int, err error) {
 	s = strings.ToLower(strings.TrimSpace(s))
-	bad := fmt.Errorf("status filter %q: want a code (100-599), a class (1xx-5xx) or 0 for no response", s)
+	bad := errStatus
 	if len(s) == 3 && strings.HasSuffix(s, "xx") {
 		if s[0] < '1' || s[0] > '5' {
 			return 0, 0, bad

@@ -79,7 +79,10 @@ each subscription's queue has its own; every command acts on all of them.
 		{"apply", "Declare the topology", ptr(true)},
 		{"verify", "Verify the topology without creating anything", ptr(false)},
 	} {
-		cf := configFlags{tool: true}
+		cf := configFlags{user: forBroker}
+		if sub.declare == nil {
+			cf.user = forPlan
+		}
 		var output string
 		c := &cobra.Command{
 			Use:   sub.name,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,7 +62,7 @@ type dlqFlags struct {
 }
 
 func (f *dlqFlags) register(fs *pflag.FlagSet) {
-	f.cf.tool = true
+	f.cf.user = forBroker
 	f.cf.register(fs)
 	fs.StringVar(&f.name, "dlq", "", "DLQ to work on (default: the DLQ of queue.name, or of the subscription --queue picks, from topology.dlq)")
 }
@@ -328,12 +329,32 @@ type filterFlags struct {
 
 func (ff *filterFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&ff.queues, "original-queue", nil, "only messages whose x-original-queue is one of these (--queue names the work queue whose DLQ is used, as for run)")
-	fs.StringSliceVar(&ff.reasons, "reason", nil, "only these dead-letter reasons: "+strings.Join(dlq.Reasons(), ", ")+" (the last four are the broker's own)")
+	fs.StringSliceVar(&ff.reasons, "reason", nil, reasonHelp())
 	fs.StringSliceVar(&ff.statuses, "status", nil, "only these final statuses: codes (503) or classes (5xx); 0 is no response")
 	fs.StringSliceVar(&ff.keys, "routing-key", nil, "only these original routing keys (AMQP topic patterns: * one word, # any)")
 	fs.StringArrayVar(&ff.headers, "header", nil, "only messages with this header: name=value, or name for any value (repeatable, all must match)")
 	fs.DurationVar(&ff.olderThan, "older-than", 0, "only messages in the DLQ for longer than this (e.g. 1h)")
 	fs.DurationVar(&ff.newerThan, "newer-than", 0, "only messages in the DLQ for less than this (e.g. 30m)")
+}
+
+// reasonHelp lists every dead-letter reason once, grouped by who writes
+// it: expired is written both by Hopper (its deadline) and the broker (a
+// TTL).
+func reasonHelp() string {
+	var hopperOnly, both []string
+	brokerOnly := dlq.BrokerOnlyReasons()
+	for _, r := range dlq.Reasons() {
+		switch {
+		case slices.Contains(brokerOnly, r):
+		case slices.Contains(msg.BrokerReasons, r):
+			both = append(both, r)
+		default:
+			hopperOnly = append(hopperOnly, r)
+		}
+	}
+	return "only these dead-letter reasons: Hopper's " + strings.Join(hopperOnly, ", ") +
+		"; Hopper's or the broker's " + strings.Join(both, ", ") +
+		"; the broker's " + strings.Join(brokerOnly, ", ")
 }
 
 func (ff *filterFlags) filter() (dlq.Filter, error) {
