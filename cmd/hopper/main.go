@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -207,9 +208,13 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 			errs = append(errs, fmt.Errorf("--set: %w", err))
 		}
 	}
-	// Validate even when loading failed, so every problem shows in one run.
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
+	// Validate even when loading failed, so every problem shows in one run;
+	// but not without the file: every key it would have set would be
+	// reported missing, burying the one problem to fix.
+	if !errors.Is(err, fs.ErrNotExist) {
+		if err := cfg.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cfg, report(cmd, err)
