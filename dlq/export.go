@@ -27,6 +27,11 @@ type ExportOptions struct {
 	Bound int
 	// Filter selects the messages exported; the others stay untouched.
 	Filter Filter
+	// Limit caps the messages exported (0: no cap). Reaching it ends the
+	// export, except on a quorum DLQ (Rotate set), where the rest of the
+	// messages present are still taken and rotated, so that the DLQ keeps
+	// its order; they count as skipped.
+	Limit int
 	// Remove acks each exported message once its line is written and
 	// synced. Without it the DLQ is left exactly as it was.
 	Remove bool
@@ -56,6 +61,7 @@ type ExportResult struct {
 	Exported int    `json:"exported"`
 	// Removed were acked after their line was synced.
 	Removed int `json:"removed"`
+	// Skipped did not match the filter, or came after the limit.
 	Skipped int `json:"skipped"`
 	// Failed could not be encoded (unsupported header type); they stay.
 	Failed int `json:"failed"`
@@ -109,6 +115,10 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		return nil
 	}
 	for res.Taken < o.Bound {
+		full := o.Limit > 0 && res.Exported >= o.Limit
+		if full && o.Rotate == nil {
+			break // the rest stay where they are
+		}
 		if ctx.Err() != nil {
 			errs = append(errs, fmt.Errorf("export interrupted after %d messages: %w", res.Exported, context.Cause(ctx)))
 			break
@@ -134,7 +144,7 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		m, err := message(d)
 		if err == nil {
 			err = guard(func() (err error) {
-				if match, _ := o.Filter.Match(m, o.Now()); match {
+				if match, _ := o.Filter.Match(m, o.Now()); match && !full {
 					line, err = MarshalLine(m, o.DLQ)
 				}
 				return err

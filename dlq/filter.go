@@ -16,6 +16,8 @@ import (
 // fields match everything; every non-empty field must match. Within one
 // field any listed value matches.
 type Filter struct {
+	// MessageIDs match the AMQP message id exactly.
+	MessageIDs []string
 	// Queues match x-original-queue exactly.
 	Queues []string
 	// Reasons match x-dead-letter-reason exactly.
@@ -54,6 +56,14 @@ func ParseHeaderMatch(s string) (HeaderMatch, error) {
 // Validate reports malformed values at once, before anything is read.
 func (f *Filter) Validate() error {
 	var errs []error
+	for _, id := range f.MessageIDs {
+		if id == "" {
+			// It would select the messages without an id, which no
+			// one asks for by leaving a comma too many.
+			errs = append(errs, fmt.Errorf("--message-id: empty id in %q", strings.Join(f.MessageIDs, ",")))
+			break
+		}
+	}
 	for _, s := range f.Statuses {
 		if _, _, err := parseStatus(s); err != nil {
 			errs = append(errs, fmt.Errorf("--status %q: %w", s, err))
@@ -99,6 +109,9 @@ func parseStatus(s string) (lo, hi int, err error) {
 // Match reports whether m is selected, and if not, why (for --dry-run and
 // logs).
 func (f *Filter) Match(m *msg.Message, now time.Time) (bool, string) {
+	if len(f.MessageIDs) > 0 && !slices.Contains(f.MessageIDs, m.MessageID) {
+		return false, "message-id"
+	}
 	if len(f.Queues) > 0 && !slices.Contains(f.Queues, msg.OriginalQueue(m)) {
 		return false, "queue"
 	}

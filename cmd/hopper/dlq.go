@@ -323,11 +323,16 @@ func interrupted(ctx context.Context, err error) error {
 
 // filterFlags are the message filters of replay and export.
 type filterFlags struct {
-	queues, reasons, statuses, keys, headers []string
-	olderThan, newerThan                     time.Duration
+	// fs is where the flags were registered, to tell a flag given an
+	// empty value from one not given.
+	fs                                            *pflag.FlagSet
+	ids, queues, reasons, statuses, keys, headers []string
+	olderThan, newerThan                          time.Duration
 }
 
 func (ff *filterFlags) register(fs *pflag.FlagSet) {
+	ff.fs = fs
+	fs.StringSliceVar(&ff.ids, "message-id", nil, "only messages with one of these message ids (repeatable, or comma-separated)")
 	fs.StringSliceVar(&ff.queues, "original-queue", nil, "only messages whose x-original-queue is one of these (--queue names the work queue whose DLQ is used, as for run)")
 	fs.StringSliceVar(&ff.reasons, "reason", nil, reasonHelp())
 	fs.StringSliceVar(&ff.statuses, "status", nil, "only these final statuses: codes (503) or classes (5xx); 0 is no response")
@@ -359,8 +364,21 @@ func reasonHelp() string {
 
 func (ff *filterFlags) filter() (dlq.Filter, error) {
 	f := dlq.Filter{
-		Queues: ff.queues, Reasons: ff.reasons, Statuses: ff.statuses, RoutingKeys: ff.keys,
+		MessageIDs: ff.ids, Queues: ff.queues, Reasons: ff.reasons, Statuses: ff.statuses, RoutingKeys: ff.keys,
 		OlderThan: ff.olderThan, NewerThan: ff.newerThan,
+	}
+	// A list flag given only an empty value parses as no list at all,
+	// which selects every message: `--message-id "$ID"` with ID unset
+	// would replay the whole DLQ.
+	if ff.fs != nil {
+		for _, l := range []struct {
+			name string
+			v    []string
+		}{{"message-id", ff.ids}, {"original-queue", ff.queues}, {"reason", ff.reasons}, {"status", ff.statuses}, {"routing-key", ff.keys}} {
+			if fl := ff.fs.Lookup(l.name); fl != nil && fl.Changed && len(l.v) == 0 {
+				return f, usage(fmt.Errorf("--%s: empty value; leave the flag out to select every message", l.name))
+			}
+		}
 	}
 	for _, h := range ff.headers {
 		hm, err := dlq.ParseHeaderMatch(h)

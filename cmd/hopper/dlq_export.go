@@ -19,7 +19,7 @@ func newDLQExportCmd() *cobra.Command {
 	var (
 		file              string
 		remove, overwrite bool
-		syncEvery         int
+		syncEvery, limit  int
 		idleTimeout       time.Duration
 		output            string
 		progressMode      string
@@ -58,6 +58,9 @@ the output (and export without --remove first when in doubt).`,
 			filter, err := ff.filter()
 			if err != nil {
 				return err
+			}
+			if limit < 0 {
+				return usage(fmt.Errorf("--limit %d: must not be negative (0: no limit)", limit))
 			}
 			t, err := f.load(cmd, "export")
 			if err != nil {
@@ -125,7 +128,7 @@ the output (and export without --remove first when in doubt).`,
 				return err
 			}
 			res, runErr := dlq.Export(ctx, src, w, dlq.ExportOptions{
-				DLQ: t.dlq, Bound: depth, Filter: filter, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
+				DLQ: t.dlq, Bound: depth, Filter: filter, Limit: limit, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
 				Progress: func(taken int) { rep.Set(int64(taken), int64(depth)) },
 				Rotate:   rot, OnBad: reportBad(cmd.ErrOrStderr()),
 			})
@@ -154,6 +157,7 @@ the output (and export without --remove first when in doubt).`,
 	fs := cmd.Flags()
 	fs.StringVar(&file, "file", "", "file to write (JSON Lines); - for standard output")
 	fs.BoolVar(&remove, "remove", false, "remove each message from the DLQ once its line is on disk")
+	fs.IntVar(&limit, "limit", 0, "export at most this many messages (0: no limit); the rest stay in the DLQ")
 	fs.BoolVar(&overwrite, "overwrite", false, "replace an existing file")
 	fs.IntVar(&syncEvery, "sync-every", 100, "with --remove: lines written between fsyncs (their acks wait for it)")
 	fs.DurationVar(&idleTimeout, "idle-timeout", 2*time.Second, "stop when the DLQ hands out nothing for this long")
