@@ -35,6 +35,10 @@ type ExportOptions struct {
 	// Remove acks each exported message once its line is written and
 	// synced. Without it the DLQ is left exactly as it was.
 	Remove bool
+	// DryRun reads, filters and encodes like a real export but writes no
+	// line and removes nothing: it counts what would be exported (and
+	// with Remove removed). w may be nil.
+	DryRun bool
 	// SyncEvery is the number of lines written between syncs when Remove
 	// is set (their acks wait for the sync). Default 100.
 	SyncEvery int
@@ -71,6 +75,11 @@ type ExportResult struct {
 	// AckFailed were synced to the file but their ack was lost: they are
 	// in the file and still in the DLQ.
 	AckFailed int `json:"ackFailed,omitempty"`
+	// DryRun: nothing was written or removed; WouldExport and
+	// WouldRemove are what the real run would have done.
+	DryRun      bool `json:"dryRun,omitempty"`
+	WouldExport int  `json:"wouldExport,omitempty"`
+	WouldRemove int  `json:"wouldRemove,omitempty"`
 }
 
 // Export writes messages from src to w as JSON Lines (see Record). Without
@@ -88,7 +97,12 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	res := ExportResult{DLQ: o.DLQ, Present: o.Bound}
+	res := ExportResult{DLQ: o.DLQ, Present: o.Bound, DryRun: o.DryRun}
+	wouldRemove := o.Remove
+	if o.DryRun {
+		// Every message is handed back as one not selected is.
+		w, o.Remove = discard{}, false
+	}
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var pending []Delivery
 	var errs []error
@@ -115,7 +129,7 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		return nil
 	}
 	for res.Taken < o.Bound {
-		full := o.Limit > 0 && res.Exported >= o.Limit
+		full := o.Limit > 0 && res.Exported+res.WouldExport >= o.Limit
 		if full && o.Rotate == nil {
 			break // the rest stay where they are
 		}
@@ -173,6 +187,17 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 			}
 			continue
 		}
+		if o.DryRun {
+			res.WouldExport++
+			if wouldRemove {
+				res.WouldRemove++
+			}
+			if err := o.Rotate.Keep(ctx, d, m); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			continue
+		}
 		if _, err := bw.Write(line); err != nil {
 			errs = append(errs, fmt.Errorf("write export: %w", err))
 			if err := o.Rotate.Keep(ctx, d, m); err != nil {
@@ -204,6 +229,12 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 	return res, flushed(o.Rotate, errors.Join(errs...))
 }
 
+// discard is where a dry run's lines go.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) Sync() error                 { return nil }
+
 // ImportOptions configure Import.
 type ImportOptions struct {
 	// To is the destination queue.
@@ -217,6 +248,10 @@ type ImportOptions struct {
 	// Progress, when set, is told the number of lines published (or
 	// skipped) so far after each one. It is called with a lock held.
 	Progress func(done int)
+	// DryRun reads and decodes every line like a real import but
+	// publishes nothing: WouldPublish counts what would be. pub may be
+	// nil.
+	DryRun bool
 }
 
 // Validate reports every problem with the options at once.
@@ -240,6 +275,9 @@ type ImportResult struct {
 	// Through is the number of leading lines all published (or skipped):
 	// run again with --skip Through to resume after a failure.
 	Through int `json:"through"`
+	// DryRun: nothing was published; WouldPublish lines would have been.
+	DryRun       bool `json:"dryRun,omitempty"`
+	WouldPublish int  `json:"wouldPublish,omitempty"`
 }
 
 // Import publishes every line of r to o.To, each confirmed by the broker.
@@ -250,7 +288,7 @@ func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (I
 	if o.Parallel < 1 {
 		o.Parallel = 1
 	}
-	res := ImportResult{To: o.To}
+	res := ImportResult{To: o.To, DryRun: o.DryRun}
 	br := bufio.NewReaderSize(r, 1<<20)
 
 	var (
@@ -308,6 +346,20 @@ func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (I
 		if err != nil {
 			fail(fmt.Errorf("line %d: %w", n, err))
 			break
+		}
+		if o.DryRun {
+			mu.Lock()
+			res.WouldPublish++
+			done[n] = true
+			advance()
+			if o.Progress != nil {
+				o.Progress(res.WouldPublish + res.Skipped)
+			}
+			mu.Unlock()
+			if rerr != nil {
+				break
+			}
+			continue
 		}
 		select {
 		case slots <- struct{}{}:

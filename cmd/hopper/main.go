@@ -230,7 +230,7 @@ func report(cmd *cobra.Command, err error) error {
 	for _, l := range lines {
 		fmt.Fprintf(cmd.ErrOrStderr(), "  - %s\n", l)
 	}
-	return badData(errReported)
+	return badData(&reportedProblems{lines: lines})
 }
 
 func newLogger(cfg config.Log, w io.Writer) *slog.Logger {
