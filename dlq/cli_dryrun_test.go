@@ -54,6 +54,22 @@ func TestCLIPurgeDryRun(t *testing.T) {
 	if got := ids(e.browse(e.DLQ)); !slices.Equal(got, all) {
 		t.Fatalf("DLQ after dry runs %v, want %v", got, all)
 	}
+	// A refused purge is a document too, with the exit status of text.
+	r = e.run("purge", "--dlq", e.DLQ, "-o", "json")
+	var refused struct {
+		OK     bool `json:"ok"`
+		Errors []struct {
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &refused); err != nil || r.code != 64 || refused.OK ||
+		len(refused.Errors) != 1 || !strings.Contains(refused.Errors[0].Message, "not a terminal") {
+		t.Errorf("purge -o json without --yes: exit %d, %v, %+v\n%s", r.code, err, refused, r.stdout)
+	}
+	// -o text is the human form on every command.
+	if r := e.ok("stats", "--dlq", e.DLQ, "-o", "text"); !strings.Contains(r.stdout, e.DLQ) {
+		t.Errorf("stats -o text:\n%s", r.stdout)
+	}
 	real, _ := jsonOut[purgeDoc](e, "purge", "--dlq", e.DLQ, "--yes", "-o", "json")
 	if !real.OK || real.DryRun || real.Purged != dry.WouldPurge {
 		t.Errorf("real purge %+v after a dry run that would purge %d", real, dry.WouldPurge)

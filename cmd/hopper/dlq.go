@@ -305,9 +305,11 @@ func reportBad(w io.Writer) func(int, error) {
 	}
 }
 
+// checkOutput checks -o of the dlq summaries: text (table, the name they
+// had first) or json, so that -o text is right on every command.
 func checkOutput(o string) error {
-	if o != "table" && o != "json" {
-		return usage(fmt.Errorf("--output %q: want table or json", o))
+	if o != "text" && o != "table" && o != "json" {
+		return usage(fmt.Errorf("--output %q: want text (or table) or json", o))
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ With --remove a message is acked only after its line is written and the file
 fsynced (every --sync-every lines), so a crash leaves each message in the
 DLQ, in the file, or both. --remove owns the DLQ like replay does (one at a
 time). The filters are those of replay; unmatched messages stay untouched.
+--limit N exports at most N matching messages. --dry-run reads and filters
+as the run would and reports what it would export and remove, writing no
+file and removing nothing.
 
 --file - writes the lines to standard output and the summary to standard
 error, for a container whose root filesystem is read-only:
@@ -178,7 +181,7 @@ the output (and export without --remove first when in doubt).`,
 	fs.BoolVar(&overwrite, "overwrite", false, "replace an existing file")
 	fs.IntVar(&syncEvery, "sync-every", 100, "with --remove: lines written between fsyncs (their acks wait for it)")
 	fs.DurationVar(&idleTimeout, "idle-timeout", 2*time.Second, "stop when the DLQ hands out nothing for this long")
-	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: text (or table) or json")
 	registerProgress(fs, &progressMode)
 	return cmd
 }

@@ -29,7 +29,9 @@ broker, to the DLQ or to --to. Body, properties and headers (with their AMQP
 types) are restored as exported; copies are always persistent, and a
 per-message expiration in the file is not re-applied, because a TTL in a DLQ
 would drop the message silently. It stops at the first line it cannot publish
-and tells how to resume with --skip.`,
+and tells how to resume with --skip. --dry-run reads and checks every line
+and that the destination exists, and reports what it would publish,
+publishing nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -123,7 +125,7 @@ and tells how to resume with --skip.`,
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "read and check every line, and report what would be published, publishing nothing")
 	fs.IntVar(&opts.Skip, "skip", 0, "skip this many lines first (resume)")
 	fs.IntVar(&opts.Parallel, "parallel", 64, "publishes awaiting their confirm at once; 1 keeps the file's order exactly")
-	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: text (or table) or json")
 	registerProgress(fs, &progressMode)
 	return cmd
 }
