@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -712,9 +713,16 @@ func ParseDuration(s string) (Duration, error) {
 
 // FormatDuration is the short form used in queue names: 1s, 5s, 2m, 1h,
 // 1h30m, 1m30s, 500ms (no zero components, unlike time.Duration.String).
+// A negative duration keeps its sign, so that a validation message shows
+// the value as it was given.
 func FormatDuration(d time.Duration) string {
-	if d <= 0 {
+	switch {
+	case d == 0:
 		return "0s"
+	case d == math.MinInt64:
+		return d.String() // has no positive counterpart
+	case d < 0:
+		return "-" + FormatDuration(-d)
 	}
 	if d < time.Second && d%time.Millisecond == 0 {
 		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"reflect"
 	"sort"
@@ -27,6 +28,9 @@ func Load(path string, environ []string) (cfg Config, warnings []string, err err
 	var errs []error
 	if path != "" {
 		data, rerr := os.ReadFile(path)
+		if errors.Is(rerr, fs.ErrNotExist) {
+			return cfg, nil, &fileNotFound{path: path}
+		}
 		if rerr != nil {
 			return cfg, nil, fmt.Errorf("read config: %w", rerr)
 		}
@@ -40,6 +44,14 @@ func Load(path string, environ []string) (cfg Config, warnings []string, err err
 	}
 	return cfg, w, errors.Join(errs...)
 }
+
+// fileNotFound is a config file that does not exist: said in those words,
+// the path being all the operator needs, and still fs.ErrNotExist to a
+// caller that leaves out what the file would have set.
+type fileNotFound struct{ path string }
+
+func (e *fileNotFound) Error() string        { return "config file " + e.path + " not found" }
+func (e *fileNotFound) Is(target error) bool { return target == fs.ErrNotExist }
 
 // Parse decodes YAML into cfg (over its current values). Unknown keys are
 // errors naming their full path.

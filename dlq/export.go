@@ -27,9 +27,18 @@ type ExportOptions struct {
 	Bound int
 	// Filter selects the messages exported; the others stay untouched.
 	Filter Filter
+	// Limit caps the messages exported (0: no cap). Reaching it ends the
+	// export, except on a quorum DLQ (Rotate set), where the rest of the
+	// messages present are still taken and rotated, so that the DLQ keeps
+	// its order; they count as skipped.
+	Limit int
 	// Remove acks each exported message once its line is written and
 	// synced. Without it the DLQ is left exactly as it was.
 	Remove bool
+	// DryRun reads, filters and encodes like a real export but writes no
+	// line and removes nothing: it counts what would be exported (and
+	// with Remove removed). w may be nil.
+	DryRun bool
 	// SyncEvery is the number of lines written between syncs when Remove
 	// is set (their acks wait for the sync). Default 100.
 	SyncEvery int
@@ -56,6 +65,7 @@ type ExportResult struct {
 	Exported int    `json:"exported"`
 	// Removed were acked after their line was synced.
 	Removed int `json:"removed"`
+	// Skipped did not match the filter, or came after the limit.
 	Skipped int `json:"skipped"`
 	// Failed could not be encoded (unsupported header type); they stay.
 	Failed int `json:"failed"`
@@ -65,6 +75,11 @@ type ExportResult struct {
 	// AckFailed were synced to the file but their ack was lost: they are
 	// in the file and still in the DLQ.
 	AckFailed int `json:"ackFailed,omitempty"`
+	// DryRun: nothing was written or removed; WouldExport and
+	// WouldRemove are what the real run would have done.
+	DryRun      bool `json:"dryRun,omitempty"`
+	WouldExport int  `json:"wouldExport,omitempty"`
+	WouldRemove int  `json:"wouldRemove,omitempty"`
 }
 
 // Export writes messages from src to w as JSON Lines (see Record). Without
@@ -82,7 +97,12 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	res := ExportResult{DLQ: o.DLQ, Present: o.Bound}
+	res := ExportResult{DLQ: o.DLQ, Present: o.Bound, DryRun: o.DryRun}
+	wouldRemove := o.Remove
+	if o.DryRun {
+		// Every message is handed back as one not selected is.
+		w, o.Remove = discard{}, false
+	}
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var pending []Delivery
 	var errs []error
@@ -109,6 +129,10 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		return nil
 	}
 	for res.Taken < o.Bound {
+		full := o.Limit > 0 && res.Exported+res.WouldExport >= o.Limit
+		if full && o.Rotate == nil {
+			break // the rest stay where they are
+		}
 		if ctx.Err() != nil {
 			errs = append(errs, fmt.Errorf("export interrupted after %d messages: %w", res.Exported, context.Cause(ctx)))
 			break
@@ -134,7 +158,7 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 		m, err := message(d)
 		if err == nil {
 			err = guard(func() (err error) {
-				if match, _ := o.Filter.Match(m, o.Now()); match {
+				if match, _ := o.Filter.Match(m, o.Now()); match && !full {
 					line, err = MarshalLine(m, o.DLQ)
 				}
 				return err
@@ -160,6 +184,17 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 					errs = append(errs, err)
 					break
 				}
+			}
+			continue
+		}
+		if o.DryRun {
+			res.WouldExport++
+			if wouldRemove {
+				res.WouldRemove++
+			}
+			if err := o.Rotate.Keep(ctx, d, m); err != nil {
+				errs = append(errs, err)
+				break
 			}
 			continue
 		}
@@ -194,6 +229,12 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 	return res, flushed(o.Rotate, errors.Join(errs...))
 }
 
+// discard is where a dry run's lines go.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) Sync() error                 { return nil }
+
 // ImportOptions configure Import.
 type ImportOptions struct {
 	// To is the destination queue.
@@ -207,6 +248,10 @@ type ImportOptions struct {
 	// Progress, when set, is told the number of lines published (or
 	// skipped) so far after each one. It is called with a lock held.
 	Progress func(done int)
+	// DryRun reads and decodes every line like a real import but
+	// publishes nothing: WouldPublish counts what would be. pub may be
+	// nil.
+	DryRun bool
 }
 
 // Validate reports every problem with the options at once.
@@ -230,6 +275,9 @@ type ImportResult struct {
 	// Through is the number of leading lines all published (or skipped):
 	// run again with --skip Through to resume after a failure.
 	Through int `json:"through"`
+	// DryRun: nothing was published; WouldPublish lines would have been.
+	DryRun       bool `json:"dryRun,omitempty"`
+	WouldPublish int  `json:"wouldPublish,omitempty"`
 }
 
 // Import publishes every line of r to o.To, each confirmed by the broker.
@@ -240,7 +288,7 @@ func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (I
 	if o.Parallel < 1 {
 		o.Parallel = 1
 	}
-	res := ImportResult{To: o.To}
+	res := ImportResult{To: o.To, DryRun: o.DryRun}
 	br := bufio.NewReaderSize(r, 1<<20)
 
 	var (
@@ -298,6 +346,20 @@ func Import(ctx context.Context, r io.Reader, pub Publisher, o ImportOptions) (I
 		if err != nil {
 			fail(fmt.Errorf("line %d: %w", n, err))
 			break
+		}
+		if o.DryRun {
+			mu.Lock()
+			res.WouldPublish++
+			done[n] = true
+			advance()
+			if o.Progress != nil {
+				o.Progress(res.WouldPublish + res.Skipped)
+			}
+			mu.Unlock()
+			if rerr != nil {
+				break
+			}
+			continue
 		}
 		select {
 		case slots <- struct{}{}:

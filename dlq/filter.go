@@ -16,6 +16,8 @@ import (
 // fields match everything; every non-empty field must match. Within one
 // field any listed value matches.
 type Filter struct {
+	// MessageIDs match the AMQP message id exactly.
+	MessageIDs []string
 	// Queues match x-original-queue exactly.
 	Queues []string
 	// Reasons match x-dead-letter-reason exactly.
@@ -54,9 +56,17 @@ func ParseHeaderMatch(s string) (HeaderMatch, error) {
 // Validate reports malformed values at once, before anything is read.
 func (f *Filter) Validate() error {
 	var errs []error
+	for _, id := range f.MessageIDs {
+		if id == "" {
+			// It would select the messages without an id, which no
+			// one asks for by leaving a comma too many.
+			errs = append(errs, fmt.Errorf("--message-id: empty id in %q", strings.Join(f.MessageIDs, ",")))
+			break
+		}
+	}
 	for _, s := range f.Statuses {
 		if _, _, err := parseStatus(s); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("--status %q: %w", s, err))
 		}
 	}
 	for _, r := range f.Reasons {
@@ -74,11 +84,14 @@ func (f *Filter) Validate() error {
 	return errors.Join(errs...)
 }
 
+// errStatus says what a status filter accepts.
+var errStatus = errors.New("not a final status: want a code (100-599), a class (1xx-5xx) or 0 for no response")
+
 // parseStatus reads "503" (exact) or "5xx" (class): it returns the range
 // [lo, hi].
 func parseStatus(s string) (lo, hi int, err error) {
 	s = strings.ToLower(strings.TrimSpace(s))
-	bad := fmt.Errorf("status filter %q: want a code (100-599), a class (1xx-5xx) or 0 for no response", s)
+	bad := errStatus
 	if len(s) == 3 && strings.HasSuffix(s, "xx") {
 		if s[0] < '1' || s[0] > '5' {
 			return 0, 0, bad
@@ -96,6 +109,9 @@ func parseStatus(s string) (lo, hi int, err error) {
 // Match reports whether m is selected, and if not, why (for --dry-run and
 // logs).
 func (f *Filter) Match(m *msg.Message, now time.Time) (bool, string) {
+	if len(f.MessageIDs) > 0 && !slices.Contains(f.MessageIDs, m.MessageID) {
+		return false, "message-id"
+	}
 	if len(f.Queues) > 0 && !slices.Contains(f.Queues, msg.OriginalQueue(m)) {
 		return false, "queue"
 	}

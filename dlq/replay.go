@@ -135,10 +135,31 @@ func (o *ReplayOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Reasons are the dead-letter reasons a DLQ message can carry: Hopper's
-// own, then the broker's for messages it dead-lettered itself.
+// hopperReasons are the dead-letter reasons Hopper itself writes.
+var hopperReasons = []string{"max-attempts", "non-retriable", "expired", "too-early", "app-action", "app-crash"}
+
+// Reasons are the dead-letter reasons a DLQ message can carry, each once:
+// Hopper's own, then the broker's for messages it dead-lettered itself.
+// "expired" is both (Hopper's deadline, the broker's TTL).
 func Reasons() []string {
-	return append([]string{"max-attempts", "non-retriable", "expired", "too-early", "app-action", "app-crash"}, msg.BrokerReasons...)
+	out := slices.Clone(hopperReasons)
+	for _, r := range msg.BrokerReasons {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// BrokerOnlyReasons are the reasons only the broker writes.
+func BrokerOnlyReasons() []string {
+	var out []string
+	for _, r := range msg.BrokerReasons {
+		if !slices.Contains(hopperReasons, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func knownReason(r string) bool {

@@ -16,12 +16,31 @@ import (
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Check configuration"}
 	var cf configFlags
+	var output string
 	validate := &cobra.Command{
 		Use:   "validate",
 		Short: "Load file, HOPPER_* environment and flags, and report every problem at once",
-		Args:  cobra.NoArgs,
+		Long: `Loads the config file, the HOPPER_* environment and the flags as run would,
+and reports every problem at once, each with its key path (exit 65), or
+what the config consumes.
+
+-o json prints one JSON document on standard output: ok; queues (queue,
+delayTiers, dlq for each consumed queue); partitions when they are on;
+warnings; and errors, each with its key path, the flag it came from when
+it came from one (source), and the message.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTextOutput(output); err != nil {
+				return err
+			}
 			cfg, plans, err := loadPlans(cmd, &cf)
+			if output == "json" {
+				doc := validateResult{OK: true}
+				if err == nil {
+					doc.fill(cfg, plans)
+				}
+				return jsonResult(cmd, &doc, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -55,8 +74,53 @@ func newConfigCmd() *cobra.Command {
 		},
 	}
 	cf.register(validate.Flags())
+	validate.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.AddCommand(validate)
 	return cmd
+}
+
+// validateResult is the -o json document of config validate.
+type validateResult struct {
+	OK         bool           `json:"ok"`
+	Queues     []plannedQueue `json:"queues,omitempty"`
+	Partitions *partitionsDoc `json:"partitions,omitempty"`
+	Warnings   []string       `json:"warnings,omitempty"`
+	Errors     []jsonError    `json:"errors,omitempty"`
+}
+
+// plannedQueue is one consumed queue of a valid config.
+type plannedQueue struct {
+	Queue      string `json:"queue"`
+	DelayTiers int    `json:"delayTiers"`
+	DLQ        string `json:"dlq"`
+}
+
+// partitionsDoc describes a queue consumed as partitions.
+type partitionsDoc struct {
+	Queue    string `json:"queue"`
+	Count    int    `json:"count"`
+	Exchange string `json:"exchange"`
+}
+
+func (r *validateResult) fail(errs []jsonError) { r.OK, r.Errors = false, errs }
+
+// fill records what a valid config consumes, with the plans' warnings.
+func (r *validateResult) fill(cfg config.Config, plans []topology.Plan) {
+	warned := plans
+	if p := cfg.Topology.Partitions; !cfg.Multi() && p.On() {
+		r.Partitions = &partitionsDoc{Queue: cfg.Queue.Name, Count: p.Count, Exchange: config.PartitionExchange(cfg.Queue.Name)}
+		// Every partition is planned alike: the first one's warnings
+		// stand for all.
+		warned = plans[:1]
+	}
+	for _, plan := range plans {
+		r.Queues = append(r.Queues, plannedQueue{Queue: plan.Work.Name, DelayTiers: len(plan.Tiers), DLQ: plan.DLQ.Name})
+	}
+	for _, plan := range warned {
+		for _, w := range plan.Warnings() {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("queue %q: %s", plan.Work.Name, w))
+		}
+	}
 }
 
 func newTopologyCmd() *cobra.Command {
@@ -79,30 +143,38 @@ each subscription's queue has its own; every command acts on all of them.
 		{"apply", "Declare the topology", ptr(true)},
 		{"verify", "Verify the topology without creating anything", ptr(false)},
 	} {
-		cf := configFlags{tool: true}
+		cf := configFlags{user: forBroker}
+		if sub.declare == nil {
+			cf.user = forPlan
+		}
 		var output string
 		c := &cobra.Command{
 			Use:   sub.name,
 			Short: sub.short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				if sub.declare == nil && output != "text" && output != "json" {
-					return usage(fmt.Errorf("--output %q: want text or json", output))
-				}
-				cfg, plans, err := loadPlans(cmd, &cf)
-				if err != nil {
+				if err := checkTextOutput(output); err != nil {
 					return err
 				}
+				cfg, plans, err := loadPlans(cmd, &cf)
 				if sub.declare == nil {
+					if err != nil {
+						return err
+					}
 					return printPlans(cmd.OutOrStdout(), plans, len(plans) > 1 || cfg.Multi(), output)
 				}
-				return applyPlans(cmd, cfg, plans, *sub.declare)
+				doc := &applyResult{OK: true, Action: sub.name}
+				if err == nil {
+					err = applyPlans(cmd, cfg, plans, *sub.declare, output == "text", doc)
+				}
+				if output == "json" {
+					return jsonResult(cmd, doc, err)
+				}
+				return err
 			},
 		}
 		cf.register(c.Flags())
-		if sub.declare == nil {
-			c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-		}
+		c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 		cmd.AddCommand(c)
 	}
 	return cmd
@@ -155,15 +227,81 @@ func printPlans(w io.Writer, plans []topology.Plan, multi bool, output string) e
 	return nil
 }
 
+// applyResult is the -o json document of topology apply and verify: what
+// was declared or checked, queue by work queue, and what failed.
+type applyResult struct {
+	OK     bool   `json:"ok"`
+	Action string `json:"action"`
+	// Queues are the work queues whose topology was declared or found as
+	// planned, in order; the one that failed is in Errors, and those after
+	// it were not tried.
+	Queues []appliedPlan `json:"queues"`
+	// Totals count each queue, exchange and binding on the broker once,
+	// however many work queues share it.
+	Totals *applyTotals `json:"totals,omitempty"`
+	Errors []jsonError  `json:"errors,omitempty"`
+	// failedQueue is the work queue whose topology failed.
+	failedQueue string
+}
+
+type appliedPlan struct {
+	Queue     string       `json:"queue"`
+	Queues    []string     `json:"queues"`
+	Exchanges []string     `json:"exchanges,omitempty"`
+	Bindings  []bindingDoc `json:"bindings,omitempty"`
+}
+
+type bindingDoc struct {
+	Exchange   string `json:"exchange"`
+	Queue      string `json:"queue,omitempty"`
+	ToExchange string `json:"toExchange,omitempty"`
+	RoutingKey string `json:"routingKey"`
+}
+
+type applyTotals struct {
+	Queues    int `json:"queues"`
+	Exchanges int `json:"exchanges"`
+	Bindings  int `json:"bindings"`
+}
+
+func (r *applyResult) fail(errs []jsonError) {
+	r.OK = false
+	// A failure of one work queue's topology names that queue.
+	for i := range errs {
+		if q := r.failedQueue; q != "" && errs[i].Queue == "" {
+			errs[i].Queue = q
+		}
+	}
+	r.Errors = errs
+}
+
+func (r *applyResult) add(plan *topology.Plan) {
+	p := appliedPlan{Queue: plan.Work.Name}
+	for _, q := range plan.Queues() {
+		p.Queues = append(p.Queues, q.Name)
+	}
+	for _, e := range plan.Exchanges {
+		p.Exchanges = append(p.Exchanges, e.Name)
+	}
+	for _, b := range plan.Bindings {
+		p.Bindings = append(p.Bindings, bindingDoc{Exchange: b.Exchange, Queue: b.Queue, ToExchange: b.ToExchange, RoutingKey: b.RoutingKey})
+	}
+	r.Queues = append(r.Queues, p)
+}
+
 // applyPlans declares or verifies every plan in turn with the same broker
 // options, and stops at the first that fails, naming its subscription.
 // Subscriptions may bind the same exchange: declaring it again with the
-// same type is a no-op for the broker, and verify only checks it.
-func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, declare bool) error {
+// same type is a no-op for the broker, and verify only checks it. What was
+// done goes into doc, and with text to standard output as it is done.
+func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, declare, text bool, doc *applyResult) error {
 	log := newLogger(cfg.Log, cmd.ErrOrStderr())
 	opts := broker.ConfigOptions(cfg.Broker, log, "hopper-topology")
 	verb := map[bool]string{true: "applied", false: "verified"}[declare]
-	out := cmd.OutOrStdout()
+	out := io.Discard
+	if text {
+		out = cmd.OutOrStdout()
+	}
 	// Partitions make several plans of one queue: each is reported like a
 	// subscription's.
 	multi := cfg.Multi() || len(plans) > 1
@@ -175,6 +313,7 @@ func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, de
 			plan.Declare = true
 		}
 		if err := applyOne(cmd.Context(), opts, plan, declare); err != nil {
+			doc.failedQueue = plan.Work.Name
 			if !multi {
 				return err
 			}
@@ -183,7 +322,9 @@ func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, de
 			}
 			return fmt.Errorf("subscriptions[%d] (queue %q): %w", i, plan.Work.Name, err)
 		}
+		doc.add(plan)
 		if !multi {
+			doc.Totals = &applyTotals{Queues: len(plan.Queues()), Exchanges: len(plan.Exchanges), Bindings: len(plan.Bindings)}
 			fmt.Fprintf(out, "topology %s: OK %s\n", verb, counts(len(plan.Queues()), len(plan.Exchanges), len(plan.Bindings)))
 			return nil
 		}
@@ -202,6 +343,7 @@ func applyPlans(cmd *cobra.Command, cfg config.Config, plans []topology.Plan, de
 	if len(plans) != len(cfg.Subscriptions) {
 		noun = "work queue"
 	}
+	doc.Totals = &applyTotals{Queues: len(queueNames), Exchanges: len(exchanges), Bindings: bindings}
 	fmt.Fprintf(out, "topology %s: OK (%s, %s)\n", verb, plural(len(plans), noun), countList(len(queueNames), len(exchanges), bindings))
 	return nil
 }

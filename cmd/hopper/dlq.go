@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,7 +62,7 @@ type dlqFlags struct {
 }
 
 func (f *dlqFlags) register(fs *pflag.FlagSet) {
-	f.cf.tool = true
+	f.cf.user = forBroker
 	f.cf.register(fs)
 	fs.StringVar(&f.name, "dlq", "", "DLQ to work on (default: the DLQ of queue.name, or of the subscription --queue picks, from topology.dlq)")
 }
@@ -304,9 +305,11 @@ func reportBad(w io.Writer) func(int, error) {
 	}
 }
 
+// checkOutput checks -o of the dlq summaries: text (table, the name they
+// had first) or json, so that -o text is right on every command.
 func checkOutput(o string) error {
-	if o != "table" && o != "json" {
-		return usage(fmt.Errorf("--output %q: want table or json", o))
+	if o != "text" && o != "table" && o != "json" {
+		return usage(fmt.Errorf("--output %q: want text (or table) or json", o))
 	}
 	return nil
 }
@@ -322,13 +325,18 @@ func interrupted(ctx context.Context, err error) error {
 
 // filterFlags are the message filters of replay and export.
 type filterFlags struct {
-	queues, reasons, statuses, keys, headers []string
-	olderThan, newerThan                     time.Duration
+	// fs is where the flags were registered, to tell a flag given an
+	// empty value from one not given.
+	fs                                            *pflag.FlagSet
+	ids, queues, reasons, statuses, keys, headers []string
+	olderThan, newerThan                          time.Duration
 }
 
 func (ff *filterFlags) register(fs *pflag.FlagSet) {
+	ff.fs = fs
+	fs.StringSliceVar(&ff.ids, "message-id", nil, "only messages with one of these message ids (repeatable, or comma-separated)")
 	fs.StringSliceVar(&ff.queues, "original-queue", nil, "only messages whose x-original-queue is one of these (--queue names the work queue whose DLQ is used, as for run)")
-	fs.StringSliceVar(&ff.reasons, "reason", nil, "only these dead-letter reasons: "+strings.Join(dlq.Reasons(), ", ")+" (the last four are the broker's own)")
+	fs.StringSliceVar(&ff.reasons, "reason", nil, reasonHelp())
 	fs.StringSliceVar(&ff.statuses, "status", nil, "only these final statuses: codes (503) or classes (5xx); 0 is no response")
 	fs.StringSliceVar(&ff.keys, "routing-key", nil, "only these original routing keys (AMQP topic patterns: * one word, # any)")
 	fs.StringArrayVar(&ff.headers, "header", nil, "only messages with this header: name=value, or name for any value (repeatable, all must match)")
@@ -336,10 +344,43 @@ func (ff *filterFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&ff.newerThan, "newer-than", 0, "only messages in the DLQ for less than this (e.g. 30m)")
 }
 
+// reasonHelp lists every dead-letter reason once, grouped by who writes
+// it: expired is written both by Hopper (its deadline) and the broker (a
+// TTL).
+func reasonHelp() string {
+	var hopperOnly, both []string
+	brokerOnly := dlq.BrokerOnlyReasons()
+	for _, r := range dlq.Reasons() {
+		switch {
+		case slices.Contains(brokerOnly, r):
+		case slices.Contains(msg.BrokerReasons, r):
+			both = append(both, r)
+		default:
+			hopperOnly = append(hopperOnly, r)
+		}
+	}
+	return "only these dead-letter reasons: Hopper's " + strings.Join(hopperOnly, ", ") +
+		"; Hopper's or the broker's " + strings.Join(both, ", ") +
+		"; the broker's " + strings.Join(brokerOnly, ", ")
+}
+
 func (ff *filterFlags) filter() (dlq.Filter, error) {
 	f := dlq.Filter{
-		Queues: ff.queues, Reasons: ff.reasons, Statuses: ff.statuses, RoutingKeys: ff.keys,
+		MessageIDs: ff.ids, Queues: ff.queues, Reasons: ff.reasons, Statuses: ff.statuses, RoutingKeys: ff.keys,
 		OlderThan: ff.olderThan, NewerThan: ff.newerThan,
+	}
+	// A list flag given only an empty value parses as no list at all,
+	// which selects every message: `--message-id "$ID"` with ID unset
+	// would replay the whole DLQ.
+	if ff.fs != nil {
+		for _, l := range []struct {
+			name string
+			v    []string
+		}{{"message-id", ff.ids}, {"original-queue", ff.queues}, {"reason", ff.reasons}, {"status", ff.statuses}, {"routing-key", ff.keys}} {
+			if fl := ff.fs.Lookup(l.name); fl != nil && fl.Changed && len(l.v) == 0 {
+				return f, usage(fmt.Errorf("--%s: empty value; leave the flag out to select every message", l.name))
+			}
+		}
 	}
 	for _, h := range ff.headers {
 		hm, err := dlq.ParseHeaderMatch(h)

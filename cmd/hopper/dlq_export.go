@@ -19,7 +19,8 @@ func newDLQExportCmd() *cobra.Command {
 	var (
 		file              string
 		remove, overwrite bool
-		syncEvery         int
+		dryRun            bool
+		syncEvery, limit  int
 		idleTimeout       time.Duration
 		output            string
 		progressMode      string
@@ -35,6 +36,9 @@ With --remove a message is acked only after its line is written and the file
 fsynced (every --sync-every lines), so a crash leaves each message in the
 DLQ, in the file, or both. --remove owns the DLQ like replay does (one at a
 time). The filters are those of replay; unmatched messages stay untouched.
+--limit N exports at most N matching messages. --dry-run reads and filters
+as the run would and reports what it would export and remove, writing no
+file and removing nothing.
 
 --file - writes the lines to standard output and the summary to standard
 error, for a container whose root filesystem is read-only:
@@ -59,6 +63,9 @@ the output (and export without --remove first when in doubt).`,
 			if err != nil {
 				return err
 			}
+			if limit < 0 {
+				return usage(fmt.Errorf("--limit %d: must not be negative (0: no limit)", limit))
+			}
 			t, err := f.load(cmd, "export")
 			if err != nil {
 				return err
@@ -72,7 +79,7 @@ the output (and export without --remove first when in doubt).`,
 				rot     *dlq.Rotation
 				closeFn func()
 			)
-			if remove {
+			if remove && !dryRun {
 				var closeRot func()
 				if rot, closeRot, err = t.rotation(ctx); err != nil {
 					return err
@@ -104,12 +111,24 @@ the output (and export without --remove first when in doubt).`,
 				closeFh = func() error { return nil }
 				summary = cmd.OutOrStdout()
 			)
-			if file == "-" {
+			switch {
+			case dryRun:
+				// Nothing is written, but what would stop the real run
+				// stops this one too.
+				if file != "-" && !overwrite {
+					if _, err := os.Stat(file); err == nil {
+						return fmt.Errorf("export file (use --overwrite to replace it): %s exists", file)
+					}
+				}
+				if file == "-" {
+					summary = cmd.ErrOrStderr()
+				}
+			case file == "-":
 				// The lines go to standard output (a read-only root
 				// filesystem has nowhere else), so the summary goes to
 				// standard error.
 				w, summary = streamWriter{cmd.OutOrStdout()}, cmd.ErrOrStderr()
-			} else {
+			default:
 				flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 				if overwrite {
 					flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
@@ -125,7 +144,7 @@ the output (and export without --remove first when in doubt).`,
 				return err
 			}
 			res, runErr := dlq.Export(ctx, src, w, dlq.ExportOptions{
-				DLQ: t.dlq, Bound: depth, Filter: filter, Remove: remove, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
+				DLQ: t.dlq, Bound: depth, Filter: filter, Limit: limit, Remove: remove, DryRun: dryRun, SyncEvery: syncEvery, IdleTimeout: idleTimeout,
 				Progress: func(taken int) { rep.Set(int64(taken), int64(depth)) },
 				Rotate:   rot, OnBad: reportBad(cmd.ErrOrStderr()),
 			})
@@ -137,6 +156,9 @@ the output (and export without --remove first when in doubt).`,
 				if err := writeJSON(summary, res); err != nil {
 					return err
 				}
+			} else if dryRun {
+				fmt.Fprintf(summary, "dry run: would export %d of %d message(s) from %s to %s; would remove %d, skip %d; failed %d; nothing written or removed\n",
+					res.WouldExport, res.Present, t.dlq, file, res.WouldRemove, res.Skipped, res.Failed)
 			} else {
 				fmt.Fprintf(summary, "exported %d of %d message(s) from %s to %s (%d bytes); removed %d, skipped %d, failed %d\n",
 					res.Exported, res.Present, t.dlq, file, res.Bytes, res.Removed, res.Skipped, res.Failed)
@@ -154,10 +176,12 @@ the output (and export without --remove first when in doubt).`,
 	fs := cmd.Flags()
 	fs.StringVar(&file, "file", "", "file to write (JSON Lines); - for standard output")
 	fs.BoolVar(&remove, "remove", false, "remove each message from the DLQ once its line is on disk")
+	fs.IntVar(&limit, "limit", 0, "export at most this many messages (0: no limit); the rest stay in the DLQ")
+	fs.BoolVar(&dryRun, "dry-run", false, "read and filter, and report what would be exported (and with --remove removed), writing and removing nothing")
 	fs.BoolVar(&overwrite, "overwrite", false, "replace an existing file")
 	fs.IntVar(&syncEvery, "sync-every", 100, "with --remove: lines written between fsyncs (their acks wait for it)")
 	fs.DurationVar(&idleTimeout, "idle-timeout", 2*time.Second, "stop when the DLQ hands out nothing for this long")
-	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: text (or table) or json")
 	registerProgress(fs, &progressMode)
 	return cmd
 }

@@ -29,7 +29,9 @@ broker, to the DLQ or to --to. Body, properties and headers (with their AMQP
 types) are restored as exported; copies are always persistent, and a
 per-message expiration in the file is not re-applied, because a TTL in a DLQ
 would drop the message silently. It stops at the first line it cannot publish
-and tells how to resume with --skip.`,
+and tells how to resume with --skip. --dry-run reads and checks every line
+and that the destination exists, and reports what it would publish,
+publishing nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -64,27 +66,44 @@ and tells how to resume with --skip.`,
 			r = &checkedLines{r: bufio.NewReaderSize(r, 1<<20), skip: opts.Skip}
 			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(cmd.ErrOrStderr()), nil)
 			defer stop()
-			pub := broker.NewPublisher(broker.PublisherOptions{
-				Options:        t.opts,
-				Channels:       1,
-				InFlight:       opts.Parallel,
-				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
-			})
+			var pub *broker.Publisher
+			if opts.DryRun {
+				// A real run would find every publish unroutable: the dry
+				// run says so first.
+				if err := t.queueExists(ctx, opts.To); err != nil {
+					return err
+				}
+			} else {
+				pub = broker.NewPublisher(broker.PublisherOptions{
+					Options:        t.opts,
+					Channels:       1,
+					InFlight:       opts.Parallel,
+					ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
+				})
+			}
 			rep, err := newProgress(cmd, "import to "+opts.To, progressMode)
 			if err != nil {
 				return err
 			}
 			total := countLines(file)
 			opts.Progress = func(done int) { rep.Set(int64(done), total) }
-			res, runErr := dlq.Import(ctx, r, pub, opts)
+			var dest dlq.Publisher
+			if pub != nil {
+				dest = pub
+			}
+			res, runErr := dlq.Import(ctx, r, dest, opts)
 			rep.Finish()
-			if err := pub.Close(); err != nil {
-				t.log.Warn("close publisher", "error", err.Error())
+			if pub != nil {
+				if err := pub.Close(); err != nil {
+					t.log.Warn("close publisher", "error", err.Error())
+				}
 			}
 			if output == "json" {
 				if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
 					return err
 				}
+			} else if opts.DryRun {
+				fmt.Fprintf(cmd.OutOrStdout(), "dry run: would import %d message(s) to %s (%d line(s) read, %d skipped); nothing published\n", res.WouldPublish, res.To, res.Lines, res.Skipped)
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "imported %d message(s) to %s (%d line(s) read, %d skipped)\n", res.Published, res.To, res.Lines, res.Skipped)
 			}
@@ -103,9 +122,10 @@ and tells how to resume with --skip.`,
 	fs := cmd.Flags()
 	fs.StringVar(&file, "file", "", "file to read (JSON Lines from export; - for standard input)")
 	fs.StringVar(&to, "to", "", "queue to publish to (default: the DLQ)")
+	fs.BoolVar(&opts.DryRun, "dry-run", false, "read and check every line, and report what would be published, publishing nothing")
 	fs.IntVar(&opts.Skip, "skip", 0, "skip this many lines first (resume)")
 	fs.IntVar(&opts.Parallel, "parallel", 64, "publishes awaiting their confirm at once; 1 keeps the file's order exactly")
-	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: text (or table) or json")
 	registerProgress(fs, &progressMode)
 	return cmd
 }

@@ -187,6 +187,6 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 	fs.DurationVar(&o.StallTimeout, "stall-timeout", time.Minute, "stop when nothing moves for this long (e.g. broker blocking publishes)")
 	fs.DurationVar(&timeout, "timeout", 0, "stop after this long in total (0: no limit); messages in flight finish")
 	registerProgress(fs, &progressMode)
-	fs.StringVarP(&output, "output", "o", "table", "summary format: table or json")
+	fs.StringVarP(&output, "output", "o", "table", "summary format: text (or table) or json")
 	return cmd
 }

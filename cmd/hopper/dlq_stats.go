@@ -49,6 +49,6 @@ AMQP timestamp.`,
 		},
 	}
 	f.register(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "text (or table) or json")
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -51,6 +52,10 @@ attempts the dead-letter queue. Moves are publish -> confirm -> ack.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// -v is left unassigned: kubectl and the tools around a broker use it
+	// for verbosity, so it must not mean anything else here. Declared
+	// first, the flag keeps cobra from taking -v as its shorthand.
+	root.Flags().Bool("version", false, "print Hopper's version (as does `hopper version`)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd(), newVersionCmd())
@@ -118,31 +123,49 @@ func markUsage(root *cobra.Command) {
 type configFlags struct {
 	file string
 	set  []string
-	// tool leaves out the flags only run needs.
-	tool bool
+	// user is the kind of command the flags are for: each has only the
+	// key flags it makes use of, so that its --help lists nothing it
+	// would ignore. The zero value is run's (and config validate's): all.
+	user flagUser
 }
 
-// flagKeys are the config keys with flags of their own. runOnly ones are
-// offered by run and config only: the DLQ and topology tools have no use
-// for them.
+// flagUser is a kind of command, for picking which key flags it has.
+type flagUser int
+
+const (
+	// forRun: run, and config validate, which checks run's config.
+	forRun flagUser = 1 << iota
+	// forBroker: the tools that connect to the broker but deliver nothing
+	// to the app (topology apply and verify, the dlq commands).
+	forBroker
+	// forPlan: topology plan, which only computes names and arguments.
+	forPlan
+)
+
+// flagKeys are the config keys with flags of their own, and the kinds of
+// command that use each.
 var flagKeys = []struct {
 	flag, key, usage string
-	runOnly          bool
+	users            flagUser
 }{
-	{"queue", "queue.name", "work queue to consume (queue.name)", false},
-	{"app-url", "app.url", "URL the app receives messages on (app.url)", false},
-	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)", false},
-	{"prefetch", "consumer.prefetch", "AMQP prefetch, 0 = follows the concurrency limit (consumer.prefetch)", true},
-	{"workers", "consumer.workers", "most concurrent deliveries, 0 = prefetch if set, else 512 (consumer.workers)", true},
-	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)", true},
-	{"log-level", "log.level", "debug, info, warn or error (log.level)", false},
-	{"log-format", "log.format", "json or text (log.format)", false},
+	{"queue", "queue.name", "work queue to consume (queue.name)", forRun | forBroker | forPlan},
+	{"app-url", "app.url", "URL the app receives messages on (app.url)", forRun},
+	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)", forRun | forBroker},
+	{"prefetch", "consumer.prefetch", "AMQP prefetch, 0 = follows the concurrency limit (consumer.prefetch)", forRun},
+	{"workers", "consumer.workers", "most concurrent deliveries, 0 = prefetch if set, else 512 (consumer.workers)", forRun},
+	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)", forRun},
+	{"log-level", "log.level", "debug, info, warn or error (log.level)", forRun | forBroker},
+	{"log-format", "log.format", "json or text (log.format)", forRun | forBroker},
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
+	user := f.user
+	if user == 0 {
+		user = forRun
+	}
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("HOPPER_CONFIG"), "YAML config file (env HOPPER_CONFIG)")
 	for _, k := range flagKeys {
-		if f.tool && k.runOnly {
+		if k.users&user == 0 {
 			continue
 		}
 		fs.String(k.flag, "", k.usage)
@@ -185,9 +208,13 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 			errs = append(errs, fmt.Errorf("--set: %w", err))
 		}
 	}
-	// Validate even when loading failed, so every problem shows in one run.
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
+	// Validate even when loading failed, so every problem shows in one run;
+	// but not without the file: every key it would have set would be
+	// reported missing, burying the one problem to fix.
+	if !errors.Is(err, fs.ErrNotExist) {
+		if err := cfg.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cfg, report(cmd, err)
@@ -203,7 +230,7 @@ func report(cmd *cobra.Command, err error) error {
 	for _, l := range lines {
 		fmt.Fprintf(cmd.ErrOrStderr(), "  - %s\n", l)
 	}
-	return badData(errReported)
+	return badData(&reportedProblems{lines: lines})
 }
 
 func newLogger(cfg config.Log, w io.Writer) *slog.Logger {
