@@ -345,9 +345,10 @@ func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, 
 	if ref == nil || ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" || ref.Name != dep.Name {
 		t.Errorf("ScaledObject %s scales %+v, want the Deployment %s that runs Hopper", so.Name, ref, dep.Name)
 	}
-	// One rabbitmq trigger per queue Hopper consumes, in config order.
+	// One rabbitmq trigger per queue Hopper consumes, in config order: a
+	// partitioned queue's partition queues, which hold its messages.
 	var queues []string
-	for _, s := range cfg.SubscriptionConfigs() {
+	for _, s := range cfg.Consumed() {
 		queues = append(queues, s.Queue.Name)
 	}
 	if len(so.Spec.Triggers) != len(queues) {
