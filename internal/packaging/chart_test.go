@@ -892,7 +892,7 @@ func TestChartRejects(t *testing.T) {
 		{"password twice", []string{"-f", minimal, "--set", "broker.passwordKey=password", "--set", "config.broker.passwordFile=/x"}, "not both"},
 		{"keda and hpa", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "autoscaling.enabled=true"}, "keda.enabled and autoscaling.enabled both scale the Deployment"},
 		{"keda message rate over amqp", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.mode=MessageRate", "--set", "keda.protocol=amqp"}, "set keda.protocol to http"},
-		{"keda without broker secret", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "keda needs the broker's URL from a Secret"},
+		{"keda without broker secret", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.protocol=amqp", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "needs the broker's URL from a Secret"},
 		{"keda in sidecar mode without target", []string{"-f", minimal, "--set", "deployment.enabled=false", "--set", "keda.enabled=true"}, "keda.scaleTargetName is required"},
 		{"keda bad value", []string{"-f", minimal, "--set", "keda.enabled=true", "--set-string", "keda.value=lots"}, "/keda/value"},
 		{"pod monitor in sidecar mode without selector", []string{"-f", minimal, "--set", "deployment.enabled=false", "--set", "metrics.podMonitor.enabled=true"}, "metrics.selector is required"},
