@@ -201,6 +201,18 @@ func TestChartAppSecrets(t *testing.T) {
 		}
 	}
 
+	// Through a parent chart's includes: hopper.volumes brings the Secret.
+	t.Run("parent", func(t *testing.T) {
+		stdout, stderr, err := runHelm(t, templateArgs(renderCase{chart: parentChart(t)})...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		ms := decodeManifests(t, stdout)
+		pods, hoppers := hopperPods(t, ms)
+		path, _ := dig(renderedConfig(t, ms), "app", "auth", "token", "file").(string)
+		secretFile(t, pods[0], hoppers[0], path, "orders-hopper-token", "token")
+	})
+
 	// Each alone, in the minimal release.
 	minimal := repoPath(chartDir, "ci", "minimal-values.yaml")
 	for _, c := range []struct {
