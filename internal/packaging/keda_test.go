@@ -78,6 +78,9 @@ func TestChartKedaCountsInFlight(t *testing.T) {
 	}{
 		{"management url", append([]string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.managementUrl=http://rabbitmq:15672/orders"}, creds...),
 			"http", "http://rabbitmq:15672/orders", map[string]string{"username": "rabbitmq-orders/user", "password": "rabbitmq-orders/pass"}},
+		{"management url, vhost named apart", append([]string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.managementUrl=http://rabbitmq:15672", "--set", "keda.vhostName=orders",
+			"--set", "config.broker.urls={amqp://rabbitmq:5672/orders}"}, creds...),
+			"http", "http://rabbitmq:15672", map[string]string{"username": "rabbitmq-orders/user", "password": "rabbitmq-orders/pass"}},
 		{"management url from the secret", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.hostKey=mgmt"},
 			"http", "", map[string]string{"host": "rabbitmq-orders/mgmt"}},
 		{"amqp", []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.protocol=amqp"},
@@ -174,6 +177,10 @@ func TestChartKedaRejects(t *testing.T) {
 		{"management url without credentials", []string{"--set", "keda.managementUrl=http://rabbitmq:15672/orders"}, "keda.managementUrl needs broker.existingSecret with broker.usernameKey and broker.passwordKey"},
 		{"management url with a password in it", []string{"--set", "keda.managementUrl=http://guest:guest@rabbitmq:15672/orders"}, "/keda/managementUrl"},
 		{"management url not http", []string{"--set", "keda.managementUrl=amqp://rabbitmq:5672/orders"}, "/keda/managementUrl"},
+		{"management url on another vhost", []string{"--set", "keda.managementUrl=http://rabbitmq:15672", "--set", "broker.usernameKey=u", "--set", "broker.passwordKey=p", "--set", "config.broker.urls={amqp://rabbitmq:5672/orders}"},
+			`keda.managementUrl "http://rabbitmq:15672" names vhost "/" but Hopper consumes from vhost "orders"`},
+		{"management url on a vhost Hopper does not use", []string{"--set", "keda.managementUrl=http://rabbitmq:15672/orders", "--set", "broker.usernameKey=u", "--set", "broker.passwordKey=p", "--set", "config.broker.urls={amqp://rabbitmq:5672/}"},
+			`names vhost "orders" but Hopper consumes from vhost "/"`},
 		{"host key without secret", []string{"--set", "keda.hostKey=mgmt", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "keda.hostKey names a key of broker.existingSecret"},
 		{"amqp without broker secret", []string{"--set", "keda.protocol=amqp", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "keda.protocol amqp needs the broker's URL from a Secret"},
 	}
