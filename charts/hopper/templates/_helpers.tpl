@@ -55,12 +55,31 @@ app.kubernetes.io/version: {{ . | quote }}
 app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 {{- end -}}
 
-{{/* image renders repository:tag, or repository@digest when a digest is set. Context: an image values map. */}}
+{{/*
+hopper.image renders repository:tag, or repository@digest when a digest is
+set. global.imageRegistry, when set, replaces the registry of the
+repository (its first part when that holds a dot or a colon, or is
+localhost, as Docker reads an image name) or is put in front of a
+repository that names none, so that every image the chart renders comes
+from one mirror. Context: dict "image" <an image values map> "values"
+<the values holding global>.
+*/}}
 {{- define "hopper.image" -}}
-{{- if .digest -}}
-{{- printf "%s@%s" .repository .digest -}}
+{{- $img := .image -}}
+{{- $repo := toString $img.repository -}}
+{{- $reg := toString (default "" (get (default (dict) .values.global) "imageRegistry")) | trimSuffix "/" -}}
+{{- if $reg -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" $reg $repo -}}
+{{- end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $repo $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .repository (toString .tag) -}}
+{{- printf "%s:%s" $repo (toString $img.tag) -}}
 {{- end -}}
 {{- end -}}
 

@@ -25,6 +25,10 @@ deployment.enabled: false it renders no Deployment). Optional helpers:
 {{- define "hopper.configPath" -}}/etc/hopper/hopper.yaml{{- end -}}
 {{- define "hopper.brokerSecretDir" -}}/etc/hopper/broker{{- end -}}
 {{- define "hopper.tlsSecretDir" -}}/etc/hopper/tls{{- end -}}
+{{- define "hopper.appTokenDir" -}}/etc/hopper/app-token{{- end -}}
+{{- define "hopper.appHmacDir" -}}/etc/hopper/app-hmac{{- end -}}
+{{- define "hopper.appTLSDir" -}}/etc/hopper/app-tls{{- end -}}
+{{- define "hopper.otelCADir" -}}/etc/hopper/otel{{- end -}}
 
 {{/*
 hopper.durationSeconds: a Go duration string ("25s", "1m30s", "500ms") in
@@ -115,13 +119,59 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- end -}}
 {{- end -}}
 
-{{- /* app: Hopper delivers to the app container on localhost. */ -}}
+{{- /* app: Hopper delivers to the app container on localhost, over
+       https when app.tls.existingSecret gives it the app's CA. */ -}}
 {{- $app := default (dict) (get $cfg "app") -}}
+{{- $at := default (dict) $v.app.tls -}}
 {{- if not (hasKey $app "url") -}}
-{{- $_ := set $app "url" (printf "http://127.0.0.1:%d%s" (int $v.app.port) (default "/" $v.app.messagePath)) -}}
+{{- $_ := set $app "url" (printf "%s://127.0.0.1:%d%s" (ternary "https" "http" (not (empty $at.existingSecret))) (int $v.app.port) (default "/" $v.app.messagePath)) -}}
 {{- end -}}
 {{- if and (not (hasKey $app "healthPath")) $v.app.healthPath -}}
 {{- $_ := set $app "healthPath" $v.app.healthPath -}}
+{{- end -}}
+
+{{- /* app.auth and app.tls: files from mounted Secrets. Each Secret is
+       mounted as a folder (no subPath), so the kubelet swaps in a rotated
+       Secret and Hopper, which reads these files again when they change,
+       uses it without a restart. */ -}}
+{{- $aa := default (dict) $v.app.auth -}}
+{{- $auth := default (dict) (get $app "auth") -}}
+{{- range $name, $f := dict "token" (list "file" (include "hopper.appTokenDir" $) "token") "hmac" (list "keyFile" (include "hopper.appHmacDir" $) "key") -}}
+{{- $s := default (dict) (get $aa $name) -}}
+{{- if $s.existingSecret -}}
+{{- if not $s.key -}}
+{{- fail (printf "app.auth.%s.key is required with app.auth.%s.existingSecret: the Secret's key holding the %s" $name $name (ternary "token" "HMAC key" (eq $name "token"))) -}}
+{{- end -}}
+{{- $sect := default (dict) (get $auth $name) -}}
+{{- if hasKey $sect (index $f 0) -}}
+{{- fail (printf "set app.auth.%s.existingSecret or config.app.auth.%s.%s, not both" $name $name (index $f 0)) -}}
+{{- end -}}
+{{- $_ := set $sect (index $f 0) (printf "%s/%s" (index $f 1) (index $f 2)) -}}
+{{- $_ := set $auth $name $sect -}}
+{{- end -}}
+{{- end -}}
+{{- if $auth -}}
+{{- $_ := set $app "auth" $auth -}}
+{{- end -}}
+{{- if $at.existingSecret -}}
+{{- if ne (empty $at.certKey) (empty $at.keyKey) -}}
+{{- fail "app.tls.certKey and keyKey must be given together" -}}
+{{- end -}}
+{{- if not (hasPrefix "https://" (toString (get $app "url"))) -}}
+{{- fail (printf "app.tls.existingSecret is for an https:// app, but config.app.url is %q: leave config.app.url unset (the chart then uses https://127.0.0.1:<app.port>) or make it https://" (get $app "url")) -}}
+{{- end -}}
+{{- $tls := default (dict) (get $app "tls") -}}
+{{- range $field, $pair := dict "caFile" (list $at.caKey "ca.crt") "certFile" (list $at.certKey "tls.crt") "keyFile" (list $at.keyKey "tls.key") -}}
+{{- if index $pair 0 -}}
+{{- if hasKey $tls $field -}}
+{{- fail (printf "set app.tls.existingSecret or config.app.tls.%s, not both" $field) -}}
+{{- end -}}
+{{- $_ := set $tls $field (printf "%s/%s" (include "hopper.appTLSDir" $) (index $pair 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $app "tls" $tls -}}
+{{- else if or $at.certKey $at.keyKey -}}
+{{- fail "app.tls.certKey/keyKey need app.tls.existingSecret" -}}
 {{- end -}}
 {{- $_ := set $cfg "app" $app -}}
 
@@ -340,22 +390,91 @@ Hopper container mounts them.
 {{- with $b.tls }}
 {{- if .existingSecret }}
 - name: hopper-tls
+  {{- include "hopper.tlsVolume" . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- $aa := default (dict) .values.app.auth }}
+{{- with $aa.token }}
+{{- if .existingSecret }}
+- name: hopper-app-token
   secret:
     secretName: {{ .existingSecret }}
     defaultMode: 0444
     items:
-      {{- if .caKey }}
-      - key: {{ .caKey }}
+      - key: {{ .key }}
+        path: token
+{{- end }}
+{{- end }}
+{{- with $aa.hmac }}
+{{- if .existingSecret }}
+- name: hopper-app-hmac
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0444
+    items:
+      - key: {{ .key }}
+        path: key
+{{- end }}
+{{- end }}
+{{- with .values.app.tls }}
+{{- if .existingSecret }}
+- name: hopper-app-tls
+  {{- include "hopper.tlsVolume" . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with (include "hopper.otelCASecret" .) | fromJson }}
+- name: hopper-otel-ca
+  secret:
+    secretName: {{ .name }}
+    defaultMode: 0444
+    items:
+      - key: {{ .key }}
         path: ca.crt
-      {{- end }}
-      {{- if .certKey }}
-      - key: {{ .certKey }}
-        path: tls.crt
-      - key: {{ .keyKey }}
-        path: tls.key
-      {{- end }}
 {{- end }}
-{{- end }}
+{{- end -}}
+
+{{/*
+hopper.tlsVolume: a Secret volume with a CA and an optional client
+certificate, at the fixed names ca.crt, tls.crt and tls.key. Context: a
+values block with existingSecret, caKey, certKey, keyKey.
+*/}}
+{{- define "hopper.tlsVolume" -}}
+secret:
+  secretName: {{ .existingSecret }}
+  defaultMode: 0444
+  items:
+    {{- if .caKey }}
+    - key: {{ .caKey }}
+      path: ca.crt
+    {{- end }}
+    {{- if .certKey }}
+    - key: {{ .certKey }}
+      path: tls.crt
+    - key: {{ .keyKey }}
+      path: tls.key
+    {{- end }}
+{{- end -}}
+
+{{/*
+hopper.otelCASecret: otel.caSecret as JSON when tracing is on and it names
+a Secret, else {}. The collector's CA is only used for an https://
+endpoint (or a gRPC host:port, which is TLS), so a CA for a plain-text
+endpoint fails the render rather than being silently unused.
+*/}}
+{{- define "hopper.otelCASecret" -}}
+{{- $o := .values.otel -}}
+{{- $ca := default (dict) $o.caSecret -}}
+{{- if and $o.enabled $ca.name -}}
+{{- if hasPrefix "http://" (toString $o.endpoint) -}}
+{{- fail (printf "otel.caSecret is the CA of a TLS collector, but otel.endpoint %q is plain text: use https://" $o.endpoint) -}}
+{{- end -}}
+{{- if not $ca.key -}}
+{{- fail "otel.caSecret.key is required with otel.caSecret.name: the Secret's key holding the collector's CA" -}}
+{{- end -}}
+{{- toJson $ca -}}
+{{- else -}}
+{}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -376,6 +495,22 @@ environment (the sidecar, the tool Job's) is named by it.
   value: {{ default (include "hopper.fullname" .) $o.serviceName | quote }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ $o.endpoint | quote }}
+{{- with $o.headersSecret }}
+{{- if .name }}
+{{- if not .key }}
+{{- fail "otel.headersSecret.key is required with otel.headersSecret.name: the Secret's key holding the headers (key=value,key2=value2)" }}
+{{- end }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- if ne (include "hopper.otelCASecret" .) "{}" }}
+- name: OTEL_EXPORTER_OTLP_CERTIFICATE
+  value: {{ include "hopper.otelCADir" . }}/ca.crt
+{{- end }}
 {{- with $o.protocol }}
 - name: OTEL_EXPORTER_OTLP_PROTOCOL
   value: {{ . | quote }}
@@ -439,7 +574,7 @@ httpGet:
 {{- $b := $hv.broker -}}
 {{- $port := include "hopper.adminPort" . | int -}}
 - name: {{ $hv.containerName }}
-  image: {{ include "hopper.image" $hv.image | quote }}
+  image: {{ include "hopper.image" (dict "image" $hv.image "values" $hv) | quote }}
   imagePullPolicy: {{ $hv.image.pullPolicy }}
   {{- if eq (include "hopper.nativeSidecar" .) "true" }}
   # Native sidecar: started before the app containers, stopped after them.
@@ -510,6 +645,27 @@ httpGet:
 {{- if $b.tls.existingSecret }}
 - name: hopper-tls
   mountPath: {{ include "hopper.tlsSecretDir" . }}
+  readOnly: true
+{{- end }}
+{{- $aa := default (dict) .values.app.auth }}
+{{- if dig "token" "existingSecret" "" $aa }}
+- name: hopper-app-token
+  mountPath: {{ include "hopper.appTokenDir" . }}
+  readOnly: true
+{{- end }}
+{{- if dig "hmac" "existingSecret" "" $aa }}
+- name: hopper-app-hmac
+  mountPath: {{ include "hopper.appHmacDir" . }}
+  readOnly: true
+{{- end }}
+{{- if (default (dict) .values.app.tls).existingSecret }}
+- name: hopper-app-tls
+  mountPath: {{ include "hopper.appTLSDir" . }}
+  readOnly: true
+{{- end }}
+{{- if ne (include "hopper.otelCASecret" .) "{}" }}
+- name: hopper-otel-ca
+  mountPath: {{ include "hopper.otelCADir" . }}
   readOnly: true
 {{- end }}
 {{- with .values.extraVolumeMounts }}
