@@ -20,10 +20,7 @@ func TestBatchDefaultsOff(t *testing.T) {
 }
 
 func TestBatchValidation(t *testing.T) {
-	cases := []struct {
-		doc  string
-		want string // "" = valid
-	}{
+	cases := []validationCase{
 		{"consumer: {batch: {maxMessages: 32, maxWait: 50ms, maxBytes: 65536}}", ""},
 		{"consumer: {batch: {maxMessages: 0}}", "consumer.batch.maxMessages: must be between 1"},
 		{"consumer: {batch: {maxMessages: 1001}}", "consumer.batch.maxMessages: must be between 1"},
@@ -33,6 +30,19 @@ func TestBatchValidation(t *testing.T) {
 		{"consumer: {batch: {maxMessages: 8, maxWait: 6m}}", "consumer.batch.maxWait: must be between 0s and 5m"},
 		{"consumer: {batch: {maxMessages: 8, maxWait: 5}}", "consumer.batch.maxWait"},
 	}
+	checkValidation(t, cases)
+}
+
+// validationCase is a config fragment laid after queue.name and what
+// Validate says of it: "" when valid, else a part of the error.
+type validationCase struct {
+	doc  string
+	want string
+}
+
+// checkValidation parses and validates each case's fragment.
+func checkValidation(t *testing.T, cases []validationCase) {
+	t.Helper()
 	for _, c := range cases {
 		cfg, err := parse(t, "queue: {name: q}\n"+c.doc+"\n")
 		if err == nil {

@@ -5,10 +5,7 @@ import (
 )
 
 func TestOrderingKeyValidation(t *testing.T) {
-	cases := []struct {
-		doc  string
-		want string // "" = valid
-	}{
+	cases := []validationCase{
 		{"consumer: {orderingKey: routingKey}", ""},
 		{"consumer: {orderingKey: 'header:customer-id', prefetch: 100, workers: 16}", ""},
 		{"consumer: {orderingKey: 'messageId:/'}", ""},
@@ -17,19 +14,7 @@ func TestOrderingKeyValidation(t *testing.T) {
 		{"consumer: {orderingKey: routingKey, ordered: true}", "consumer.orderingKey: consumer.ordered already orders the whole queue"},
 		{"consumer: {orderingKey: type, batch: {maxMessages: 8}}", "consumer.orderingKey: ordering keys and batch delivery"},
 	}
-	for _, c := range cases {
-		cfg, err := parse(t, "queue: {name: q}\n"+c.doc+"\n")
-		if err == nil {
-			err = cfg.Validate()
-		}
-		if c.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v", c.doc, err)
-			}
-			continue
-		}
-		mustContain(t, err, c.want)
-	}
+	checkValidation(t, cases)
 }
 
 // A subscription's orderingKey replaces the top-level one, and is checked

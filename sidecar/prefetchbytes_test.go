@@ -46,6 +46,22 @@ func (l *startedLog) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
+// runLogged runs a sidecar on cfg logging to log until the test ends.
+func runLogged(t *testing.T, cfg *config.Config, log slog.Handler) *sidecar.Sidecar {
+	t.Helper()
+	sc := sidecar.New(cfg, slog.New(log))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar: %v", err)
+		}
+	})
+	return sc
+}
+
 func (l *startedLog) started() []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -116,16 +132,7 @@ func TestResumeWithinPrefetchBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &startedLog{}
-	sc := sidecar.New(&cfg, slog.New(log))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sidecar: %v", err)
-		}
-	})
+	sc := runLogged(t, &cfg, log)
 	waitfor.Until(t, time.Minute, "the backlog answered", func() bool { return app.answered() == n })
 
 	app.down.Store(true)
@@ -170,16 +177,7 @@ func TestSingleActivePrefetchWithinBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &startedLog{}
-	sc := sidecar.New(&cfg, slog.New(log))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sidecar: %v", err)
-		}
-	})
+	runLogged(t, &cfg, log)
 	waitfor.Until(t, time.Minute, "the backlog answered", func() bool { return app.answered() == n })
 	started := log.started()
 	if len(started) == 0 || started[0] != 1 {
