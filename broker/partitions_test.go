@@ -88,21 +88,7 @@ func TestPartitionsRouteEachKeyToOnePartition(t *testing.T) {
 	total := 0
 	for i := range 4 {
 		q := config.PartitionQueue(cfg.Queue.Name, i)
-		n := 0
-		for {
-			d, ok, err := ch.Get(q, true) // autoAck=true
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			n++
-			if prev, seen := where[d.RoutingKey]; seen && prev != q {
-				t.Errorf("key %s reached %s and %s", d.RoutingKey, prev, q)
-			}
-			where[d.RoutingKey] = q
-		}
+		n := takeByKey(t, ch, q, where, func(d amqp.Delivery) string { return d.RoutingKey })
 		if n == 0 {
 			t.Errorf("partition %s received nothing of %d keys", q, keys)
 		}
@@ -175,22 +161,7 @@ func TestPartitionsHashOnHeader(t *testing.T) {
 	used := 0
 	for i := range 3 {
 		q := config.PartitionQueue(cfg.Queue.Name, i)
-		n := 0
-		for {
-			d, ok, err := ch.Get(q, true) // autoAck=true
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			n++
-			cust, _ := d.Headers["customer"].(string)
-			if prev, seen := where[cust]; seen && prev != q {
-				t.Errorf("customer %s reached %s and %s", cust, prev, q)
-			}
-			where[cust] = q
-		}
+		n := takeByKey(t, ch, q, where, func(d amqp.Delivery) string { cust, _ := d.Headers["customer"].(string); return cust })
 		if n > 0 {
 			used++
 		}
@@ -229,5 +200,28 @@ func TestPartitionsNeedThePlugin(t *testing.T) {
 	}
 	if err := ch.ExchangeDeclarePassive(cfg.Queue.Name+".in", "topic", true, false, false, false, nil); err == nil {
 		t.Errorf("exchange %s.in was declared although the plan cannot be completed", cfg.Queue.Name)
+	}
+}
+
+// takeByKey takes every message of partition queue q and records, per key
+// (keyOf), the partition it landed in; a key seen in another partition
+// before is an error. It returns how many messages q held.
+func takeByKey(t *testing.T, ch *amqp.Channel, q string, where map[string]string, keyOf func(amqp.Delivery) string) int {
+	t.Helper()
+	n := 0
+	for {
+		d, ok, err := ch.Get(q, true) // autoAck=true
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return n
+		}
+		n++
+		k := keyOf(d)
+		if prev, seen := where[k]; seen && prev != q {
+			t.Errorf("key %s reached %s and %s", k, prev, q)
+		}
+		where[k] = q
 	}
 }
