@@ -11,6 +11,7 @@ require (
 )
 
 require (
+	github.com/expr-lang/expr v1.17.8
 	github.com/schollz/progressbar/v3 v3.19.1
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.16.0

@@ -176,6 +176,12 @@ const (
 	// recovered panic). The message is set aside with the error rather than
 	// retried into the same failure or lost.
 	ReasonHopperError = "hopper-error"
+	// ReasonFiltered: the subscription's filter left the message out and
+	// onFiltered is dlq.
+	ReasonFiltered = "filtered"
+	// ReasonFilterError: a routing or filter rule needed the body and it
+	// was not JSON, with onBodyError dlq.
+	ReasonFilterError = "filter-error"
 )
 
 // Event is the stable log event name for a dead-lettering reason.
@@ -195,6 +201,10 @@ func Event(reason string) string {
 		return "RABBITMQ_MESSAGE_CRASHED_APP"
 	case ReasonHopperError:
 		return "RABBITMQ_MESSAGE_HOPPER_ERROR"
+	case ReasonFiltered:
+		return "RABBITMQ_MESSAGE_FILTERED"
+	case ReasonFilterError:
+		return "RABBITMQ_MESSAGE_FILTER_ERROR"
 	}
 	return "RABBITMQ_MESSAGE_DEAD_LETTERED"
 }

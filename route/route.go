@@ -1,0 +1,441 @@
+// Package route decides, per message, which app path a subscription's
+// message goes to and whether it is delivered at all. It is pure: rules are
+// compiled once from their source text, then each message is judged from
+// what it carries (its original routing key and exchange, headers,
+// properties and, only when a rule reads it, its body parsed as JSON).
+//
+// A message's way through a table:
+//
+//	filter (when set)
+//	  ├─ true ───────────────────────→ routes, first match wins
+//	  │                                  ├─ a route matches → its path (and retry policy)
+//	  │                                  └─ none matches   → the subscription's own path
+//	  ├─ false ──────────────────────→ filtered: ack (onFiltered ack) or DLQ "filtered"
+//	  └─ body unreadable, onBodyError dlq → DLQ "filter-error"
+//
+// A rule that reads the body of a message whose body is not JSON (or whose
+// content type says it is something else) cannot be evaluated: with
+// onBodyError skip the rule counts as false (a route does not match, the
+// filter does not pass, so the message is filtered); with onBodyError dlq
+// the message is dead-lettered with reason filter-error before any route
+// is chosen. Any other evaluation error (comparing a missing header with a
+// number, a body field that is not a bool where a bool is wanted) counts
+// as false too, and is reported in the decision so the loop can count and
+// log it: one odd message never stops the others.
+package route
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// Spec is the source of a table, as config holds it.
+type Spec struct {
+	// Routes are tried in order; the first whose Match is true wins.
+	Routes []RouteSpec
+	// Filter, when not empty, must be true for a message to be delivered.
+	Filter string
+	// OnFiltered is "ack" or "dlq" ("" is ack).
+	OnFiltered string
+	// OnBodyError is "skip" or "dlq" ("" is skip).
+	OnBodyError string
+}
+
+// RouteSpec is one route.
+type RouteSpec struct {
+	// Name labels the route in metrics, traces and logs.
+	Name string
+	// Match is an expression that must be true for a message to take the
+	// route.
+	Match string
+	// Policy, when not nil, is the retry policy of the messages the route
+	// takes, in place of the subscription's selection.
+	Policy *retry.Policy
+}
+
+// Route is a compiled route.
+type Route struct {
+	Name   string
+	Policy *retry.Policy
+	rule   rule
+}
+
+// Table is a compiled Spec. It is safe for concurrent use.
+type Table struct {
+	routes     []Route
+	filter     *rule
+	filteredTo Outcome
+	bodyDLQ    bool
+	// parse reads a JSON body; tests count its calls.
+	parse func(data []byte, v any) error
+}
+
+// rule is one compiled expression.
+type rule struct {
+	// key names the rule in errors: "filter" or "routes[2].match".
+	key      string
+	prog     *vm.Program
+	usesBody bool
+}
+
+// Error is an expression that does not compile, with where it went wrong.
+type Error struct {
+	// Key is the rule's key: "filter", "routes[2].match", "onFiltered".
+	Key string
+	// Line and Column are 1-based, inside the expression; 0 when the
+	// error is not about a place in it.
+	Line, Column int
+	Msg          string
+}
+
+func (e *Error) Error() string {
+	if e.Line == 0 {
+		return e.Key + ": " + e.Msg
+	}
+	return fmt.Sprintf("%s: line %d, column %d: %s", e.Key, e.Line, e.Column, e.Msg)
+}
+
+// Compile compiles every rule of s. Every problem is reported, each as an
+// *Error, joined.
+func Compile(s Spec) (*Table, error) {
+	t := &Table{parse: json.Unmarshal}
+	var errs []error
+	switch s.OnFiltered {
+	case "", "ack":
+		t.filteredTo = Ack
+	case "dlq":
+		t.filteredTo = DeadLetter
+	default:
+		errs = append(errs, &Error{Key: "onFiltered", Msg: fmt.Sprintf("%q is not ack or dlq", s.OnFiltered)})
+	}
+	switch s.OnBodyError {
+	case "", "skip":
+	case "dlq":
+		t.bodyDLQ = true
+	default:
+		errs = append(errs, &Error{Key: "onBodyError", Msg: fmt.Sprintf("%q is not skip or dlq", s.OnBodyError)})
+	}
+	if strings.TrimSpace(s.Filter) != "" {
+		r, err := compile("filter", s.Filter)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		t.filter = &r
+	}
+	seen := map[string]int{}
+	for i, rs := range s.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		switch name := strings.TrimSpace(rs.Name); {
+		case name == "":
+			errs = append(errs, &Error{Key: key + ".name", Msg: "required: it names the route in metrics and traces"})
+		case !validName(name):
+			errs = append(errs, &Error{Key: key + ".name", Msg: fmt.Sprintf("%q: use letters, digits, '.', '_' or '-'", rs.Name)})
+		default:
+			if j, dup := seen[name]; dup {
+				errs = append(errs, &Error{Key: key + ".name", Msg: fmt.Sprintf("%q is already the name of routes[%d]", name, j)})
+			}
+			seen[name] = i
+		}
+		if strings.TrimSpace(rs.Match) == "" {
+			errs = append(errs, &Error{Key: key + ".match", Msg: "required: an expression that is true for the messages the route takes"})
+			continue
+		}
+		r, err := compile(key+".match", rs.Match)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		t.routes = append(t.routes, Route{Name: strings.TrimSpace(rs.Name), Policy: rs.Policy, rule: r})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// compile compiles one expression against the message view. Its type is
+// checked here: a rule that cannot be a bool, or compares a string with a
+// number, is refused now rather than failing on every message.
+func compile(key, src string) (rule, error) {
+	finder := &bodyFinder{}
+	prog, err := expr.Compile(src, expr.Env(&env{}), expr.AsBool(), expr.Patch(finder))
+	if err != nil {
+		e := &Error{Key: key, Msg: err.Error()}
+		var fe *file.Error
+		if errors.As(err, &fe) {
+			e.Msg = fe.Message
+			e.Line, e.Column = fe.Line, fe.Column+1
+		}
+		return rule{}, e
+	}
+	return rule{key: key, prog: prog, usesBody: finder.found}, nil
+}
+
+// bodyFinder notes whether an expression reads the body, so that messages
+// are parsed only for the rules that need it.
+type bodyFinder struct{ found bool }
+
+func (f *bodyFinder) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok && id.Value == "body" {
+		f.found = true
+	}
+}
+
+// Routes returns the compiled routes, in order.
+func (t *Table) Routes() []Route { return t.routes }
+
+// HasFilter reports whether a filter is set.
+func (t *Table) HasFilter() bool { return t.filter != nil }
+
+// env is what an expression sees of a message.
+type env struct {
+	RoutingKey string         `expr:"routingKey"`
+	Exchange   string         `expr:"exchange"`
+	Headers    map[string]any `expr:"headers"`
+	Properties Properties     `expr:"properties"`
+	Body       any            `expr:"body"`
+}
+
+// Properties are a message's AMQP properties as expressions see them.
+type Properties struct {
+	Type            string    `expr:"type"`
+	ContentType     string    `expr:"contentType"`
+	ContentEncoding string    `expr:"contentEncoding"`
+	Priority        int       `expr:"priority"`
+	DeliveryMode    int       `expr:"deliveryMode"`
+	Timestamp       time.Time `expr:"timestamp"`
+	MessageID       string    `expr:"messageId"`
+	CorrelationID   string    `expr:"correlationId"`
+	AppID           string    `expr:"appId"`
+	UserID          string    `expr:"userId"`
+	ReplyTo         string    `expr:"replyTo"`
+	Expiration      string    `expr:"expiration"`
+}
+
+// Outcome is what becomes of a message.
+type Outcome int
+
+const (
+	// Deliver: send it to the app, on the chosen route's path.
+	Deliver Outcome = iota
+	// Ack: the filter left it out; it is acked unseen.
+	Ack
+	// DeadLetter: it goes to the DLQ with Decision.Reason.
+	DeadLetter
+)
+
+// Decision is what a table decided for one message.
+type Decision struct {
+	Outcome Outcome
+	// Route is the route taken, nil when none matched (the subscription's
+	// own path and retry policy).
+	Route *Route
+	// Reason is why a message is not delivered: retry.ReasonFiltered or
+	// retry.ReasonFilterError.
+	Reason string
+	// Err says why a message was dead-lettered with filter-error.
+	Err error
+	// Problems are the rules that could not be evaluated and counted as
+	// false, for the loop to count and log.
+	Problems []Problem
+}
+
+// RouteName is the route taken, "" for none.
+func (d Decision) RouteName() string {
+	if d.Route == nil {
+		return ""
+	}
+	return d.Route.Name
+}
+
+// Problem kinds.
+const (
+	// ProblemBody: the rule reads a body that is not JSON.
+	ProblemBody = "body"
+	// ProblemEval: the rule failed at run time.
+	ProblemEval = "eval"
+)
+
+// Problem is a rule that could not be evaluated for a message.
+type Problem struct {
+	// Rule is the rule's key ("filter", "routes[1].match").
+	Rule string
+	Kind string
+	Err  error
+}
+
+// view is one message being judged: its env, and its body parsed at most
+// once, however many rules read it.
+type view struct {
+	m     *msg.Message
+	parse func([]byte, any) error
+	env   env
+	// vm runs the rules, taken from vms for the message's rules.
+	vm      *vm.VM
+	parsed  bool
+	bodyErr error
+}
+
+// Decide judges m. routingKey and exchange are the ones the message was
+// first published with (a retried message comes back from its tier queue
+// with others).
+func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
+	v := &view{m: m, parse: t.parse, env: env{
+		RoutingKey: routingKey,
+		Exchange:   exchange,
+		Headers:    headers(m.Headers),
+		Properties: Properties{
+			Type: m.Type, ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
+			Priority: int(m.Priority), DeliveryMode: int(m.DeliveryMode), Timestamp: m.Timestamp,
+			MessageID: m.MessageID, CorrelationID: m.CorrelationID, AppID: m.AppID, UserID: m.UserID,
+			ReplyTo: m.ReplyTo, Expiration: m.Expiration,
+		},
+	}}
+	defer v.release()
+	var d Decision
+	if t.filter != nil {
+		ok, bodyErr := t.eval(v, t.filter, &d)
+		if bodyErr != nil && t.bodyDLQ {
+			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError, Err: bodyErr, Problems: d.Problems}
+		}
+		if !ok {
+			d.Outcome, d.Reason = t.filteredTo, retry.ReasonFiltered
+			return d
+		}
+	}
+	for i := range t.routes {
+		r := &t.routes[i]
+		ok, bodyErr := t.eval(v, &r.rule, &d)
+		if bodyErr != nil && t.bodyDLQ {
+			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError, Err: bodyErr, Problems: d.Problems}
+		}
+		if ok {
+			d.Route = r
+			return d
+		}
+	}
+	return d
+}
+
+// eval runs one rule. A rule that cannot be evaluated is false, noted in
+// d.Problems; bodyErr is set when what failed is reading the body.
+func (t *Table) eval(v *view, r *rule, d *Decision) (ok bool, bodyErr error) {
+	if r.usesBody {
+		if err := v.body(); err != nil {
+			d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemBody, Err: err})
+			return false, err
+		}
+	}
+	if v.vm == nil {
+		v.vm = vms.Get().(*vm.VM)
+	}
+	out, err := v.vm.Run(r.prog, &v.env)
+	if err != nil {
+		d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemEval, Err: err})
+		return false, nil
+	}
+	b, isBool := out.(bool)
+	if !isBool {
+		// A body field used as the whole rule may hold anything.
+		d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemEval, Err: fmt.Errorf("the rule gave %T, not a bool", out)})
+		return false, nil
+	}
+	return b, nil
+}
+
+// vms are the machines rules run on, reused: one per message judged at a
+// time rather than one per rule run.
+var vms = sync.Pool{New: func() any { return &vm.VM{} }}
+
+func (v *view) release() {
+	if v.vm != nil {
+		vms.Put(v.vm)
+		v.vm = nil
+	}
+}
+
+// body parses the message body as JSON, once.
+func (v *view) body() error {
+	if v.parsed {
+		return v.bodyErr
+	}
+	v.parsed = true
+	if err := jsonContent(v.m.ContentType, v.m.ContentEncoding); err != nil {
+		v.bodyErr = err
+		return err
+	}
+	if err := v.parse(v.m.Body, &v.env.Body); err != nil {
+		v.bodyErr = fmt.Errorf("body is not JSON: %w", err)
+		v.env.Body = nil
+	}
+	return v.bodyErr
+}
+
+// jsonContent says whether a body with these properties is read as JSON:
+// no content type (many publishers set none), application/json or any
+// application/*+json, and no content encoding other than identity (a
+// compressed body is not parsed).
+func jsonContent(contentType, encoding string) error {
+	if encoding != "" && !strings.EqualFold(encoding, "identity") {
+		return fmt.Errorf("body has content encoding %q, not plain JSON", encoding)
+	}
+	if strings.TrimSpace(contentType) == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return fmt.Errorf("content type %q: %w", contentType, err)
+	}
+	if mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json") {
+		return nil
+	}
+	return fmt.Errorf("content type %q is not JSON", contentType)
+}
+
+// headers is the headers as rules see them: byte-array values as strings,
+// so that a header published as bytes compares equal to its text. The map
+// is copied only when it holds such a value.
+func headers(h map[string]any) map[string]any {
+	for _, v := range h {
+		if _, ok := v.([]byte); ok {
+			out := make(map[string]any, len(h))
+			for k, v := range h {
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				out[k] = v
+			}
+			return out
+		}
+	}
+	if h == nil {
+		return noHeaders
+	}
+	return h
+}
+
+// noHeaders is what rules see of a message without headers; never written.
+var noHeaders = map[string]any{}
