@@ -35,6 +35,54 @@ type Config struct {
 	// the same name. queue.name must then be empty. Default none: the
 	// top-level queue is the one subscription.
 	Subscriptions []Subscription `yaml:"subscriptions,omitempty"`
+
+	// Routes send the queue's messages to app paths (and retry policies)
+	// of their own, chosen by expressions; the first route whose match is
+	// true wins, and a message no route takes goes to app.url. With
+	// subscriptions each subscription sets its own and these stay empty.
+	// Default none.
+	Routes []Route `yaml:"routes,omitempty"`
+	// Filter is an expression a message must make true to be delivered;
+	// the others are settled by OnFiltered without reaching the app.
+	// Default "" (every message is delivered).
+	Filter string `yaml:"filter,omitempty"`
+	// OnFiltered is ack (the message is acked unseen) or dlq (it is
+	// dead-lettered with reason filtered). Default "" (ack).
+	OnFiltered string `yaml:"onFiltered,omitempty"`
+	// OnBodyError says what a rule that reads a body which is not JSON
+	// does: skip (the rule is false: a route does not match, the filter
+	// does not pass) or dlq (the message is dead-lettered with reason
+	// filter-error). Default "" (skip).
+	OnBodyError string `yaml:"onBodyError,omitempty"`
+}
+
+// Route sends the messages its match selects to a path of its own, with
+// the retry policy of its own when it has one.
+type Route struct {
+	// Name labels the route in metrics, traces and logs. Required, unique
+	// within the subscription.
+	Name string `yaml:"name"`
+	// Match is an expression over routingKey, exchange, headers,
+	// properties and body that is true for the messages the route takes.
+	// Required.
+	Match string `yaml:"match"`
+	// Path replaces the path of app.url for the route's messages; it may
+	// hold {routingKey} and {queue}. Default: the subscription's path.
+	Path string `yaml:"path,omitempty"`
+	// Retry, when set, is the retry policy of the route's messages, laid
+	// over the subscription's retry defaults (retry.policies are not
+	// consulted for them). Default: retry.policies select as for any
+	// message.
+	Retry *RouteRetry `yaml:"retry,omitempty"`
+}
+
+// RouteRetry is a route's retry policy; a key left out is the
+// subscription's retry.* key.
+type RouteRetry struct {
+	MaxAttempts *Attempts         `yaml:"maxAttempts,omitempty"`
+	Tiers       []Duration        `yaml:"tiers,omitempty"`
+	Outcomes    map[string]string `yaml:"outcomes,omitempty"`
+	OnExpired   string            `yaml:"onExpired,omitempty"`
 }
 
 // Subscription is one queue consumed by the sidecar. Unset keys inherit the
@@ -59,6 +107,13 @@ type Subscription struct {
 	// Partitions split this queue into partitions (see Partitions).
 	// Default topology.partitions.
 	Partitions *Partitions `yaml:"partitions,omitempty"`
+	// Routes, Filter, OnFiltered and OnBodyError are this queue's routing
+	// rules, as the top-level keys of the same names are for the one-queue
+	// form. Default none.
+	Routes      []Route `yaml:"routes,omitempty"`
+	Filter      string  `yaml:"filter,omitempty"`
+	OnFiltered  string  `yaml:"onFiltered,omitempty"`
+	OnBodyError string  `yaml:"onBodyError,omitempty"`
 }
 
 // SubscriptionConsumer overrides consumer.* for one subscription; a key left

@@ -43,11 +43,17 @@ func (c *Config) Selector() *retry.Selector {
 	return s
 }
 
-// AllTiers is every delay any policy uses, sorted: one tier queue each.
+// AllTiers is every delay any policy or route uses, sorted: one tier queue
+// each.
 func (c *Config) AllTiers() []time.Duration {
 	all := durations(c.Retry.Tiers)
 	for _, p := range c.Retry.Policies {
 		all = append(all, durations(p.Tiers)...)
+	}
+	for _, r := range c.Routes {
+		if r.Retry != nil {
+			all = append(all, durations(r.Retry.Tiers)...)
+		}
 	}
 	slices.Sort(all)
 	return slices.Compact(all)

@@ -80,6 +80,8 @@ func (c *Config) subscription(s Subscription) Config {
 	if s.Bindings != nil {
 		e.Topology.Bindings = slices.Clone(s.Bindings)
 	}
+	e.Routes = slices.Clone(s.Routes)
+	e.Filter, e.OnFiltered, e.OnBodyError = s.Filter, s.OnFiltered, s.OnBodyError
 	if s.Partitions != nil {
 		e.Topology.Partitions.Count = s.Partitions.Count
 		if s.Partitions.HashOn != "" {
@@ -154,6 +156,7 @@ func (c *Config) clone() Config {
 	e.Retry.Outcomes = maps.Clone(c.Retry.Outcomes)
 	e.Retry.Policies = slices.Clone(c.Retry.Policies)
 	e.Subscriptions = slices.Clone(c.Subscriptions)
+	e.Routes = slices.Clone(c.Routes)
 	return e
 }
 
@@ -180,6 +183,14 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 	}
 	if strings.TrimSpace(c.Queue.Name) != "" {
 		add("queue.name", "set either queue.name (one queue) or subscriptions (several), not both")
+	}
+	for _, k := range []struct {
+		key string
+		set bool
+	}{{"routes", len(c.Routes) > 0}, {"filter", c.Filter != ""}, {"onFiltered", c.OnFiltered != ""}, {"onBodyError", c.OnBodyError != ""}} {
+		if k.set {
+			add(k.key, "with subscriptions, set %s on each subscription that needs it, not at the top level", k.key)
+		}
 	}
 	owner := map[string]string{} // queue name → the subscription key that uses it
 	claim := func(name, path, what string) bool {

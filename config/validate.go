@@ -234,6 +234,8 @@ func (c *Config) validateOne() []error {
 		}
 	}
 
+	c.validateRoutes(add)
+
 	positive("requeue.maxHold", c.Requeue.MaxHold)
 	if c.Requeue.MinHold < 0 || c.Requeue.MinHold > c.Requeue.MaxHold {
 		add("requeue.minHold", "must be between 0 and maxHold (%s), got %s", c.Requeue.MaxHold, c.Requeue.MinHold)
