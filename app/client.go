@@ -35,6 +35,11 @@ type ClientOptions struct {
 	// own (same templates as URL); a queue not listed uses URL. One app is
 	// behind all of them: the connection pool is shared. Default none.
 	QueueURLs map[string]string
+	// RouteURLs, when set, give the messages a queue's routing rules sent
+	// down a route a URL of their own (same templates as URL), by queue
+	// and route name; a route not listed uses its queue's URL. Default
+	// none.
+	RouteURLs map[string]map[string]string
 	// Timeout bounds one request (dial, send, wait, read). Default 0: no
 	// bound, so callers always set it (config default 30s).
 	Timeout time.Duration
@@ -119,6 +124,11 @@ func NewClient(o ClientOptions) *Client {
 	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
 	for _, u := range o.QueueURLs {
 		a.template = a.template || strings.Contains(u, "{")
+	}
+	for _, routes := range o.RouteURLs {
+		for _, u := range routes {
+			a.template = a.template || strings.Contains(u, "{")
+		}
 	}
 	a.spanAttrs = []attribute.KeyValue{semconv.HTTPRequestMethodPost, semconv.URLFull(a.urlAttr)}
 	if u, err := url.Parse(strings.NewReplacer("{", "", "}", "").Replace(o.URL)); err == nil && u.Hostname() != "" {
@@ -403,6 +413,11 @@ func (a *Client) url(in msg.Info) string {
 	u := a.opts.URL
 	if q, ok := a.opts.QueueURLs[in.Queue]; ok {
 		u = q
+	}
+	if in.Route != "" {
+		if r, ok := a.opts.RouteURLs[in.Queue][in.Route]; ok {
+			u = r
+		}
 	}
 	if !a.template {
 		return u

@@ -3,11 +3,13 @@ package dlq
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
 )
 
 var t0 = time.Date(2026, 5, 6, 12, 0, 0, 0, time.UTC)
@@ -199,5 +201,20 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 	if err := (&ImportOptions{Parallel: 0, Skip: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "--skip") || !strings.Contains(err.Error(), "--parallel") {
 		t.Errorf("import options: %v", err)
+	}
+}
+
+// Messages the routing rules dead-letter carry Hopper's reasons filtered
+// and filter-error: the tools must accept them as --reason.
+func TestRoutingReasonsKnown(t *testing.T) {
+	for _, r := range []string{retry.ReasonFiltered, retry.ReasonFilterError} {
+		if !slices.Contains(Reasons(), r) {
+			t.Errorf("Reasons() %v lacks %q", Reasons(), r)
+		}
+		o := ReplayOptions{DLQ: "q.dlq", Parallel: 1, IdleTimeout: time.Second, StallTimeout: time.Second,
+			Filter: Filter{Reasons: []string{r}}}
+		if err := o.Validate(); err != nil {
+			t.Errorf("--reason %s refused: %v", r, err)
+		}
 	}
 }

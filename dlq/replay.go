@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
 )
 
 // Replay moves messages from a DLQ back to their original queue:
@@ -136,7 +137,8 @@ func (o *ReplayOptions) Validate() error {
 }
 
 // hopperReasons are the dead-letter reasons Hopper itself writes.
-var hopperReasons = []string{"max-attempts", "non-retriable", "expired", "too-early", "app-action", "app-crash"}
+var hopperReasons = []string{"max-attempts", "non-retriable", "expired", "too-early", "app-action", "app-crash",
+	retry.ReasonFiltered, retry.ReasonFilterError}
 
 // Reasons are the dead-letter reasons a DLQ message can carry, each once:
 // Hopper's own, then the broker's for messages it dead-lettered itself.

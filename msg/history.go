@@ -31,6 +31,10 @@ type Info struct {
 	// Suspect says the message is to be delivered on its own
 	// (x-hopper-crash-suspect).
 	Suspect bool
+	// Route is the route the queue's routing rules chose for the message,
+	// "" for none: the app URL is then the queue's own. It is not read
+	// from the headers; the delivery loop sets it.
+	Route string
 }
 
 // Read reads a delivery's history. deadlineHeader names an optional

@@ -287,7 +287,7 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 			if d.settled.Load() {
 				continue
 			}
-			e := p.begin(ctx, d)
+			e := p.begin(ctx, d, nil)
 			if e.expired() {
 				p.finish(e, p.expire(e), since, false)
 				e.span.End()

@@ -35,6 +35,14 @@ type Observer interface {
 	// OrderBroken is called for each ordered message that had to leave
 	// its place in line, with why (OrderHoldExhausted, OrderReturned).
 	OrderBroken(reason string)
+	// Routed is called once per delivery the queue's routing rules let
+	// through, with the route taken ("" for none: the queue's own path).
+	// A message left out is counted by Decided, with its reason.
+	Routed(route string)
+	// RuleFailed is called for each routing rule that could not be
+	// evaluated for a message, with why (route.ProblemBody,
+	// route.ProblemEval).
+	RuleFailed(kind string)
 }
 
 // Why an ordered message left its place in line.
@@ -56,6 +64,8 @@ func (nopObserver) InFlight(int)                                               {
 func (nopObserver) InternalError()                                             {}
 func (nopObserver) Batch(int)                                                  {}
 func (nopObserver) OrderBroken(string)                                         {}
+func (nopObserver) Routed(string)                                              {}
+func (nopObserver) RuleFailed(string)                                          {}
 
 // propagator reads and writes W3C trace context. It is used directly (not
 // the global one) so that, with tracing off, an incoming traceparent still
@@ -93,6 +103,10 @@ var (
 	// message of an ordered batch).
 	keyBatchAgain = attribute.Key("hopper.batch.again")
 	keyMove       = attribute.Key("hopper.move")
+	// keyRoute is the route the routing rules chose; keyFiltered marks a
+	// message they left out, settled without reaching the app.
+	keyRoute    = attribute.Key("hopper.route")
+	keyFiltered = attribute.Key("hopper.filtered")
 )
 
 // defaultExchange is how the conventions name RabbitMQ's default exchange

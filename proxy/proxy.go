@@ -50,6 +50,7 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/route"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -81,6 +82,12 @@ type Options struct {
 	Plan *topology.Plan
 	// Selector picks the retry policy of each message. Required.
 	Selector *retry.Selector
+	// Routes decides, once per delivery, the route a message takes (its
+	// app path, and its retry policy when the route has one) and whether
+	// the filter lets it through; a filtered message is settled in its
+	// turn without reaching the app. Not with batching. Default nil: every
+	// message is delivered on the queue's path.
+	Routes *route.Table
 	// App delivers a message to the app. Required.
 	App Deliverer
 	// Pub publishes the copies moves make. Required.
@@ -416,7 +423,8 @@ func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since ti
 	ordered := p.o.InPlace || keyed
 	sd := &settleOnce{Delivery: d, ordered: ordered}
 	defer p.recoverDelivery(ctx, sd)
-	for p.attempt(ctx, sd, since, ordered) {
+	var rt routing
+	for p.attempt(ctx, sd, since, ordered, &rt) {
 	}
 }
 
@@ -496,17 +504,22 @@ func (p *Loop) safeHistory(m *msg.Message) (in msg.Info) {
 
 // attempt is one delivery attempt. It reports true when an in-place retry
 // has waited out its delay and the app is to be called again; since is
-// when the delivery was received, ordered whether it is held in place.
-func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered bool) bool {
+// when the delivery was received, ordered whether it is held in place, rt
+// the delivery's route decision (taken on its first attempt).
+func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered bool, rt *routing) bool {
 	if !p.ready(ctx, d) {
 		return false
 	}
 	p.inFlight(1)
 	defer p.inFlight(-1)
 
-	e := p.begin(ctx, d)
+	e := p.begin(ctx, d, rt)
 	e.ordered = ordered
 	defer e.span.End()
+	if rt.decided && rt.d.Outcome != route.Deliver {
+		// Settled in its turn, like any other message of its key.
+		return p.finish(e, p.leftOut(e, rt.d), since, false)
+	}
 	if e.expired() {
 		return p.finish(e, p.expire(e), since, true)
 	}
@@ -551,9 +564,10 @@ type entry struct {
 
 // begin starts an attempt of d: it reads the history, starts the
 // attempt's CONSUMER span, parented on the context the message carries
-// (the publisher's, or the previous attempt's move), and selects the
-// policy.
-func (p *Loop) begin(ctx context.Context, d Delivery) *entry {
+// (the publisher's, or the previous attempt's move), takes the route
+// decision (rt; nil in a batch, which routes do not combine with) and
+// selects the policy: the route's own when it has one.
+func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	m := d.Message()
 	e := &entry{d: d, m: m, now: p.o.Now(), ordered: p.o.InPlace}
 	e.in, e.st = p.history(m, e.now)
@@ -568,6 +582,19 @@ func (p *Loop) begin(ctx context.Context, d Delivery) *entry {
 		// allocations: the message's own trace context still reaches
 		// the app and the copies from its headers.
 		e.ctx, e.span = ctx, noopSpan
+	}
+	if rt != nil && p.o.Routes != nil {
+		p.route(e, rt)
+		if r := rt.d.Route; r != nil {
+			e.in.Route = r.Name
+			if e.span.IsRecording() {
+				e.span.SetAttributes(keyRoute.String(r.Name))
+			}
+			if r.Policy != nil {
+				e.pol = r.Policy
+				return e
+			}
+		}
 	}
 	e.pol = p.o.Selector.Default
 	if len(p.o.Selector.Rules) == 0 {

@@ -405,6 +405,8 @@ func (o *countingObserver) InFlight(int)       {}
 func (o *countingObserver) Batch(int)          {}
 func (o *countingObserver) InternalError()     {}
 func (o *countingObserver) OrderBroken(string) {}
+func (o *countingObserver) Routed(string)      {}
+func (o *countingObserver) RuleFailed(string)  {}
 
 // TestDecisionCountedOnceAfterSettle: a decision is counted once, as what
 // happened: a dead-lettering whose move was let go counts as a return.

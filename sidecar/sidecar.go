@@ -29,6 +29,7 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/proxy"
+	"github.com/hopper-sidecar/hopper/route"
 	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -72,8 +73,12 @@ type Sidecar struct {
 type subscription struct {
 	cfg  config.Config
 	plan topology.Plan
-	px   atomic.Pointer[proxy.Loop]
-	cons atomic.Pointer[broker.Consumer]
+	// routes are the queue's routing rules, nil without any; routesErr
+	// is why they did not compile (Validate reports it first).
+	routes    *route.Table
+	routesErr error
+	px        atomic.Pointer[proxy.Loop]
+	cons      atomic.Pointer[broker.Consumer]
 }
 
 func (sub *subscription) name() string { return sub.cfg.Queue.Name }
@@ -107,18 +112,28 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	var (
 		queues []string
 		tiers  []time.Duration
+		routes = map[string][]string{}
 	)
 	for _, c := range cfg.Consumed() {
 		sub := &subscription{cfg: c, plan: topology.FromConfig(&c)}
+		sub.routes, sub.routesErr = c.RouteTable()
 		s.subs = append(s.subs, sub)
 		queues = append(queues, sub.name())
 		tiers = append(tiers, c.AllTiers()...)
+		if sub.routes != nil {
+			names := []string{}
+			for _, r := range sub.routes.Routes() {
+				names = append(names, r.Name)
+			}
+			routes[sub.name()] = names
+		}
 	}
 	slices.Sort(tiers)
 	s.metrics = telemetry.NewMetrics(telemetry.Sources{
 		Version:   Version,
 		Queues:    queues,
 		Tiers:     slices.Compact(tiers),
+		Routes:    routes,
 		Connected: func() bool { g := s.group.Load(); return g != nil && g.Connected() },
 		Paused:    s.Paused,
 		HeadersSkipped: func() int64 {
@@ -376,6 +391,11 @@ func (s *Sidecar) label() string {
 func (s *Sidecar) Run(ctx context.Context) error {
 	cfg, log := s.cfg, s.log
 	for _, sub := range s.subs {
+		if sub.routesErr != nil {
+			return fmt.Errorf("routing rules of queue %s: %w", sub.name(), sub.routesErr)
+		}
+	}
+	for _, sub := range s.subs {
 		for _, w := range sub.plan.Warnings() {
 			log.Warn(w, "event", "TOPOLOGY_WARNING", "queue", sub.name())
 		}
@@ -402,10 +422,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	// concurrency limit are sized for all of them.
 	workers := 0
 	queueURLs := map[string]string{}
+	routeURLs := map[string]map[string]string{}
 	for _, sub := range s.subs {
 		workers += Workers(&sub.cfg)
 		if sub.cfg.App.URL != cfg.App.URL {
 			queueURLs[sub.name()] = sub.cfg.App.URL
+		}
+		if u := sub.cfg.RouteURLs(); u != nil {
+			routeURLs[sub.name()] = u
 		}
 	}
 	auth, err := app.NewAuth(app.AuthOptions{
@@ -433,6 +457,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
 		QueueURLs:    queueURLs,
+		RouteURLs:    routeURLs,
 		Timeout:      cfg.App.Timeout.D(),
 		MaxConns:     workers + 4,
 		MaxBodyBytes: cfg.App.MaxBodyBytes,
@@ -625,6 +650,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 	return proxy.New(proxy.Options{
 		Plan:               &sub.plan,
 		Selector:           cfg.Selector(),
+		Routes:             sub.routes,
 		App:                deliverer,
 		Pub:                pub,
 		Workers:            Workers(cfg),

@@ -13,7 +13,8 @@ import (
 
 // Metrics are Hopper's Prometheus metrics. Labels are bounded: queue takes
 // one value per consumed queue, and outcome, status class, tier, reason and
-// state a handful each; no message ids or routing keys.
+// state a handful each, route one per route named in the config; no
+// message ids or routing keys.
 type Metrics struct {
 	reg registry
 	// first is the observer of the first consumed queue: what the
@@ -30,6 +31,9 @@ type Metrics struct {
 	movesFailed  *family
 	internal     *family
 	orderBroken  *family
+	routed       *family
+	filtered     *family
+	ruleFailed   *family
 	batchSize    *family
 	breaker      *family
 	breakerOpens *series
@@ -64,6 +68,10 @@ type Sources struct {
 	// sidecar's consumer (on a single-active-consumer queue, whether it
 	// is the active one).
 	ConsumerActive func() map[string]bool
+	// Routes are, per queue with routing rules, the names of its routes,
+	// whose hopper_routed_total series start at 0 (with the route "" of
+	// the messages no route takes).
+	Routes map[string][]string
 }
 
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
@@ -90,6 +98,12 @@ func NewMetrics(src Sources) *Metrics {
 	m.orderBroken = r.counter("hopper_order_broken_total",
 		"Ordered messages that had to leave their place in line (held past moveHoldMax, or returned to the tail of a queue), by reason.",
 		"queue", "reason")
+	m.routed = r.counter("hopper_routed_total",
+		"Messages the routing rules let through, by the route they took (\"\" for none: the queue's own path).", "queue", "route")
+	m.filtered = r.counter("hopper_filtered_total",
+		"Messages the filter left out, acked unseen or dead-lettered with reason filtered (onFiltered).", "queue")
+	m.ruleFailed = r.counter("hopper_route_rule_errors_total",
+		"Routing rules that could not be evaluated for a message and counted as false, by kind: body (not JSON) or eval.", "queue", "kind")
 	m.batchSize = r.histogram("hopper_batch_size",
 		"Messages per batch request to the app (batch delivery only).",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}, "queue")
@@ -116,7 +130,8 @@ func NewMetrics(src Sources) *Metrics {
 			}
 		}
 		for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
-			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash, retry.ReasonHopperError} {
+			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash, retry.ReasonHopperError,
+			retry.ReasonFiltered, retry.ReasonFilterError} {
 			m.deadLettered.with(q, r)
 		}
 		for _, d := range src.Tiers {
@@ -128,6 +143,16 @@ func NewMetrics(src Sources) *Metrics {
 		m.requeues.with(q)
 		m.returns.with(q)
 		m.internal.with(q)
+		m.filtered.with(q)
+		for _, k := range []string{"body", "eval"} {
+			m.ruleFailed.with(q, k)
+		}
+		if routes, ok := src.Routes[q]; ok {
+			m.routed.with(q, "")
+			for _, r := range routes {
+				m.routed.with(q, r)
+			}
+		}
 		for _, r := range []string{OrderBrokenHoldExhausted, OrderBrokenReturned} {
 			m.orderBroken.with(q, r)
 		}
@@ -223,6 +248,8 @@ type Queue struct {
 	// deliveries is indexed by action and status class; a cell is filled
 	// the first time that pair happens.
 	deliveries [retry.Return + 1][len(classNames)]atomic.Pointer[series]
+	// routed holds the hopper_routed_total series by route name.
+	routed sync.Map
 }
 
 // ForQueue is the observer of the queue named.
@@ -243,6 +270,9 @@ func (q *Queue) Decided(out retry.Outcome, called bool, dec retry.Decision, late
 	q.delivery(dec.Action, statusClass(out, called, dec)).inc()
 	if called {
 		m.latency.observe(q.latency, latency.Seconds())
+	}
+	if dec.Reason == retry.ReasonFiltered {
+		m.filtered.with(q.name).inc()
 	}
 	switch dec.Action {
 	case retry.Retry:
@@ -285,6 +315,20 @@ const (
 // OrderBroken counts an ordered message that left its place in line.
 func (q *Queue) OrderBroken(reason string) { q.m.orderBroken.with(q.name, reason).inc() }
 
+// Routed counts a message the routing rules let through, by its route.
+func (q *Queue) Routed(route string) {
+	if s, ok := q.routed.Load(route); ok {
+		s.(*series).inc()
+		return
+	}
+	s := q.m.routed.with(q.name, route)
+	q.routed.Store(route, s)
+	s.inc()
+}
+
+// RuleFailed counts a routing rule that could not be evaluated.
+func (q *Queue) RuleFailed(kind string) { q.m.ruleFailed.with(q.name, kind).inc() }
+
 // Batch records the size of a batch request.
 func (q *Queue) Batch(size int) {
 	q.batchOnce.Do(func() { q.batchSize = q.m.batchSize.with(q.name) })
@@ -312,6 +356,13 @@ func (m *Metrics) OrderBroken(reason string) { m.first.OrderBroken(reason) }
 // Batch records a batch request of the first queue.
 func (m *Metrics) Batch(size int) { m.first.Batch(size) }
 
+// Routed counts a routed message of the first queue.
+func (m *Metrics) Routed(route string) { m.first.Routed(route) }
+
+// RuleFailed counts a routing rule of the first queue that could not be
+// evaluated.
+func (m *Metrics) RuleFailed(kind string) { m.first.RuleFailed(kind) }
+
 // BreakerOpened counts the breaker opening.
 func (m *Metrics) BreakerOpened() { m.breakerOpens.inc() }
 
@@ -331,7 +382,7 @@ func (m *Metrics) Reconnected() { m.reconnects.inc() }
 
 // classNames are the status_class label values, indexed as statusClass
 // returns them.
-var classNames = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "unavailable", "refused", "expired", "invalid", "cut"}
+var classNames = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx", "timeout", "unavailable", "refused", "expired", "invalid", "cut", "filtered"}
 
 const (
 	classTimeout = 5 + iota
@@ -340,12 +391,15 @@ const (
 	classExpired
 	classInvalid
 	classCut
+	classFiltered
 )
 
 func statusClass(o retry.Outcome, called bool, dec retry.Decision) int {
 	switch {
 	case !called && dec.Reason == retry.ReasonExpired:
 		return classExpired
+	case !called && (dec.Reason == retry.ReasonFiltered || dec.Reason == retry.ReasonFilterError):
+		return classFiltered
 	case o.Refused:
 		return classRefused
 	case o.Kind == retry.Timeout:
