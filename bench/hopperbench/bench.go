@@ -72,7 +72,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named); fair, slow, big, batch, deep, keyed and partitions alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named); fair, slow, big, batch, deep, keyed, partitions and routes alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
@@ -350,6 +350,9 @@ type spec struct {
 	// keys, when above 0, spreads the backlog over that many ordering
 	// keys (keyHeaders).
 	keys int
+	// routed gives Hopper the routes path's routing rules; routedBacklog
+	// publishes the routes path's JSON backlog.
+	routed, routedBacklog bool
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -372,6 +375,10 @@ func (e *env) hopperConfig(s spec) string {
 	if tier == 0 {
 		tier = e.o.tier
 	}
+	rules := ""
+	if s.routed {
+		rules = routesYAML()
+	}
 	return fmt.Sprintf(`broker:
   urls: [%q]
   publishChannels: %d
@@ -391,8 +398,8 @@ admin:
 log:
   level: info
   format: json
-`, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, s.consumer.yaml(),
-		config.FormatDuration(tier), failures)
+%s`, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, s.consumer.yaml(),
+		config.FormatDuration(tier), failures, rules)
 }
 
 // prepare writes the config of s, loads it with Hopper's own config code
@@ -522,7 +529,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big", "deep", "keyed", "partitions":
+	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes":
 		return modeOK, nil
 	case "batch":
 		return modeBatch, nil
@@ -564,7 +571,12 @@ func (e *env) drain(s spec) (runResult, error) {
 	if size == 0 {
 		size = e.o.size
 	}
-	pub, err := publishKeyedBacklog(ctx, e.url, plan.Work.Name, "m-", n, size, s.keys)
+	var pub time.Duration
+	if s.routedBacklog {
+		pub, err = publishRoutedBacklog(ctx, e.url, plan.Work.Name, "m-", n, size)
+	} else {
+		pub, err = publishKeyedBacklog(ctx, e.url, plan.Work.Name, "m-", n, size, s.keys)
+	}
 	if err != nil {
 		return runResult{}, fmt.Errorf("publish backlog: %w", err)
 	}
@@ -796,6 +808,8 @@ type report struct {
 	deep map[string][]runResult
 	// keyed path: who (keyedWho) → runs
 	keyed map[string][]runResult
+	// routes path: plain or routed (routesWho) → runs
+	routes map[string][]runResult
 	// partitions path: one series per partition count and process count
 	partitions []partitionSeries
 }
@@ -807,7 +821,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" {
 			out = append(out, p)
 		}
 	}
@@ -834,6 +848,12 @@ func (e *env) bench() (*report, error) {
 		case "keyed":
 			var err error
 			if rep.keyed, err = e.keyedness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "routes":
+			var err error
+			if rep.routes, err = e.routedness(); err != nil {
 				return nil, err
 			}
 			continue
@@ -1017,6 +1037,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.keyed) > 0 {
 		rep.printKeyed(w, o)
 	}
+	if len(rep.routes) > 0 {
+		rep.printRoutes(w, o)
+	}
 	if len(rep.slow) > 0 {
 		rep.printSlow(w, o)
 	}
@@ -1090,6 +1113,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.slowLine())
 		case "keyed":
 			out = append(out, rep.keyedLines()...)
+		case "routes":
+			out = append(out, rep.routesLine())
 		case "big":
 			out = append(out, rep.bigLine())
 		case "batch":

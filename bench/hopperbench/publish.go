@@ -36,6 +36,22 @@ func publishKeyedBacklog(ctx context.Context, url, queue, prefix string, n, size
 // publishBacklogTo is publishKeyedBacklog through exchange, message i with
 // routing key key(i).
 func publishBacklogTo(ctx context.Context, url, exchange string, key func(i int) string, prefix string, n, size, keys int) (time.Duration, error) {
+	b := body(size)
+	return publishEach(ctx, url, exchange, key, n, func(i int) amqp.Publishing {
+		return amqp.Publishing{
+			ContentType:  "application/octet-stream",
+			DeliveryMode: amqp.Persistent,
+			MessageId:    prefix + strconv.Itoa(i),
+			Headers:      keyHeaders(i, keys),
+			Body:         b,
+		}
+	})
+}
+
+// publishEach publishes message(i) for i < n through exchange with routing
+// key key(i), with publisher confirms, keeping up to window publishes
+// unconfirmed, and returns once every one is confirmed.
+func publishEach(ctx context.Context, url, exchange string, key func(i int) string, n int, message func(i int) amqp.Publishing) (time.Duration, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return 0, fmt.Errorf("publisher dial: %w", err)
@@ -49,7 +65,6 @@ func publishBacklogTo(ctx context.Context, url, exchange string, key func(i int)
 		return 0, fmt.Errorf("confirm mode: %w", err)
 	}
 	const window = 1000
-	b := body(size)
 	pending := make([]*amqp.DeferredConfirmation, 0, 2*window)
 	wait := func(dcs []*amqp.DeferredConfirmation) error {
 		for _, dc := range dcs {
@@ -68,13 +83,7 @@ func publishBacklogTo(ctx context.Context, url, exchange string, key func(i int)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key(i),
 			false, // mandatory
 			false, // immediate
-			amqp.Publishing{
-				ContentType:  "application/octet-stream",
-				DeliveryMode: amqp.Persistent,
-				MessageId:    prefix + strconv.Itoa(i),
-				Headers:      keyHeaders(i, keys),
-				Body:         b,
-			})
+			message(i))
 		if err != nil {
 			return 0, fmt.Errorf("publish: %w", err)
 		}
