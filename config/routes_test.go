@@ -1,7 +1,9 @@
 package config_test
 
 import (
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,4 +141,38 @@ routes:
 		t.Fatalf("tiers %v lack the route's 7s", c.AllTiers())
 	}
 	var _ config.Route = c.Routes[0]
+}
+
+// The README's seed example of routes and filters is a valid config whose
+// route tier gets its tier queue.
+func TestReadmeRoutesExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i := strings.Index(s, "### Routes and filters")
+	if i < 0 {
+		t.Fatal("README has no Routes and filters section")
+	}
+	j := strings.Index(s[i:], "```yaml\n")
+	k := strings.Index(s[i+j+8:], "```")
+	if j < 0 || k < 0 {
+		t.Fatal("no yaml example in the Routes and filters section")
+	}
+	c, err := parse(t, s[i+j+8:i+j+8+k])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("README example invalid: %v", err)
+	}
+	e := c.SubscriptionConfigs()[0]
+	tb, err := e.RouteTable()
+	if err != nil || len(tb.Routes()) != 3 || !tb.HasFilter() {
+		t.Fatalf("README example: table %v, error %v; want 3 routes and a filter", tb, err)
+	}
+	if !slices.Contains(e.AllTiers(), 30*time.Second) {
+		t.Fatalf("tiers %v lack the stock route's 30s", e.AllTiers())
+	}
 }
