@@ -293,7 +293,7 @@ type view struct {
 	m     *msg.Message
 	parse func([]byte, any) error
 	env   env
-	// vm runs the rules, taken from vms for the message's rules.
+	// vm runs the message's rules.
 	vm      *vm.VM
 	parsed  bool
 	bodyErr error
@@ -303,7 +303,8 @@ type view struct {
 // first published with (a retried message comes back from its tier queue
 // with others).
 func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
-	v := &view{m: m, parse: t.parse, env: env{
+	v := views.Get().(*view)
+	v.m, v.parse, v.env = m, t.parse, env{
 		RoutingKey: routingKey,
 		Exchange:   exchange,
 		Headers:    headers(m.Headers),
@@ -313,7 +314,7 @@ func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
 			MessageID: m.MessageID, CorrelationID: m.CorrelationID, AppID: m.AppID, UserID: m.UserID,
 			ReplyTo: m.ReplyTo, Expiration: m.Expiration,
 		},
-	}}
+	}
 	defer v.release()
 	var d Decision
 	if t.filter != nil {
@@ -349,9 +350,6 @@ func (t *Table) eval(v *view, r *rule, d *Decision) (ok bool, bodyErr error) {
 			return false, err
 		}
 	}
-	if v.vm == nil {
-		v.vm = vms.Get().(*vm.VM)
-	}
 	out, err := v.vm.Run(r.prog, &v.env)
 	if err != nil {
 		d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemEval, Err: err})
@@ -366,15 +364,14 @@ func (t *Table) eval(v *view, r *rule, d *Decision) (ok bool, bodyErr error) {
 	return b, nil
 }
 
-// vms are the machines rules run on, reused: one per message judged at a
-// time rather than one per rule run.
-var vms = sync.Pool{New: func() any { return &vm.VM{} }}
+// views are reused, each with the machine its rules run on: a message
+// judged costs neither a view nor a machine per rule.
+var views = sync.Pool{New: func() any { return &view{vm: &vm.VM{}} }}
 
+// release returns v to views, keeping nothing of its message.
 func (v *view) release() {
-	if v.vm != nil {
-		vms.Put(v.vm)
-		v.vm = nil
-	}
+	*v = view{vm: v.vm}
+	views.Put(v)
 }
 
 // body parses the message body as JSON, once.
@@ -401,6 +398,11 @@ func (v *view) body() error {
 func jsonContent(contentType, encoding string) error {
 	if encoding != "" && !strings.EqualFold(encoding, "identity") {
 		return fmt.Errorf("body has content encoding %q, not plain JSON", encoding)
+	}
+	switch contentType {
+	case "", "application/json":
+		// The usual cases, without parsing the media type.
+		return nil
 	}
 	if strings.TrimSpace(contentType) == "" {
 		return nil
