@@ -43,8 +43,8 @@ check: test tools
 	$(MAKE) fuzz FUZZTIME=20000x
 
 ## fuzz: the whole delivery path (hostile headers, properties and bodies
-## through read -> decide -> copy -> forward), the header mapping and the
-## config loader under the Go fuzzer.
+## through read -> decide -> copy -> forward), the header mapping, the
+## config loader and the routing rules' evaluation under the Go fuzzer.
 ## FUZZTIME is a duration or a count of inputs (20000x); `make test` uses a
 ## count, since a time-bounded run can end in "context deadline exceeded"
 ## when the deadline falls during an input on a busy machine.
@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzBuildHeaders -fuzztime=$(FUZZTIME) ./app/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./config/
 	$(GO) test -run='^$$' -fuzz=FuzzRead -fuzztime=$(FUZZTIME) ./batch/
+	$(GO) test -run='^$$' -fuzz=FuzzEval -fuzztime=$(FUZZTIME) ./route/
 
 ## jaeger-check: one message failing twice then accepted shows as one trace in a
 ## real Jaeger (publisher span, three attempts, two retry moves)
