@@ -13,6 +13,12 @@
 //	                                                          with backoff while the
 //	                                                          delivery is held
 //
+// With routing rules (Options.Routes) a delivery is judged when its turn
+// comes, before the app is called: the route picks the app path and may
+// bring its own retry policy, and a message the filter leaves out goes
+// straight to settled (ack, or publish to the DLQ → confirm → ack) without
+// reaching the app.
+//
 // "Given back" is a nack with requeue on a classic queue. On a quorum queue
 // it is a republish of the message as it came (same counters, origin and
 // deadline) → confirm → ack, because a quorum queue counts every nack

@@ -220,38 +220,57 @@ func TestRouteRetryPolicy(t *testing.T) {
 	}
 }
 
-// With ordered consumption a filtered message is settled in its turn: it
-// waits behind the message held in place for its retry, and the app sees
-// the others in publish order. The held message's route is decided once:
-// its in-place attempts are one delivery.
+// With ordered consumption, and with an ordering key, a filtered message
+// is settled in its turn: it waits behind the message of its key held in
+// place for its retry, and the app sees the others in publish order. The
+// held message's route is decided once: its in-place attempts are one
+// delivery.
 func TestFilterKeepsOrder(t *testing.T) {
-	app := newScriptApp(t)
-	cfg, ex := routedConfig(t, app.URL)
-	cfg.Consumer.Ordered = true
-	cfg.Consumer.Prefetch = 10
-	cfg.Consumer.Workers = 1
-	cfg.Filter = `headers.skip != true`
-	cfg.Routes = []config.Route{{Name: "all", Match: `true`, Path: "/all"}}
-	r := start(t, cfg)
-	app.script("m1", 500, 200)
-	r.publish("m1", via(ex, "k"))
-	r.publish("m2", via(ex, "k"), withHeader("skip", true))
-	r.publish("m3", via(ex, "k"))
-	r.publish("m4", via(ex, "k"), withHeader("skip", true))
-	r.publish("m5", via(ex, "k"))
-	r.settled(0)
+	for _, mode := range []string{"ordered", "orderingKey"} {
+		t.Run(mode, func(t *testing.T) {
+			app := newScriptApp(t)
+			cfg, ex := routedConfig(t, app.URL)
+			if mode == "ordered" {
+				cfg.Consumer.Ordered = true
+				cfg.Consumer.Workers = 1
+			} else {
+				cfg.Consumer.OrderingKey = "header:k"
+			}
+			cfg.Consumer.Prefetch = 10
+			cfg.Filter = `headers.skip != true`
+			cfg.Routes = []config.Route{{Name: "all", Match: `true`, Path: "/all"}}
+			r := start(t, cfg)
+			release := app.hold("m1")
+			app.script("m1", 500, 200)
+			r.publish("m1", via(ex, "k"), withHeader("k", "a"))
+			r.publish("m2", via(ex, "k"), withHeader("k", "a"), withHeader("skip", true))
+			r.publish("m3", via(ex, "k"), withHeader("k", "a"))
+			r.publish("m4", via(ex, "k"), withHeader("k", "a"), withHeader("skip", true))
+			r.publish("m5", via(ex, "k"), withHeader("k", "a"))
+			// While m1 is at the app, the filtered m2 behind it is not
+			// settled: it waits its turn.
+			waitfor.Until(t, 30*time.Second, "m1 at the app and the rest delivered to Hopper", func() bool {
+				return len(app.callsFor("m1")) == 1 && r.depth(r.cfg.Queue.Name) == 5
+			})
+			if v := labelled(t, r.sc, "hopper_filtered_total", map[string]string{"queue": r.cfg.Queue.Name}); v != 0 {
+				t.Fatalf("hopper_filtered_total = %v while m1 is at the app, want 0: a filtered message jumped its lane", v)
+			}
+			release()
+			r.settled(0)
 
-	if got := app.order(func(call) bool { return true }); !slices.Equal(got, []string{"m1", "m3", "m5"}) {
-		t.Errorf("app saw %v, want [m1 m3 m5]", got)
-	}
-	if got := app.attempts("m1"); !slices.Equal(got, []int{1, 2}) {
-		t.Errorf("m1 attempts %v, want [1 2] in place", got)
-	}
-	q := r.cfg.Queue.Name
-	if v := labelled(t, r.sc, "hopper_routed_total", map[string]string{"queue": q, "route": "all"}); v != 3 {
-		t.Errorf("hopper_routed_total{route=all} = %v, want 3: m1's attempts in place are one delivery", v)
-	}
-	if v := labelled(t, r.sc, "hopper_filtered_total", map[string]string{"queue": q}); v != 2 {
-		t.Errorf("hopper_filtered_total = %v, want 2", v)
+			if got := app.order(func(call) bool { return true }); !slices.Equal(got, []string{"m1", "m3", "m5"}) {
+				t.Errorf("app saw %v, want [m1 m3 m5]", got)
+			}
+			if got := app.attempts("m1"); !slices.Equal(got, []int{1, 2}) {
+				t.Errorf("m1 attempts %v, want [1 2] in place", got)
+			}
+			q := r.cfg.Queue.Name
+			if v := labelled(t, r.sc, "hopper_routed_total", map[string]string{"queue": q, "route": "all"}); v != 3 {
+				t.Errorf("hopper_routed_total{route=all} = %v, want 3: m1's attempts in place are one delivery", v)
+			}
+			if v := labelled(t, r.sc, "hopper_filtered_total", map[string]string{"queue": q}); v != 2 {
+				t.Errorf("hopper_filtered_total = %v, want 2", v)
+			}
+		})
 	}
 }
