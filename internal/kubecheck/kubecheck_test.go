@@ -47,6 +47,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 		SpansDropped:     func() int64 { return 0 },
 		MovesFailing:     func() int64 { return 0 },
 		ConcurrencyLimit: func() int64 { return 1 },
+		Routes:           map[string][]string{"wms.queue.shipping": {"orders", "priority"}},
 	})
 	// One delivery so that the latency histogram, whose series are per
 	// queue, has buckets with counts.
@@ -213,6 +214,7 @@ func TestDashboard(t *testing.T) {
 		"hopper_moves_failing",                    // held deliveries
 		"hopper_delivery_duration_seconds_bucket", // latency percentiles
 		"hopper_broker_connected",                 // broker connection
+		"hopper_routed_total",                     // routes taken
 		"process_resident_memory_bytes",           // Hopper's memory
 		"process_cpu_seconds_total",               // Hopper's CPU per delivery
 	} {
