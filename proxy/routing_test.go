@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/route"
+)
+
+// routedObserver records what the loop says of routes.
+type routedObserver struct {
+	countingObserver
+	routed, failed []string
+}
+
+func (o *routedObserver) Routed(r string)     { o.routed = append(o.routed, r) }
+func (o *routedObserver) RuleFailed(k string) { o.failed = append(o.failed, k) }
+
+// A message the filter leaves out never reaches the app: with onFiltered
+// ack it is acked; with dlq it is acked only after its DLQ copy, carrying
+// the reason, is confirmed (a refused publish is retried while the
+// delivery is held). A delivered message is counted under its route, and
+// its retry policy is the route's.
+func TestRoutedDispatch(t *testing.T) {
+	cases := []struct {
+		name       string
+		spec       route.Spec
+		headers    map[string]any
+		pubErr     error
+		want       []string
+		wantReason string
+		called     int
+		routed     []string
+	}{
+		{"filtered ack", route.Spec{Filter: `"x-tenant" in headers`}, nil, nil, []string{"ack"}, "", 0, nil},
+		{"filtered dlq", route.Spec{Filter: `"x-tenant" in headers`, OnFiltered: "dlq"}, nil, nil, []string{"publish orders.dlq", "ack"}, "filtered", 0, nil},
+		{"filtered dlq refused twice", route.Spec{Filter: `"x-tenant" in headers`, OnFiltered: "dlq"}, nil, errors.New("nacked"),
+			[]string{"publish orders.dlq", "publish orders.dlq", "publish orders.dlq", "ack"}, "filtered", 0, nil},
+		{"body error dlq", route.Spec{Routes: []route.RouteSpec{{Name: "p", Match: `body.p == 1`}}, OnBodyError: "dlq"}, nil, nil,
+			[]string{"publish orders.dlq", "ack"}, "filter-error", 0, nil},
+		{"routed with its own policy", route.Spec{Routes: []route.RouteSpec{{Name: "one", Match: `headers.kind == "x"`,
+			Policy: &retry.Policy{Name: "route:one", MaxAttempts: 1, Tiers: []time.Duration{time.Second}, Table: retry.DefaultTable(), ExpiredAction: retry.DLQ}}}},
+			map[string]any{"kind": "x"}, nil, []string{"publish orders.dlq", "ack"}, "max-attempts", 1, []string{"one"}},
+		{"no route", route.Spec{Routes: []route.RouteSpec{{Name: "one", Match: `headers.kind == "x"`}}}, nil, nil,
+			[]string{"publish orders.retry.1s", "ack"}, "", 1, []string{""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := retry.Outcome{Kind: retry.Response, Status: 503}
+			p, pub, j := newTestProxy(t, out, tc.pubErr)
+			pub.fails = 2
+			calls := 0
+			p.o.App = fakeApp{out: out, calls: &calls}
+			tb, err := route.Compile(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.o.Routes = tb
+			obs := &routedObserver{}
+			p.obs = obs
+			m := msgWith(tc.headers)
+			m.ContentType = "text/plain"
+			run(p, &fakeDelivery{m: m, j: j, alive: true})
+			if got := j.all(); !equal(got, tc.want) {
+				t.Fatalf("calls %v, want %v", got, tc.want)
+			}
+			if calls != tc.called {
+				t.Fatalf("the app was called %d times, want %d", calls, tc.called)
+			}
+			if tc.wantReason != "" {
+				last := pub.got[len(pub.got)-1]
+				if r := msg.DeadLetterReason(last); r != tc.wantReason {
+					t.Fatalf("DLQ copy's reason %q, want %q", r, tc.wantReason)
+				}
+			}
+			if !equal(obs.routed, tc.routed) {
+				t.Fatalf("routed %q, want %q", obs.routed, tc.routed)
+			}
+		})
+	}
+}
