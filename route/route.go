@@ -181,7 +181,7 @@ func validName(s string) bool {
 // number, is refused now rather than failing on every message.
 func compile(key, src string) (rule, error) {
 	finder := &bodyFinder{}
-	prog, err := expr.Compile(src, expr.Env(&env{}), expr.AsBool(), expr.Patch(finder))
+	prog, err := expr.Compile(src, expr.Env(&env{}), expr.AsBool(), expr.Patch(finder), expr.Patch(headerLookup{}))
 	if err != nil {
 		e := &Error{Key: key, Msg: err.Error()}
 		var fe *file.Error
@@ -204,6 +204,66 @@ func (f *bodyFinder) Visit(n *ast.Node) {
 	}
 }
 
+// headerLookup turns headers["name"] and headers.name into a call of
+// header, and "name" in headers into one of hasHeader: the same value (nil for a missing header) without the
+// reflection and the allocation the language's generic map access costs
+// on every message.
+type headerLookup struct{}
+
+func (headerLookup) Visit(n *ast.Node) {
+	if b, ok := (*n).(*ast.BinaryNode); ok && b.Operator == "in" {
+		// "name" in headers
+		name, isStr := b.Left.(*ast.StringNode)
+		id, isID := b.Right.(*ast.IdentifierNode)
+		if isStr && isID && id.Value == "headers" {
+			ast.Patch(n, &ast.CallNode{
+				Callee:    &ast.IdentifierNode{Value: hasHeaderFuncName},
+				Arguments: []ast.Node{&ast.IdentifierNode{Value: "headers"}, &ast.StringNode{Value: name.Value}},
+			})
+		}
+		return
+	}
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok || m.Optional || m.Method {
+		return
+	}
+	id, ok := m.Node.(*ast.IdentifierNode)
+	if !ok || id.Value != "headers" {
+		return
+	}
+	name, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return
+	}
+	ast.Patch(n, &ast.CallNode{
+		Callee:    &ast.IdentifierNode{Value: headerFuncName},
+		Arguments: []ast.Node{&ast.IdentifierNode{Value: "headers"}, &ast.StringNode{Value: name.Value}},
+	})
+}
+
+// headerFuncName is env's field holding header; a rule cannot name it, as
+// it starts with a '$'.
+const headerFuncName = "$header"
+
+// hasHeaderFuncName is env's field holding hasHeader.
+const hasHeaderFuncName = "$hasHeader"
+
+// hasHeader is name in headers.
+func hasHeader(headers, name any) bool {
+	h, _ := headers.(map[string]any)
+	s, _ := name.(string)
+	_, ok := h[s]
+	return ok
+}
+
+// header is headers[name]. Its signature is one the language calls without
+// packing the arguments into a slice.
+func header(headers, name any) any {
+	h, _ := headers.(map[string]any)
+	s, _ := name.(string)
+	return h[s]
+}
+
 // Routes returns the compiled routes, in order.
 func (t *Table) Routes() []Route { return t.routes }
 
@@ -217,6 +277,10 @@ type env struct {
 	Headers    map[string]any `expr:"headers"`
 	Properties Properties     `expr:"properties"`
 	Body       any            `expr:"body"`
+	// Header is header, for the lookups headerLookup writes.
+	Header func(any, any) any `expr:"$header"`
+	// HasHeader is hasHeader, for the tests headerLookup writes.
+	HasHeader func(any, any) bool `expr:"$hasHeader"`
 }
 
 // Properties are a message's AMQP properties as expressions see them.
@@ -305,6 +369,8 @@ type view struct {
 func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
 	v := views.Get().(*view)
 	v.m, v.parse, v.env = m, t.parse, env{
+		Header:     header,
+		HasHeader:  hasHeader,
 		RoutingKey: routingKey,
 		Exchange:   exchange,
 		Headers:    headers(m.Headers),

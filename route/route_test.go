@@ -274,3 +274,37 @@ func FuzzEval(f *testing.F) {
 		}
 	})
 }
+
+// Header lookups the compiler rewrites to direct map reads answer as the
+// language's own map access does: nil for a missing header, presence for
+// in, whatever the form of the lookup.
+func TestHeaderLookups(t *testing.T) {
+	h := map[string]any{"s": "v", "n": int32(4), "void": nil, "b": []byte("bytes"), "nested": map[string]any{"k": "x"}}
+	cases := []struct {
+		rule string
+		want bool
+	}{
+		{`headers["s"] == "v"`, true},
+		{`headers.s == "v"`, true},
+		{`headers["missing"] == nil`, true},
+		{`headers.missing == "v"`, false},
+		{`"s" in headers`, true},
+		{`"void" in headers`, true},
+		{`"missing" in headers`, false},
+		{`!("missing" in headers)`, true},
+		{`"missing" not in headers`, true},
+		{`headers["n"] > 3`, true},
+		{`headers["b"] == "bytes"`, true},
+		{`headers.nested.k == "x"`, true},
+		{`headers[properties.type] == "v"`, true}, // a computed name: the language's own access
+		{`len(headers) == 5`, true},
+		{`"v" in [headers.s]`, true},
+	}
+	for _, c := range cases {
+		tb := mustCompile(t, Spec{Routes: []RouteSpec{{Name: "r", Match: c.rule}}})
+		d := tb.Decide(&msg.Message{Type: "s", Headers: h}, "k", "")
+		if got := d.RouteName() == "r"; got != c.want || len(d.Problems) != 0 {
+			t.Errorf("%s: %v (problems %v), want %v", c.rule, got, d.Problems, c.want)
+		}
+	}
+}
