@@ -205,9 +205,10 @@ func (f *bodyFinder) Visit(n *ast.Node) {
 }
 
 // headerLookup turns headers["name"] and headers.name into a call of
-// header, and "name" in headers into one of hasHeader: the same value (nil for a missing header) without the
-// reflection and the allocation the language's generic map access costs
-// on every message.
+// header, and "name" in headers into one of hasHeader: the same answers
+// (nil for a missing header) without the reflection and the allocation the
+// language's generic map access costs on every message. A name computed
+// at run time keeps the language's own access.
 type headerLookup struct{}
 
 func (headerLookup) Visit(n *ast.Node) {
