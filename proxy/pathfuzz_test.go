@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
+	"github.com/hopper-sidecar/hopper/route"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -23,6 +25,8 @@ import (
 // panic (a recovered panic counts as a finding too), every delivery is
 // settled exactly once, what reaches the app is valid HTTP, and every copy
 // Hopper publishes can be encoded and read back with its counters in range.
+// Every other message also meets routing rules over its headers,
+// properties and body, with a filter that dead-letters what it leaves out.
 func FuzzDeliveryPath(f *testing.F) {
 	for _, seed := range [][]byte{
 		{},
@@ -67,9 +71,13 @@ func checkPath(t *testing.T, m *msg.Message, deadlineHeader string, out retry.Ou
 		forwarded = app.CloudEventHeaders(hdrs, got, in)
 		return out
 	})
+	var routes *route.Table
+	if len(m.MessageID)%2 == 1 {
+		routes = fuzzRoutes()
+	}
 	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: deliverer, Pub: pub, Workers: 1,
 		MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, DeadlineHeader: deadlineHeader,
-		Quorum: len(m.Body)%2 == 1})
+		Quorum: len(m.Body)%2 == 1, Routes: routes})
 	p.handle(context.Background(), &fakeDelivery{m: m, j: j, alive: true}, false)
 
 	if n := p.Stats.InternalErrors.Load(); n != 0 {
@@ -120,6 +128,25 @@ func checkPath(t *testing.T, m *msg.Message, deadlineHeader string, out retry.Ou
 		}
 	}
 }
+
+// fuzzRoutes are routing rules over every part of a message, one with a
+// retry policy of its own; what the filter leaves out is dead-lettered.
+var fuzzRoutes = sync.OnceValue(func() *route.Table {
+	tb, err := route.Compile(route.Spec{
+		Filter:     `headers["x-custom"] != "drop" && properties.priority < 200`,
+		OnFiltered: "dlq",
+		Routes: []route.RouteSpec{
+			{Name: "n", Match: `headers["x-retry-count"] > 2`},
+			{Name: "b", Match: `body.kind == "b" || len(body?.items ?? []) > 1`},
+			{Name: "p", Match: `properties.type startsWith "t" && "traceparent" in headers`,
+				Policy: &retry.Policy{Name: "route:p", MaxAttempts: 2, Tiers: []time.Duration{time.Second}, Table: retry.DefaultTable(), ExpiredAction: retry.Drop}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return tb
+})
 
 // httpToken reports whether s is a valid HTTP field name.
 func httpToken(s string) bool {
