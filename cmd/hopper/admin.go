@@ -25,7 +25,8 @@ and reports every problem at once, each with its key path (exit 65), or
 what the config consumes.
 
 -o json prints one JSON document on standard output: ok; queues (queue,
-delayTiers, dlq for each consumed queue); partitions when they are on;
+delayTiers, dlq for each consumed queue, and its routes and filter when it
+has routing rules); partitions when they are on;
 warnings; and errors, each with its key path, the flag it came from when
 it came from one (source), and the message.`,
 		Args: cobra.NoArgs,
@@ -54,10 +55,12 @@ it came from one (source), and the message.`,
 					// warnings stand for all.
 					fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q in %d partition(s) %s … %s behind exchange %q, %d delay tier(s) each, DLQ %q\n",
 						cfg.Queue.Name, p.Count, plan.Work.Name, plans[len(plans)-1].Work.Name, config.PartitionExchange(cfg.Queue.Name), len(plan.Tiers), plan.DLQ.Name)
+					printRouting(cmd.OutOrStdout(), "  ", &cfg)
 					return nil
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "config OK: queue %q, %d delay tier(s), DLQ %q\n",
 					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
+				printRouting(cmd.OutOrStdout(), "  ", &cfg)
 				return nil
 			}
 			for _, plan := range plans {
@@ -66,9 +69,13 @@ it came from one (source), and the message.`,
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "config OK: %s\n", plural(len(cfg.Subscriptions), "subscription"))
-			for _, plan := range plans {
+			consumed := cfg.Consumed()
+			for i, plan := range plans {
 				fmt.Fprintf(cmd.OutOrStdout(), "  queue %q, %d delay tier(s), DLQ %q\n",
 					plan.Work.Name, len(plan.Tiers), plan.DLQ.Name)
+				if i < len(consumed) {
+					printRouting(cmd.OutOrStdout(), "    ", &consumed[i])
+				}
 			}
 			return nil
 		},
@@ -93,6 +100,43 @@ type plannedQueue struct {
 	Queue      string `json:"queue"`
 	DelayTiers int    `json:"delayTiers"`
 	DLQ        string `json:"dlq"`
+	// Routes and Filter are the queue's routing rules, by route name and
+	// the filter's expression.
+	Routes []string `json:"routes,omitempty"`
+	Filter string   `json:"filter,omitempty"`
+}
+
+// printRouting writes a line naming c's routes, in order with their paths,
+// and its filter, when it has routing rules.
+func printRouting(w io.Writer, indent string, c *config.Config) {
+	if !c.Routed() {
+		return
+	}
+	line := indent + "routes:"
+	if len(c.Routes) == 0 {
+		line += " none"
+	}
+	for i, r := range c.Routes {
+		if i > 0 {
+			line += ","
+		}
+		path := r.Path
+		if path == "" {
+			path = "(queue's path)"
+		}
+		line += fmt.Sprintf(" %s → %s", r.Name, path)
+		if r.Retry != nil {
+			line += " (own retry policy)"
+		}
+	}
+	if c.Filter != "" {
+		on := c.OnFiltered
+		if on == "" {
+			on = "ack"
+		}
+		line += fmt.Sprintf("; filter %q, filtered messages: %s", c.Filter, on)
+	}
+	fmt.Fprintln(w, line)
 }
 
 // partitionsDoc describes a queue consumed as partitions.
@@ -113,8 +157,16 @@ func (r *validateResult) fill(cfg config.Config, plans []topology.Plan) {
 		// stand for all.
 		warned = plans[:1]
 	}
-	for _, plan := range plans {
-		r.Queues = append(r.Queues, plannedQueue{Queue: plan.Work.Name, DelayTiers: len(plan.Tiers), DLQ: plan.DLQ.Name})
+	consumed := cfg.Consumed()
+	for i, plan := range plans {
+		q := plannedQueue{Queue: plan.Work.Name, DelayTiers: len(plan.Tiers), DLQ: plan.DLQ.Name}
+		if i < len(consumed) {
+			for _, rt := range consumed[i].Routes {
+				q.Routes = append(q.Routes, rt.Name)
+			}
+			q.Filter = consumed[i].Filter
+		}
+		r.Queues = append(r.Queues, q)
 	}
 	for _, plan := range warned {
 		for _, w := range plan.Warnings() {

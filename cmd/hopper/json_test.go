@@ -19,9 +19,11 @@ type jsonProblem struct {
 type validateDoc struct {
 	OK     bool `json:"ok"`
 	Queues []struct {
-		Queue      string `json:"queue"`
-		DelayTiers int    `json:"delayTiers"`
-		DLQ        string `json:"dlq"`
+		Queue      string   `json:"queue"`
+		DelayTiers int      `json:"delayTiers"`
+		DLQ        string   `json:"dlq"`
+		Routes     []string `json:"routes"`
+		Filter     string   `json:"filter"`
 	} `json:"queues"`
 	Warnings []string      `json:"warnings"`
 	Errors   []jsonProblem `json:"errors"`

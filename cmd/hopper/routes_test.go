@@ -49,3 +49,38 @@ subscriptions:
 		t.Fatalf("JSON report lacks the route's key and position: %+v", doc)
 	}
 }
+
+// A valid config's report names each queue's routes, in order with their
+// paths, and its filter; -o json lists them per queue.
+func TestConfigValidateShowsRoutes(t *testing.T) {
+	file := configFile(t, `
+app: {url: http://127.0.0.1:8080/}
+subscriptions:
+  - queue: {name: plain}
+  - queue: {name: routed}
+    filter: '"x-tenant" in headers'
+    onFiltered: dlq
+    routes:
+      - {name: orders, match: 'headers["x-event-type"] == "order"', path: /orders}
+      - {name: slow, match: 'body.slow == true', retry: {maxAttempts: 2}}
+`)
+	r := hopper(t, "config", "validate", "--config", file)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	want := `  queue "routed", 6 delay tier(s), DLQ "routed.dlq"
+    routes: orders → /orders, slow → (queue's path) (own retry policy); filter "\"x-tenant\" in headers", filtered messages: dlq
+`
+	if !strings.Contains(r.stdout, want) {
+		t.Errorf("stdout lacks the routed queue's rules:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	if strings.Count(r.stdout, "routes:") != 1 {
+		t.Errorf("a queue without rules shows routes:\n%s", r.stdout)
+	}
+
+	doc := decode[validateDoc](t, hopper(t, "config", "validate", "--config", file, "-o", "json"))
+	if len(doc.Queues) != 2 || len(doc.Queues[0].Routes) != 0 ||
+		strings.Join(doc.Queues[1].Routes, ",") != "orders,slow" || doc.Queues[1].Filter != `"x-tenant" in headers` {
+		t.Errorf("JSON queues %+v", doc.Queues)
+	}
+}
