@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,5 +273,42 @@ func TestFilterKeepsOrder(t *testing.T) {
 				t.Errorf("hopper_filtered_total = %v, want 2", v)
 			}
 		})
+	}
+}
+
+// Two subscriptions may name their routes alike: each queue's route sends
+// its messages to that queue's path, and each is counted under its queue.
+func TestRoutesPerSubscription(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg, qa, qb := twoSubscriptions(t, cfg)
+	base := strings.TrimSuffix(qa, ".a")
+	cfg.Subscriptions[0].Routes = []config.Route{{Name: "special", Match: `headers.special == true`, Path: "/a-special"}}
+	cfg.Subscriptions[1].Routes = []config.Route{{Name: "special", Match: `headers.special == true`, Path: "/b-special/{queue}"}}
+	cfg.Subscriptions[1].Filter = `headers.skip != true`
+	r := start(t, cfg)
+
+	r.publish("s", via(base+".fan", "any"), withHeader("special", true))
+	r.publish("skip", via(base+".fan", "any"), withHeader("skip", true))
+	r.settledAll(nil)
+
+	var got []string
+	for _, c := range app.callsFor("s") {
+		got = append(got, c.Path)
+	}
+	slices.Sort(got)
+	if want := []string{"/a-special", "/b-special/" + qb}; !slices.Equal(got, want) {
+		t.Errorf("s reached the app at %v, want %v", got, want)
+	}
+	if got := pathsOf(app, "skip"); !slices.Equal(got, []string{"/a/any"}) {
+		t.Errorf("skip reached the app at %v, want only queue a's path (b filters it)", got)
+	}
+	for q, want := range map[string]float64{qa: 0, qb: 1} {
+		if v := labelled(t, r.sc, "hopper_filtered_total", map[string]string{"queue": q}); v != want {
+			t.Errorf("queue %s filtered %v, want %v", q, v, want)
+		}
+		if v := labelled(t, r.sc, "hopper_routed_total", map[string]string{"queue": q, "route": "special"}); v != 1 {
+			t.Errorf("queue %s routed %v to special, want 1", q, v)
+		}
 	}
 }
