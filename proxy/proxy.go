@@ -914,10 +914,18 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		if !p.move(ctx, d, m, in, p.o.Plan.DLQ.Name, cp, "dlq") {
 			return false
 		}
-		p.log.Warn("message dead-lettered", "event", retry.Event(dec.Reason), "message_id", m.MessageID,
-			"routing_key", in.RoutingKey, "reason", dec.Reason,
-			"status", out.Status, "retries", dec.Retries, "error", msg.Truncate(out.Error, msg.MaxErrorLen),
-			"trace_id", tid)
+		level := slog.LevelWarn
+		if dec.Reason == retry.ReasonFiltered {
+			// Set aside on purpose, as the config asks: one line per
+			// message would drown the log of a busy filter.
+			level = slog.LevelDebug
+		}
+		if p.log.Enabled(ctx, level) {
+			p.log.Log(ctx, level, "message dead-lettered", "event", retry.Event(dec.Reason), "message_id", m.MessageID,
+				"routing_key", in.RoutingKey, "reason", dec.Reason,
+				"status", out.Status, "retries", dec.Retries, "error", msg.Truncate(out.Error, msg.MaxErrorLen),
+				"trace_id", tid)
+		}
 		return true
 	}
 	// A decision without an action is a bug; keep the message.

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,5 +83,55 @@ func TestRoutedDispatch(t *testing.T) {
 				t.Fatalf("routed %q, want %q", obs.routed, tc.routed)
 			}
 		})
+	}
+}
+
+// levelRecorder keeps each record's level and event.
+type levelRecorder struct {
+	mu     sync.Mutex
+	events map[string]slog.Level
+}
+
+func (h *levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "event" {
+			h.events[a.Value.String()] = r.Level
+		}
+		return true
+	})
+	return nil
+}
+func (h *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelRecorder) WithGroup(string) slog.Handler      { return h }
+
+// A message the filter dead-letters is logged at debug, as a filtered
+// ack is: the config asked for it, and a busy filter must not flood the
+// log. A body that cannot be read is a warning.
+func TestFilteredLoggedAtDebug(t *testing.T) {
+	for _, tc := range []struct {
+		spec  route.Spec
+		event string
+		level slog.Level
+	}{
+		{route.Spec{Filter: `"x-tenant" in headers`, OnFiltered: "dlq"}, "RABBITMQ_MESSAGE_FILTERED", slog.LevelDebug},
+		{route.Spec{Filter: `body.ok == true`, OnBodyError: "dlq"}, "RABBITMQ_MESSAGE_FILTER_ERROR", slog.LevelWarn},
+	} {
+		p, _, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 200}, nil)
+		tb, err := route.Compile(tc.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.o.Routes = tb
+		rec := &levelRecorder{events: map[string]slog.Level{}}
+		p.log = slog.New(rec)
+		m := msgWith(nil)
+		m.ContentType = "text/plain"
+		run(p, &fakeDelivery{m: m, j: j, alive: true})
+		if lv, ok := rec.events[tc.event]; !ok || lv != tc.level {
+			t.Errorf("%s logged at %v (present %v), want %v; events %v", tc.event, lv, ok, tc.level, rec.events)
+		}
 	}
 }
