@@ -40,6 +40,7 @@ used; it may be left out when there is only one.
   export   write messages to a JSON Lines file (--remove to take them out)
   import   publish the messages of such a file to the DLQ (or --to)
   purge    delete every message (asks first)
+  console  web console: failure groups, messages, replay/export/purge of a group
 
 stats, peek and export read messages without removing them: each is taken
 unacked and handed back when the command ends, in its place. On a quorum
@@ -51,7 +52,7 @@ export --remove move a message (publish and confirm, or write and fsync)
 before acking it, so killing them at any moment loses nothing; at most the
 messages in flight end up in both places.`,
 	}
-	cmd.AddCommand(newDLQStatsCmd(), newDLQPeekCmd(), newDLQReplayCmd(), newDLQExportCmd(), newDLQImportCmd(), newDLQPurgeCmd())
+	cmd.AddCommand(newDLQStatsCmd(), newDLQPeekCmd(), newDLQReplayCmd(), newDLQExportCmd(), newDLQImportCmd(), newDLQPurgeCmd(), newDLQConsoleCmd())
 	return cmd
 }
 
