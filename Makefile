@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build deps tools helm test check unit demo vet fmt clean jaeger-check fuzz
+.PHONY: all build deps tools helm test check unit demo vet fmt clean jaeger-check fuzz chromium console-check console-shots
 
 all: build
 
@@ -17,9 +17,13 @@ deps:
 	scripts/install-rabbitmq.sh
 
 ## tools: pinned helm and Jaeger all-in-one in .cache/bin (go install; cached,
-## several minutes on the first run); `make test` needs helm only
-tools: helm
+## several minutes on the first run), and Chromium (apt) for the console's
+## browser tests; `make test` needs helm only
+tools: helm chromium
 	scripts/install-jaeger.sh
+
+chromium:
+	scripts/install-chromium.sh
 
 helm:
 	scripts/install-helm.sh
@@ -28,17 +32,17 @@ helm:
 ## tests start themselves: unit tests and fuzz seeds, integration tests of
 ## every package (broker, loop, sidecar, DLQ tools, CLI), chart lint/render
 ## and Dockerfile checks. Everything but the long suites of `make check`.
-LONG_SUITES = /faults$$|/internal/jaegercheck$$
+LONG_SUITES = /faults$$|/internal/jaegercheck$$|/internal/consolecheck$$
 test: deps helm vet
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -Ev '$(LONG_SUITES)')
 
 ## check: `make test`, then the long suites: the reduced fault suite (every
 ## message id accounted for under SIGKILLs, broker restarts and app crashes),
-## the Jaeger end-to-end check, the chart's objects against the KEDA,
+## the Jaeger end-to-end check, the DLQ console in a headless Chromium, the chart's objects against the KEDA,
 ## Prometheus Operator and Kubernetes types, and the fuzzers for a bounded
 ## number of inputs. CI runs it.
 check: test tools
-	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/
+	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/ ./internal/consolecheck/
 	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=20000x
 
@@ -59,6 +63,17 @@ fuzz:
 ## real Jaeger (publisher span, three attempts, two retry moves)
 jaeger-check: deps tools
 	$(GO) test -count=1 -v ./internal/jaegercheck/
+
+## console-check: the DLQ console in a headless Chromium against a private broker:
+## failure groups, message view, replay and purge of a group, hostile content shown as
+## text, quorum and classic DLQs of two subscriptions, SIGKILL mid-replay losing nothing
+console-check: deps chromium
+	$(GO) test -count=1 -v ./internal/consolecheck/
+
+## console-shots: docs/console-overview.png and docs/console-group.png, screenshots of
+## the console over a seeded DLQ (the README shows them)
+console-shots: deps chromium
+	CONSOLE_SHOTS=$(CURDIR)/docs $(GO) test -count=1 -run TestConsoleShots -v ./internal/consolecheck/
 
 ## unit: tests that need no broker (pure logic: outcome table, header
 ## contract, loop, app side, acker, config, DLQ tools against fakes)
