@@ -166,7 +166,8 @@ faults: deps
 
 ## dlq-bench: `hopper dlq replay` against a raw get / publish-with-confirm / ack loop and
 ## against the broker's floor (consume, pipelined publish, multiple-ack) on a private
-## RabbitMQ node, in one run: msg/s, ratios, the replay's peak RSS (about 4 minutes;
+## RabbitMQ node, in one run: msg/s, ratios, the replay's peak RSS, and a scan of the
+## DLQ console over its API (the "bench: console-scan" line) (about 4 minutes;
 ## quick form: make dlq-bench DLQBENCHFLAGS="--n 20000")
 DLQBENCHFLAGS ?=
 dlq-bench: deps build

@@ -32,6 +32,7 @@ func newDLQConsoleCmd() *cobra.Command {
 		rate         float64
 		maxReplays   int
 		sampleEvery  time.Duration
+		scanOnStart  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
@@ -98,7 +99,7 @@ Exit status 0 after SIGINT or SIGTERM; 64 for a bad flag or config.`,
 				Rate:         rate,
 				MaxReplays:   maxReplays,
 				SampleEvery:  sampleEvery,
-				ScanOnStart:  true,
+				ScanOnStart:  scanOnStart,
 				Log:          log,
 				Broker: &dlqconn.Opener{
 					Opts:           broker.ConfigOptions(cfg.Broker, log, "hopper-dlq-console"),
@@ -179,6 +180,7 @@ Exit status 0 after SIGINT or SIGTERM; 64 for a bad flag or config.`,
 	fs.Float64Var(&rate, "rate", 100, "default replay rate in messages per second (0: no cap); each replay may set its own")
 	fs.IntVar(&maxReplays, "max-replays", 5, "keep messages already replayed this many times (x-replay-count) in the DLQ; 0: no cap")
 	fs.DurationVar(&sampleEvery, "sample-every", 10*time.Second, "interval between depth samples for the arrival rate and the chart")
+	fs.BoolVar(&scanOnStart, "scan-on-start", true, "scan every DLQ at start (false: only when asked, with Rescan)")
 	return cmd
 }
 
