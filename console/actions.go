@@ -29,10 +29,7 @@ func (s *Server) startScan(q *queueState, who string, wait bool) (*Job, error) {
 	q.scan = job
 	q.mu.Unlock()
 	s.o.Log.Info("console: scan", "dlq", q.Name, "who", who)
-	run := func() {
-		defer release()
-		s.scan(q, job)
-	}
+	run := func() { s.scan(q, job, release) }
 	if wait {
 		run()
 		return job, nil
@@ -45,16 +42,19 @@ func (s *Server) startScan(q *queueState, who string, wait bool) (*Job, error) {
 	return job, nil
 }
 
-func (s *Server) scan(q *queueState, job *Job) {
+// scan runs one scan; it releases the DLQ (after handing every message
+// back) before it records the end, so that whoever sees the scan done may
+// start the next run at once.
+func (s *Server) scan(q *queueState, job *Job, release func()) {
 	ctx, cancel := context.WithCancel(s.background())
 	defer cancel()
 	job.setCancel(cancel)
 	p, err := s.o.Broker.Browse(ctx, q.Name)
 	if err != nil {
+		release()
 		job.finish(s.o.Now(), "", err, ctx.Err() != nil)
 		return
 	}
-	defer p.Close()
 	job.total.Store(int64(p.Present))
 	ix := NewIndex()
 	res, err := dlq.Browse(ctx, p.Source, dlq.BrowseOptions{Limit: p.Present, Bound: p.Present, Rotate: p.Rotate}, func(m *msg.Message) error {
@@ -63,8 +63,10 @@ func (s *Server) scan(q *queueState, job *Job) {
 		job.done.Add(1)
 		return nil
 	})
+	p.Close()
 	job.taken.Store(int64(res.Taken))
 	if err != nil {
+		release()
 		job.finish(s.o.Now(), fmt.Sprintf("%d of %d read; the previous scan is kept", res.Taken, p.Present), err, ctx.Err() != nil)
 		s.o.Log.Warn("console: scan ended early", "dlq", q.Name, "taken", res.Taken, "error", err.Error())
 		return
@@ -72,6 +74,7 @@ func (s *Server) scan(q *queueState, job *Job) {
 	q.mu.Lock()
 	q.index, q.indexAt = ix, s.o.Now()
 	q.mu.Unlock()
+	release()
 	summary := fmt.Sprintf("%d messages in %d groups", ix.Scanned, len(ix.groups))
 	if res.Bad > 0 {
 		summary += fmt.Sprintf("; %d could not be read (left in the DLQ)", res.Bad)

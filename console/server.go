@@ -499,6 +499,9 @@ func (s *Server) groupMessages(w http.ResponseWriter, r *http.Request) {
 // present, and two at once would each see only part of the DLQ.
 var errBusy = errors.New("another scan or action is running on this DLQ; try again when it ends")
 
+// errStopping refuses new runs once the console is shutting down.
+var errStopping = errors.New("the console is stopping")
+
 // errFound ends a pass that found the message it looked for.
 var errFound = errors.New("found")
 
@@ -538,6 +541,9 @@ func (s *Server) fetch(ctx context.Context, q *queueState, id string) (*msg.Mess
 
 // claim marks q busy with job (nil: a short read) or fails with errBusy.
 func (s *Server) claim(q *queueState, job *Job) (func(), error) {
+	if s.background().Err() != nil {
+		return nil, errStopping
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.busy != nil {

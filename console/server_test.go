@@ -517,3 +517,34 @@ func TestSecurityHeadersAndHost(t *testing.T) {
 		t.Error("a javascript: trace URL accepted")
 	}
 }
+
+func TestReplayCancelled(t *testing.T) {
+	e := newEnv(t, false)
+	ids := e.fill([]failure{{"slow", "order.created", "max-attempts", 503, 60, "upstream answered 503 after %dms"}})
+	e.start(true)
+	page := e.scan()
+	var job console.JobView
+	if code := e.call("POST", e.path("/replay"), map[string]any{"group": page.Groups[0].ID, "rate": 10}, withToken, &job); code != http.StatusAccepted {
+		t.Fatalf("replay: %d", code)
+	}
+	waitfor.Until(t, time.Minute, "the replay to move a few messages", func() bool {
+		var j console.JobView
+		e.call("GET", "/api/jobs/"+job.ID, nil, nil, &j)
+		return j.Done >= 2 && j.ETA != ""
+	})
+	if code := e.call("POST", "/api/jobs/"+job.ID+"/cancel", nil, nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("cancel without the token: %d, want 401", code)
+	}
+	if code := e.call("POST", "/api/jobs/"+job.ID+"/cancel", nil, withToken, nil); code != http.StatusOK {
+		t.Fatalf("cancel: %d", code)
+	}
+	j := e.waitJob(job.ID, console.StateCancelled)
+	e.waitIdle()
+	work, dead := e.contents(e.Work), e.contents(e.DLQ)
+	if len(work) != j.Done || len(work) >= 60 || len(work)+len(dead) != 60 {
+		t.Fatalf("cancelled after %d: work queue %d, DLQ %d; want the %d moved and the rest kept", j.Done, len(work), len(dead), j.Done)
+	}
+	if got := sorted(work, dead); !slices.Equal(got, sorted(ids["slow"])) {
+		t.Fatalf("messages after the cancel = %v", got)
+	}
+}
