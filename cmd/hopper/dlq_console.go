@@ -70,7 +70,9 @@ names; reach it in Kubernetes with
 
   kubectl port-forward deploy/RELEASE-hopper-console 8089
 
-Exit status 0 after SIGINT or SIGTERM; 64 for a bad flag or config.`,
+Exit status 0 after SIGINT or SIGTERM; 64 for a bad flag or an address it
+cannot listen on; 65 for a bad config. A DLQ that does not exist or a broker
+that cannot be reached is shown on the overview, and the console keeps running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rate < 0 {

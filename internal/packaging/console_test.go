@@ -1,6 +1,7 @@
 package packaging
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -47,6 +48,10 @@ func TestChartConsole(t *testing.T) {
 	args := strings.Join(c.Args, " ")
 	if !strings.HasPrefix(args, "dlq console --listen 127.0.0.1:8089 ") || !strings.Contains(args, "--trace-url http://jaeger:16686/trace/{traceId}") || strings.Contains(args, "--allow-actions") {
 		t.Errorf("console args %q", args)
+	}
+	// A command line the binary accepts: --help parses every flag.
+	if stdout, stderr, err := runHopper(t, []string{"PATH=" + os.Getenv("PATH")}, append(slices.Clone(c.Args), "--help")...); err != nil || !strings.Contains(stdout, "Usage:\n  hopper dlq console ") {
+		t.Errorf("hopper %s is not a command line hopper accepts: %v\n%s", args, err, stderr)
 	}
 	if len(c.Ports) != 0 {
 		t.Errorf("console exposes ports %v; it listens on loopback only", c.Ports)
