@@ -78,8 +78,8 @@ console-shots: deps chromium
 ## unit: tests that need no broker (pure logic: outcome table, header
 ## contract, loop, app side, acker, config, DLQ tools against fakes)
 unit:
-	$(GO) test -count=1 -skip 'TestCLI|TestExclusive|TestBrowse|TestConsumerHolds' ./retry/ ./config/ ./dlq/ ./topology/ \
-		./proxy/ ./msg/ ./app/ ./telemetry/ ./internal/backoff/ ./broker/
+	$(GO) test -count=1 -skip 'TestCLI|TestExclusive|TestBrowse|TestConsumerHolds|TestLive' ./retry/ ./config/ ./dlq/ ./topology/ \
+		./proxy/ ./msg/ ./app/ ./telemetry/ ./internal/backoff/ ./broker/ ./console/
 
 ## demo: broker + example app + Hopper + one message per outcome, end to end
 demo: deps build

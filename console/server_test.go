@@ -282,7 +282,7 @@ func counts(gs []console.Group) []int {
 	return out
 }
 
-func TestScanGroupsAndShowsMessageReadOnly(t *testing.T) {
+func TestLiveScanGroupsAndShowsMessageReadOnly(t *testing.T) {
 	e := newEnv(t, false)
 	ids := e.fill(threeKinds)
 	e.start(false)
@@ -357,7 +357,7 @@ func TestScanGroupsAndShowsMessageReadOnly(t *testing.T) {
 	}
 }
 
-func TestReplayGroupMovesExactlyThatGroup(t *testing.T) {
+func TestLiveReplayGroupMovesExactlyThatGroup(t *testing.T) {
 	for _, quorum := range []bool{false, true} {
 		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) {
 			e := newEnv(t, quorum)
@@ -412,7 +412,7 @@ func TestReplayGroupMovesExactlyThatGroup(t *testing.T) {
 	}
 }
 
-func TestPurgeNeedsTheGroupSizeTyped(t *testing.T) {
+func TestLivePurgeNeedsTheGroupSizeTyped(t *testing.T) {
 	e := newEnv(t, false)
 	ids := e.fill(threeKinds)
 	e.start(true)
@@ -439,7 +439,7 @@ func TestPurgeNeedsTheGroupSizeTyped(t *testing.T) {
 	}
 }
 
-func TestExportGroupAsNDJSON(t *testing.T) {
+func TestLiveExportGroupAsNDJSON(t *testing.T) {
 	e := newEnv(t, true)
 	ids := e.fill(threeKinds)
 	e.start(true)
@@ -518,7 +518,7 @@ func TestSecurityHeadersAndHost(t *testing.T) {
 	}
 }
 
-func TestReplayCancelled(t *testing.T) {
+func TestLiveReplayCancelled(t *testing.T) {
 	e := newEnv(t, false)
 	ids := e.fill([]failure{{"slow", "order.created", "max-attempts", 503, 60, "upstream answered 503 after %dms"}})
 	e.start(true)
