@@ -119,7 +119,7 @@
         el("td", { class: "first" }, when(g.first)),
         el("td", { class: "last" }, when(g.last)),
         el("td", {}, el("a", { class: "sample", href: "#/dlq/" + encodeURIComponent(name) + "/msg/" + encodeURIComponent(g.sample) }, g.sample || "(no id)"),
-          el("div", { class: "muted" }, g.queues.join(", "))),
+          el("div", { class: "muted" }, g.queues.join(", ")), messageList(name, g)),
         actions);
     });
     view.append(el("table", { id: "groups" },
@@ -127,6 +127,24 @@
         el("th", {}, "Routing key"), el("th", {}, "Error fingerprint"), el("th", {}, "First"), el("th", {}, "Last"), el("th", {}, "Sample"), el("th", {}, state.allowActions ? "Actions" : ""))),
       el("tbody", {}, rows)));
     if (!page.groups.length) view.append(el("p", { id: "no-groups" }, "No failure groups: the DLQ was empty when scanned, or no scan has finished."));
+  }
+
+  // messageList is a button that lists the group's messages (the first
+  // 200 of the last scan), each a link to its message view.
+  function messageList(name, g) {
+    const box = el("div", { class: "messages" });
+    const button = el("button", { class: "list", onclick: async () => {
+      try {
+        const data = await api(dlqPath(name) + "/groups/" + encodeURIComponent(g.id) + "/messages");
+        clear(box);
+        box.append(el("ul", { class: "message-list" }, data.messages.map((m) => el("li", {},
+          el("a", { href: "#/dlq/" + encodeURIComponent(name) + "/msg/" + encodeURIComponent(m.id) }, m.id || "(no id)"),
+          " ", el("span", { class: "muted" }, when(m.deadLettered))))));
+        if (data.count > data.messages.length) box.append(el("div", { class: "muted" }, "first " + data.messages.length + " of " + data.count));
+      } catch (e) { showError(e.message); }
+    } }, "Messages…");
+    box.append(button);
+    return box;
   }
 
   // shareBar is sized through the style object, which the page's

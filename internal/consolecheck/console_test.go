@@ -386,6 +386,12 @@ func TestConsoleGroupsMessageReplayPurge(t *testing.T) {
 		t.Errorf("group reasons %v", got)
 	}
 
+	// A group's messages, each a link to its view.
+	run(t, ctx, "list a group's messages", chromedp.Click(chromedp.CSS(`#groups tr.group:nth-child(1) button.list`)), poll(`document.querySelectorAll('#groups tr.group:nth-child(1) ul.message-list a').length === 4`))
+	if got := texts(t, ctx, "#groups tr.group:nth-child(1) ul.message-list a"); !slices.Equal(got, ids["svc"]) {
+		t.Errorf("messages of the first group %v, want %v", got, ids["svc"])
+	}
+
 	// A message: its headers.
 	run(t, ctx, "open the sample", chromedp.Click(chromedp.CSS(`#groups tr.group:nth-child(2) a.sample`)), poll(`document.querySelectorAll('#headers tr').length > 5`))
 	names := texts(t, ctx, "#headers .hname")
