@@ -1,6 +1,8 @@
 package console
 
 import (
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +138,32 @@ func TestDepthSVG(t *testing.T) {
 	if empty := DepthSVG(nil, 100, 20); strings.Contains(empty, "polyline") {
 		t.Fatalf("empty chart draws a line: %s", empty)
 	}
+}
+
+// TestIndexCompact: the index of a DLQ the size the console is built for
+// keeps no bodies and no headers per message: 119,762 messages with 1 KiB
+// bodies and errors each of their own cost a few megabytes once read.
+func TestIndexCompact(t *testing.T) {
+	const n = 119_762
+	body := make([]byte, 1024)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ix := NewIndex()
+	for i := range n {
+		m := dead("m-"+strconv.Itoa(i), "orders", "order.created", "max-attempts", 500+i%4, "upstream 10.0.0."+strconv.Itoa(i%250)+" answered after "+strconv.Itoa(i)+"ms", t0.Add(time.Duration(i)*time.Second))
+		m.Body = body
+		ix.Add(m)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if gs := ix.Groups(); len(gs) != 4 || gs[0].Count+gs[1].Count+gs[2].Count+gs[3].Count != n {
+		t.Fatalf("groups = %d", len(gs))
+	}
+	t.Logf("index of %d messages: %.1f MB", n, float64(grew)/(1<<20))
+	if grew > 16<<20 {
+		t.Fatalf("index of %d messages holds %.1f MB, want at most 16 MB", n, float64(grew)/(1<<20))
+	}
+	runtime.KeepAlive(ix)
 }
