@@ -223,9 +223,18 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
+// sample reads every DLQ's depth. A DLQ a run is reading is skipped: the
+// broker counts only ready messages, and those the run holds would show
+// as a fall of the depth and, when handed back, as as many arrivals.
 func (s *Server) sample(ctx context.Context) {
 	for _, name := range s.order {
 		q := s.queues[name]
+		q.mu.Lock()
+		busy := q.busy != nil
+		q.mu.Unlock()
+		if busy {
+			continue
+		}
 		d, err := s.o.Broker.Depth(ctx, name)
 		q.mu.Lock()
 		q.depthAt = s.o.Now()
