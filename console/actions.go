@@ -360,6 +360,11 @@ func (s *Server) postExport(w http.ResponseWriter, r *http.Request, who string) 
 		Progress: func(taken int) { job.taken.Store(int64(taken)) },
 	})
 	job.done.Store(int64(res.Exported))
+	if err != nil && res.Bytes == 0 {
+		// Nothing was sent yet: the answer can still say what failed.
+		w.Header().Del("Content-Disposition")
+		httpError(w, http.StatusBadGateway, err)
+	}
 	job.finish(s.o.Now(), fmt.Sprintf("%d exported (%d bytes)", res.Exported, res.Bytes), err, ctx.Err() != nil)
 	s.o.Log.Info("console: export done", "dlq", q.Name, "target", target, "who", who, "exported", res.Exported, "bytes", res.Bytes)
 }
