@@ -138,7 +138,7 @@ func history(m *msg.Message, now time.Time) []Field {
 	in := msg.Read(m, msg.OriginalQueue(m), "", now)
 	out := []Field{
 		{Name: "original queue", Value: orDash(msg.OriginalQueue(m))},
-		{Name: "first published to", Value: orDash(in.Exchange) + " with routing key " + orDash(in.RoutingKey)},
+		{Name: "first published to", Value: exchangeName(in.Exchange) + " with routing key " + orDash(in.RoutingKey)},
 		{Name: "failed attempts", Value: fmt.Sprint(in.Retries)},
 		{Name: "requeues (425)", Value: fmt.Sprint(in.Requeues)},
 	}
@@ -167,6 +167,14 @@ func history(m *msg.Message, now time.Time) []Field {
 		out = append(out, Field{Name: "replayed before", Value: fmt.Sprintf("%d time(s), last from %s at %s", n, orDash(m.String(msg.HeaderReplayedFrom)), orDash(m.String(msg.HeaderReplayTime)))})
 	}
 	return out
+}
+
+// exchangeName names the default exchange, whose name is empty.
+func exchangeName(ex string) string {
+	if ex == "" {
+		return "the default exchange"
+	}
+	return "exchange " + ex
 }
 
 func plain(v any) string {

@@ -63,6 +63,7 @@ func TestHistoryAndHeaders(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"original queue":     "orders",
+		"first published to": "the default exchange with routing key order.created",
 		"failed attempts":    "3",
 		"requeues (425)":     "2",
 		"final status":       "503 (int64)",
