@@ -508,25 +508,37 @@ func TestConsoleHostileContentIsText(t *testing.T) {
 }
 
 func TestConsoleSIGKILLDuringReplayLosesNothing(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum) })
+	}
+}
+
+// sigkillDuringReplay kills the console mid-replay of one group of the
+// classic (orders) or quorum (invoices) DLQ and accounts for every id.
+func sigkillDuringReplay(t *testing.T, quorum bool) {
 	e := newEnv(t)
+	work := e.Orders
+	if quorum {
+		work = e.Bills
+	}
 	const n, others = 3000, 200
 	var want []string
 	kinds := []failure{
 		{"move", "order.created", "max-attempts", 503, n, "upstream answered 503"},
 		{"stay", "order.paid", "non-retriable", 422, others, "validation failed"},
 	}
-	ids := e.fill(e.Orders, kinds, nil, nil)
+	ids := e.fill(work, kinds, nil, nil)
 	want = sorted(ids["move"], ids["stay"])
 	p := e.startConsole()
 	var groups struct {
 		Groups []console.Group `json:"groups"`
 	}
 	waitfor.Until(t, time.Minute, "the scan at start", func() bool {
-		p.api(t, "GET", "api/dlqs/"+e.Orders+".dlq/groups", nil, &groups)
+		p.api(t, "GET", "api/dlqs/"+work+".dlq/groups", nil, &groups)
 		return len(groups.Groups) == 2
 	})
 	var job console.JobView
-	if code := p.api(t, "POST", "api/dlqs/"+e.Orders+".dlq/replay", map[string]any{"group": groups.Groups[0].ID, "rate": 500}, &job); code != http.StatusAccepted {
+	if code := p.api(t, "POST", "api/dlqs/"+work+".dlq/replay", map[string]any{"group": groups.Groups[0].ID, "rate": 500}, &job); code != http.StatusAccepted {
 		t.Fatalf("replay: %d\n%s", code, p.logText())
 	}
 	waitfor.Until(t, time.Minute, "the replay to move some messages", func() bool {
@@ -539,9 +551,9 @@ func TestConsoleSIGKILLDuringReplayLosesNothing(t *testing.T) {
 	}
 	p.cmd.Wait() //nolint:errcheck // killed on purpose
 
-	work, dead := e.contents(e.Orders), e.contents(e.Orders+".dlq")
+	moved, dead := e.contents(work), e.contents(work+".dlq")
 	seen := map[string]bool{}
-	for _, id := range append(slices.Clone(work), dead...) {
+	for _, id := range append(slices.Clone(moved), dead...) {
 		seen[id] = true
 	}
 	var lost []string
@@ -553,15 +565,15 @@ func TestConsoleSIGKILLDuringReplayLosesNothing(t *testing.T) {
 	if len(lost) > 0 {
 		t.Fatalf("%d message(s) lost by a SIGKILL mid-replay: %v", len(lost), lost[:min(10, len(lost))])
 	}
-	for _, id := range work {
+	for _, id := range moved {
 		if strings.HasPrefix(id, "stay-") {
 			t.Fatalf("%s of the other group was replayed", id)
 		}
 	}
-	if len(work) == 0 || len(work) == n {
-		t.Fatalf("work queue holds %d of %d: the kill did not land mid-replay", len(work), n)
+	if len(moved) == 0 || len(moved) == n {
+		t.Fatalf("work queue holds %d of %d: the kill did not land mid-replay", len(moved), n)
 	}
-	t.Logf("killed after %d of %d moved; DLQ holds %d", len(work), n, len(dead))
+	t.Logf("killed after %d of %d moved; DLQ holds %d", len(moved), n, len(dead))
 }
 
 // TestConsoleShots writes the README's screenshots of the console over a
