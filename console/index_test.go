@@ -126,17 +126,22 @@ func TestSamplerBounded(t *testing.T) {
 	}
 }
 
-func TestDepthSVG(t *testing.T) {
-	svg := DepthSVG([]Sample{{At: t0, Depth: 0}, {At: t0.Add(time.Minute), Depth: 50}, {At: t0.Add(2 * time.Minute), Depth: 100}}, 204, 54)
-	if !strings.HasPrefix(svg, "<svg") || !strings.HasSuffix(svg, "</svg>") {
-		t.Fatalf("not an svg: %s", svg)
-	}
+func TestDepthChart(t *testing.T) {
+	c := DepthChart([]Sample{{At: t0, Depth: 0}, {At: t0.Add(time.Minute), Depth: 50}, {At: t0.Add(2 * time.Minute), Depth: 100}}, 204, 54)
 	// 2px padding: x from 2 to 202, y from 52 (zero) to 2 (the maximum).
-	if !strings.Contains(svg, `points="2.0,52.0 102.0,27.0 202.0,2.0"`) {
-		t.Fatalf("points wrong: %s", svg)
+	if c.Points != "2.0,52.0 102.0,27.0 202.0,2.0" || c.Max != 100 {
+		t.Fatalf("chart = %+v", c)
 	}
-	if empty := DepthSVG(nil, 100, 20); strings.Contains(empty, "polyline") {
-		t.Fatalf("empty chart draws a line: %s", empty)
+	svg := c.SVG()
+	if !strings.HasPrefix(svg, "<svg") || !strings.HasSuffix(svg, "</svg>") || !strings.Contains(svg, `points="`+c.Points+`"`) {
+		t.Fatalf("svg: %s", svg)
+	}
+	if empty := DepthChart(nil, 100, 20); empty.Points != "" || strings.Contains(empty.SVG(), "polyline") {
+		t.Fatalf("empty chart draws a line: %+v", empty)
+	}
+	// Samples at one instant are spread evenly.
+	if same := DepthChart([]Sample{{At: t0, Depth: 1}, {At: t0, Depth: 1}}, 104, 54); same.Points != "2.0,2.0 102.0,2.0" {
+		t.Fatalf("samples at one instant: %s", same.Points)
 	}
 }
 

@@ -103,38 +103,61 @@ func (s *Sampler) PerMinute() (rate float64, ok bool) {
 	return float64(arrived) / span.Minutes(), true
 }
 
-// DepthSVG draws samples as a line chart of width × height pixels: depth
-// on the vertical axis from zero to the largest seen, time on the
-// horizontal. It writes numbers only, so it needs no escaping.
-func DepthSVG(samples []Sample, width, height int) string {
+// Chart is a line chart of depth samples, in pixels: depth on the
+// vertical axis from zero to the largest seen, time on the horizontal.
+// The page draws it as inline SVG from these figures; SVG renders the
+// same as a document of its own.
+type Chart struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
+	// Points is the polyline's points attribute ("x,y x,y …"), empty
+	// without samples.
+	Points string `json:"points"`
+	// Max is the largest depth, the top of the chart.
+	Max int `json:"max"`
+}
+
+// DepthChart lays samples out on a width × height chart with 2 pixels of
+// padding.
+func DepthChart(samples []Sample, width, height int) Chart {
+	c := Chart{Width: width, Height: height, Max: 1}
+	if len(samples) == 0 {
+		return c
+	}
+	for _, x := range samples {
+		c.Max = max(c.Max, x.Depth)
+	}
+	const pad = 2.0
+	w, h := float64(width)-2*pad, float64(height)-2*pad
+	t0, t1 := samples[0].At, samples[len(samples)-1].At
+	span := t1.Sub(t0).Seconds()
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img">`, width, height, width, height)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#f6f8fa"/>`, width, height)
-	if len(samples) > 0 {
-		top := 1
-		for _, x := range samples {
-			top = max(top, x.Depth)
+	for i, x := range samples {
+		px := pad + w
+		if span > 0 {
+			px = pad + w*x.At.Sub(t0).Seconds()/span
+		} else if len(samples) > 1 {
+			px = pad + w*float64(i)/float64(len(samples)-1)
 		}
-		const pad = 2.0
-		w, h := float64(width)-2*pad, float64(height)-2*pad
-		t0, t1 := samples[0].At, samples[len(samples)-1].At
-		span := t1.Sub(t0).Seconds()
-		b.WriteString(`<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="`)
-		for i, x := range samples {
-			px := pad + w
-			if span > 0 {
-				px = pad + w*x.At.Sub(t0).Seconds()/span
-			} else if len(samples) > 1 {
-				px = pad + w*float64(i)/float64(len(samples)-1)
-			}
-			py := pad + h - h*float64(x.Depth)/float64(top)
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			fmt.Fprintf(&b, "%.1f,%.1f", px, py)
+		py := pad + h - h*float64(x.Depth)/float64(c.Max)
+		if i > 0 {
+			b.WriteByte(' ')
 		}
-		b.WriteString(`"/>`)
-		fmt.Fprintf(&b, `<text x="4" y="12" font-size="10" fill="#57606a">max %d</text>`, top)
+		fmt.Fprintf(&b, "%.1f,%.1f", px, py)
+	}
+	c.Points = b.String()
+	return c
+}
+
+// SVG renders the chart as a document of its own. It writes numbers only,
+// so it needs no escaping.
+func (c Chart) SVG() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img">`, c.Width, c.Height, c.Width, c.Height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#f6f8fa"/>`, c.Width, c.Height)
+	if c.Points != "" {
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="%s"/>`, c.Points)
+		fmt.Fprintf(&b, `<text x="4" y="12" font-size="10" fill="#57606a">max %d</text>`, c.Max)
 	}
 	b.WriteString(`</svg>`)
 	return b.String()

@@ -410,7 +410,12 @@ type Overview struct {
 	Scan      *JobView  `json:"scan,omitempty"`
 	Busy      *JobView  `json:"busy,omitempty"`
 	Samples   int       `json:"samples"`
+	// Chart is the depth over the console's lifetime.
+	Chart Chart `json:"chart"`
 }
+
+// The overview's chart size, in pixels.
+const chartWidth, chartHeight = 240, 60
 
 type overviewPage struct {
 	DLQs         []Overview `json:"dlqs"`
@@ -425,7 +430,8 @@ func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
 		q := s.queues[name]
 		rate, ok := q.sampler.PerMinute()
 		q.mu.Lock()
-		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(q.sampler.Samples())}
+		samples := q.sampler.Samples()
+		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight)}
 		if q.index != nil {
 			ov.Oldest, ov.Newest, ov.Scanned, ov.Groups, ov.ScannedAt = q.index.Oldest, q.index.Newest, q.index.Scanned, len(q.index.groups), q.indexAt
 		}
@@ -453,7 +459,7 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "image/svg+xml")
-	_, _ = w.Write([]byte(DepthSVG(q.sampler.Samples(), 240, 60))) // the client went away
+	_, _ = w.Write([]byte(DepthChart(q.sampler.Samples(), chartWidth, chartHeight).SVG())) // the client went away
 }
 
 type groupsPage struct {

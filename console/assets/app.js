@@ -69,7 +69,7 @@
         el("td", { class: "num rate" }, d.hasRate ? d.perMinute.toFixed(1) : "…"),
         el("td", { class: "oldest" }, when(d.oldest)),
         el("td", { class: "newest" }, when(d.newest)),
-        el("td", {}, el("img", { class: "chart", alt: "depth of " + d.name + " over time", src: dlqPath(d.name) + "/chart.svg?n=" + d.samples, width: 240, height: 60 })),
+        el("td", {}, chart(d.chart, d.name)),
         el("td", { class: "scan" },
           scanning ? el("span", {}, el("progress", { max: 100, value: scan.percent.toFixed(1) }), " scanning " + scan.taken + "/" + scan.total + (scan.eta ? ", ETA " + scan.eta : "")) : scanCell,
           scan && scan.state === "failed" ? el("div", { class: "muted" }, "last scan failed: " + scan.error) : null,
@@ -80,6 +80,33 @@
       el("thead", {}, el("tr", {}, el("th", {}, "DLQ"), el("th", { class: "num" }, "Depth"), el("th", { class: "num" }, "Arriving /min"),
         el("th", {}, "Oldest"), el("th", {}, "Newest"), el("th", {}, "Depth over time"), el("th", {}, "Scan"), el("th", {}, ""))),
       el("tbody", {}, rows)));
+  }
+
+  // chart draws the depth chart inline, from the figures the console
+  // computed: SVG elements made one by one, attributes set as values.
+  function chart(c, name) {
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    for (const [k, v] of [["class", "chart"], ["width", c.width], ["height", c.height], ["viewBox", "0 0 " + c.width + " " + c.height], ["role", "img"]]) svg.setAttribute(k, String(v));
+    const title = document.createElementNS(ns, "title");
+    title.textContent = "depth of " + name + " over the console's lifetime";
+    const bg = document.createElementNS(ns, "rect");
+    bg.setAttribute("width", String(c.width));
+    bg.setAttribute("height", String(c.height));
+    bg.setAttribute("class", "chart-bg");
+    svg.append(title, bg);
+    if (c.points) {
+      const line = document.createElementNS(ns, "polyline");
+      line.setAttribute("points", c.points);
+      line.setAttribute("class", "chart-line");
+      const top = document.createElementNS(ns, "text");
+      top.setAttribute("x", "4");
+      top.setAttribute("y", "12");
+      top.setAttribute("class", "chart-max");
+      top.textContent = "max " + c.max;
+      svg.append(line, top);
+    }
+    return svg;
   }
 
   async function rescan(name) {

@@ -376,6 +376,8 @@ func TestConsoleGroupsMessageReplayPurge(t *testing.T) {
 	if d := texts(t, ctx, fmt.Sprintf("#dlqs tr[data-dlq=%q] .depth", dlqOrders)); len(d) != 1 || d[0] != "9" {
 		t.Errorf("depth shown %v, want 9", d)
 	}
+	// The depth chart is inline SVG, with a line once samples exist.
+	run(t, ctx, "depth chart", poll(fmt.Sprintf(`(document.querySelector('#dlqs tr[data-dlq=%q] svg.chart polyline')||{getAttribute:()=>''}).getAttribute('points').split(' ').length >= 2`, dlqOrders)))
 
 	// Failure groups: three, with the right counts.
 	run(t, ctx, "groups", chromedp.Navigate(p.URL+"#/dlq/"+dlqOrders), poll(`document.querySelectorAll('#groups tr.group').length === 3`))
@@ -610,15 +612,17 @@ func TestConsoleShots(t *testing.T) {
 	}
 	want := samples() + 2
 	waitfor.Until(t, time.Minute, "the last depth samples", func() bool { return samples() >= want })
-	var job console.JobView
-	p.api(t, "POST", "api/dlqs/"+e.Orders+".dlq/scan", nil, &job)
-	waitfor.Until(t, time.Minute, "the rescan", func() bool {
-		var j console.JobView
-		p.api(t, "GET", "api/jobs/"+job.ID, nil, &j)
-		return j.State == console.StateDone
-	})
+	for _, q := range []string{e.Orders, e.Bills} {
+		var job console.JobView
+		p.api(t, "POST", "api/dlqs/"+q+".dlq/scan", nil, &job)
+		waitfor.Until(t, time.Minute, "the rescan of "+q, func() bool {
+			var j console.JobView
+			p.api(t, "GET", "api/jobs/"+job.ID, nil, &j)
+			return j.State == console.StateDone
+		})
+	}
 	ctx := browser(t, 2*time.Minute)
-	run(t, ctx, "overview", chromedp.Navigate(p.URL), poll(`document.querySelectorAll('#dlqs tr[data-dlq] img.chart').length === 2 && Array.from(document.images).every(i => i.complete)`))
+	run(t, ctx, "overview", chromedp.Navigate(p.URL), poll(`document.querySelectorAll('#dlqs tr[data-dlq] svg.chart polyline').length === 2`))
 	shot := func(name string) {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG; below, JPEG
 		if err != nil {
