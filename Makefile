@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build deps tools helm test check unit demo vet fmt clean jaeger-check fuzz
+.PHONY: all build deps tools helm test check unit demo vet fmt clean jaeger-check fuzz chromium console-check console-shots
 
 all: build
 
@@ -17,9 +17,13 @@ deps:
 	scripts/install-rabbitmq.sh
 
 ## tools: pinned helm and Jaeger all-in-one in .cache/bin (go install; cached,
-## several minutes on the first run); `make test` needs helm only
-tools: helm
+## several minutes on the first run), and Chromium (apt) for the console's
+## browser tests; `make test` needs helm only
+tools: helm chromium
 	scripts/install-jaeger.sh
+
+chromium:
+	scripts/install-chromium.sh
 
 helm:
 	scripts/install-helm.sh
@@ -28,17 +32,17 @@ helm:
 ## tests start themselves: unit tests and fuzz seeds, integration tests of
 ## every package (broker, loop, sidecar, DLQ tools, CLI), chart lint/render
 ## and Dockerfile checks. Everything but the long suites of `make check`.
-LONG_SUITES = /faults$$|/internal/jaegercheck$$
+LONG_SUITES = /faults$$|/internal/jaegercheck$$|/internal/consolecheck$$
 test: deps helm vet
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -Ev '$(LONG_SUITES)')
 
 ## check: `make test`, then the long suites: the reduced fault suite (every
 ## message id accounted for under SIGKILLs, broker restarts and app crashes),
-## the Jaeger end-to-end check, the chart's objects against the KEDA,
+## the Jaeger end-to-end check, the DLQ console in a headless Chromium, the chart's objects against the KEDA,
 ## Prometheus Operator and Kubernetes types, and the fuzzers for a bounded
 ## number of inputs. CI runs it.
 check: test tools
-	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/
+	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/ ./internal/consolecheck/
 	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=20000x
 
@@ -61,11 +65,22 @@ fuzz:
 jaeger-check: deps tools
 	$(GO) test -count=1 -v ./internal/jaegercheck/
 
+## console-check: the DLQ console in a headless Chromium against a private broker:
+## failure groups, message view, replay and purge of a group, hostile content shown as
+## text, quorum and classic DLQs of two subscriptions, SIGKILL mid-replay losing nothing
+console-check: deps chromium
+	$(GO) test -count=1 -v ./internal/consolecheck/
+
+## console-shots: docs/console-overview.png and docs/console-group.png, screenshots of
+## the console over a seeded DLQ (the README shows them)
+console-shots: deps chromium
+	CONSOLE_SHOTS=$(CURDIR)/docs $(GO) test -count=1 -run TestConsoleShots -v ./internal/consolecheck/
+
 ## unit: tests that need no broker (pure logic: outcome table, header
 ## contract, loop, app side, acker, config, DLQ tools against fakes)
 unit:
-	$(GO) test -count=1 -skip 'TestCLI|TestExclusive|TestBrowse|TestConsumerHolds' ./retry/ ./config/ ./dlq/ ./topology/ \
-		./proxy/ ./msg/ ./app/ ./telemetry/ ./internal/backoff/ ./broker/
+	$(GO) test -count=1 -skip 'TestCLI|TestExclusive|TestBrowse|TestConsumerHolds|TestLive' ./retry/ ./config/ ./dlq/ ./topology/ \
+		./proxy/ ./msg/ ./app/ ./telemetry/ ./internal/backoff/ ./broker/ ./console/
 
 ## demo: broker + example app + Hopper + one message per outcome, end to end
 demo: deps build
@@ -152,7 +167,8 @@ faults: deps
 
 ## dlq-bench: `hopper dlq replay` against a raw get / publish-with-confirm / ack loop and
 ## against the broker's floor (consume, pipelined publish, multiple-ack) on a private
-## RabbitMQ node, in one run: msg/s, ratios, the replay's peak RSS (about 4 minutes;
+## RabbitMQ node, in one run: msg/s, ratios, the replay's peak RSS, and a scan of the
+## DLQ console over its API (the "bench: console-scan" line) (about 4 minutes;
 ## quick form: make dlq-bench DLQBENCHFLAGS="--n 20000")
 DLQBENCHFLAGS ?=
 dlq-bench: deps build

@@ -31,6 +31,9 @@ type Filter struct {
 	// Headers must all be present; a non-empty Value must equal the
 	// header's string form.
 	Headers []HeaderMatch
+	// Groups match a message whose GroupOf is one of them, every field
+	// exactly: the console's failure groups.
+	Groups []GroupKey
 	// OlderThan and NewerThan bound the time spent in the DLQ (from
 	// x-dead-letter-time, else the AMQP timestamp). A message whose time is
 	// unknown matches neither.
@@ -144,6 +147,9 @@ func (f *Filter) Match(m *msg.Message, now time.Time) (bool, string) {
 				return false, "header " + h.Name
 			}
 		}
+	}
+	if len(f.Groups) > 0 && !slices.Contains(f.Groups, GroupOf(m)) {
+		return false, "group"
 	}
 	if f.OlderThan > 0 || f.NewerThan > 0 {
 		t, ok := msg.DeadLetterTime(m)

@@ -139,3 +139,7 @@ func quoteIfNeeded(s string) string {
 	}
 	return s
 }
+
+// FormatValue renders a header value for people, with its AMQP type where
+// the type is not obvious (as peek shows it).
+func FormatValue(v any) string { return formatValue(v) }

@@ -81,6 +81,19 @@ type Sender interface {
 	Send(ctx context.Context, exchange, key string, m *msg.Message) (wait func() error)
 }
 
+// Pass is a DLQ opened for one run of a tool: where its messages come
+// from, how many were present at start (the run's bound), how the ones it
+// does not remove are handed back (nil Rotate: held until Close), and, for
+// a run that moves messages, the publisher of their copies. Close ends the
+// pass: every message taken and not settled returns to the DLQ.
+type Pass struct {
+	Source  Source
+	Present int
+	Rotate  *Rotation
+	Pub     Publisher
+	Close   func()
+}
+
 // Rotation hands messages back to a quorum DLQ without spending their
 // delivery count: Keep publishes msg.KeepCopy of the message to Queue
 // (persistent, mandatory) and acks the original only once the copy is

@@ -15,6 +15,7 @@
 //	bench: batch-retry size=S hopper=R1/s of_happy=X
 //	bench: deep n=N hopper=R1/s raw=R2/s ratio=X batch=R3/s batch_ratio=Y
 //	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y [floor=R3/s of_floor=Z]
+//	bench: console-scan n=N secs=S rss_mb=M
 //
 // and hopperbench's settings line (hopperbench: backlog …); every other
 // line is ignored, and a path seen twice keeps its last line. It replaces
@@ -83,7 +84,7 @@ type row struct {
 }
 
 // rowOrder is the order of the rows, whatever the order of the input.
-var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "deep", "deep-batch", "replay"}
+var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "deep", "deep-batch", "replay", "console-scan"}
 
 // figures are what the input held.
 type figures struct {
@@ -192,6 +193,8 @@ func (fig *figures) benchLine(s string, warn io.Writer) error {
 		return fig.batchLine(kind, kv)
 	case kind == "deep":
 		return fig.deepLine(kv)
+	case kind == "console-scan":
+		return fig.consoleLine(kv)
 	default:
 		fmt.Fprintf(warn, "benchtable: ignoring a line of unknown path %q\n", kind)
 	}
@@ -241,6 +244,30 @@ func (fig *figures) deepLine(kv map[string]string) error {
 		compared: "raw loop: " + raw, ratio: ratio, cpu: "—", rss: "—"}
 	fig.rows["deep-batch"] = row{path: fmt.Sprintf("deep: a backlog of %s messages, in batches of up to the batch path's size", thousands(int64(n))), hopper: b,
 		compared: "raw loop: " + raw, ratio: kv["batch_ratio"], cpu: "—", rss: "—"}
+	return nil
+}
+
+// consoleLine is the DLQ console's row: one scan grouping a DLQ, its
+// time and the console's peak RSS.
+func (fig *figures) consoleLine(kv map[string]string) error {
+	n, err := number(kv, "n")
+	if err != nil {
+		return err
+	}
+	secs, err := number(kv, "secs")
+	if err != nil {
+		return err
+	}
+	if secs <= 0 {
+		return fmt.Errorf("secs=%s is not a duration", kv["secs"])
+	}
+	_, rss, err := cpuRSS(kv)
+	if err != nil {
+		return err
+	}
+	fig.rows["console-scan"] = row{path: fmt.Sprintf("`hopper dlq console`: a scan grouping a DLQ of %s messages", thousands(int64(n))),
+		hopper:   fmt.Sprintf("%s s (%s msg/s)", kv["secs"], thousands(int64(math.Round(n/secs)))),
+		compared: "—", ratio: "—", cpu: "—", rss: rss}
 	return nil
 }
 

@@ -29,6 +29,7 @@ bench: hopper=18021/s raw=13877/s ratio=1.299 p99_added_ms=0.031 rss_mb=23.7 cpu
 dlqbench: starting a private RabbitMQ node
 dlqbench: run 1/1: filling dlq with 100000 messages of 256 bytes
 ratio:               0.95  (replay / raw)
+bench: console-scan n=119762 secs=25.8 rss_mb=31.5
 dlqbench: replay=1234567/s raw=1300000/s ratio=0.95 rss_mb=19.0 floor=1500000/s of_floor=0.82
 `
 
@@ -47,6 +48,7 @@ const wantTable = `| path | Hopper | compared with | ratio | Hopper CPU vs compa
 | deep: a backlog of 1,000,000 messages, one request per message | 21,525 msg/s | raw loop: 16,415 msg/s | 1.311 | — | — |
 | deep: a backlog of 1,000,000 messages, in batches of up to the batch path's size | 28,894 msg/s | raw loop: 16,415 msg/s | 1.760 | — | — |
 | ` + "`hopper dlq replay`" + ` | 1,234,567 msg/s | raw get → publish → ack loop: 1,300,000 msg/s; broker floor (consume → pipelined publish → multiple-ack): 1,500,000 msg/s, replay at 0.82 of it | 0.95 | — | 19.0 MiB |
+| ` + "`hopper dlq console`" + `: a scan grouping a DLQ of 119,762 messages | 25.8 s (4,642 msg/s) | — | — | — | 31.5 MiB |
 `
 
 const readme = `# Hopper
@@ -187,6 +189,10 @@ func TestErrors(t *testing.T) {
 			[]string{"no floor=", "bench: batch"}},
 		{"batch without its size", readme, "bench: batch-raw rawbatch=100/s ratio=1.0\n",
 			[]string{"no size=", "bench: batch-raw"}},
+		{"console scan without its time", readme, "bench: console-scan n=1000 rss_mb=20.0\n",
+			[]string{"no secs=", "bench: console-scan"}},
+		{"console scan in no time", readme, "bench: console-scan n=1000 secs=0.0 rss_mb=20.0\n",
+			[]string{"secs=0.0 is not a duration"}},
 		{"batch-raw rate not a rate", readme, "bench: batch-raw size=32 rawbatch=-5/s ratio=1.0\n",
 			[]string{"rawbatch=-5/s is not a rate"}},
 		{"batch-retry without of_happy", readme, "bench: batch-retry size=32 hopper=100/s\n",

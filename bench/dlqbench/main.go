@@ -8,10 +8,12 @@
 //     publishes in flight, without the tool's filters, header rewriting,
 //     exclusive ownership or accounting. A single goroutine gets, --parallel
 //     workers publish and ack.
+//
 //   - floor: the cheapest safe move the broker offers (floorLoop): one
 //     consumer, pipelined confirms, multiple-acks. Its rate is close to
 //     what the broker itself allows, so replay/floor near 1 says little is
 //     left to win on the client side.
+//
 //   - replay: the real binary (`hopper dlq replay --parallel P`) as a
 //     subprocess. Its rate is the one it reports (messages recovered over
 //     its run, connection set-up excluded); the wall-clock rate including
@@ -19,9 +21,16 @@
 //     resident set as /proc VmHWM reports it while it runs (getrusage's
 //     ru_maxrss is printed beside it; it can read high, see peakKB).
 //
-// Each DLQ is filled with --n persistent messages of --size bytes carrying
-// Hopper's DLQ headers. The last line of standard output is
+//   - console-scan: the real binary (`hopper dlq console`) as a
+//     subprocess, asked through its API to scan a DLQ of --n messages in
+//     five failure groups; the time is the scan's own (start to end of the
+//     pass that builds the index), the peak RSS /proc VmHWM sampled while
+//     the console runs.
 //
+// Each DLQ is filled with --n persistent messages of --size bytes carrying
+// Hopper's DLQ headers. The last two lines of standard output are
+//
+//	bench: console-scan n=N secs=S rss_mb=M
 //	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y floor=R3/s of_floor=Z
 package main
 
@@ -161,6 +170,24 @@ func run() error {
 	}
 	rawRate, floorRate, repRate := median(raws), median(floors), median(reps)
 
+	const consoleWork = "bench.console"
+	consoleDLQ := consoleWork + ".dlq"
+	if err := declare(bopts, consoleDLQ); err != nil {
+		return err
+	}
+	logf("filling %s with %d messages of %d bytes in %d failure groups", consoleDLQ, o.n, o.size, len(consoleFailures))
+	if err := fillConsole(pub, consoleDLQ, consoleWork, o.n, body); err != nil {
+		return err
+	}
+	logf("hopper dlq console: scan through its API")
+	cs, err := consoleScan(o, rb.URL(), consoleWork, consoleDLQ)
+	if err != nil {
+		return err
+	}
+	if err := expectAndPurge(bopts, consoleDLQ, o.n); err != nil {
+		return err
+	}
+
 	fmt.Printf("messages:        %d x %d bytes, %d publishes in flight, %d run(s), medians\n", o.n, o.size, o.parallel, o.runs)
 	fmt.Printf("raw loop:        %8.0f msg/s  (runs: %s)\n", rawRate, rates(raws))
 	fmt.Printf("floor loop:      %8.0f msg/s  (runs: %s; the minimal safe loop)\n", floorRate, rates(floors))
@@ -168,6 +195,8 @@ func run() error {
 	fmt.Printf("ratio:           %8.2f  (replay / raw); %.2f of the floor\n", repRate/rawRate, repRate/floorRate)
 	fmt.Printf("replay peak RSS: %8.1f MB (/proc VmHWM sampled; ru_maxrss: %.1f MB); CPU %s for %d messages\n",
 		float64(last.peakKB())/1024, float64(last.maxRSSKB)/1024, last.cpu.Round(time.Millisecond), o.n)
+	fmt.Printf("console scan:    %8.1f s for %d messages in %d groups, peak RSS %.1f MB\n", cs.secs, o.n, cs.groups, float64(cs.hwmKB)/1024)
+	fmt.Printf("bench: console-scan n=%d secs=%.1f rss_mb=%.1f\n", o.n, cs.secs, float64(cs.hwmKB)/1024)
 	fmt.Printf("dlqbench: replay=%.0f/s raw=%.0f/s ratio=%.2f rss_mb=%.1f floor=%.0f/s of_floor=%.2f\n", repRate, rawRate, repRate/rawRate, float64(last.peakKB())/1024, floorRate, repRate/floorRate)
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/internal/dlqconn"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -39,6 +40,7 @@ used; it may be left out when there is only one.
   export   write messages to a JSON Lines file (--remove to take them out)
   import   publish the messages of such a file to the DLQ (or --to)
   purge    delete every message (asks first)
+  console  web console: failure groups, messages, replay/export/purge of a group
 
 stats, peek and export read messages without removing them: each is taken
 unacked and handed back when the command ends, in its place. On a quorum
@@ -50,7 +52,7 @@ export --remove move a message (publish and confirm, or write and fsync)
 before acking it, so killing them at any moment loses nothing; at most the
 messages in flight end up in both places.`,
 	}
-	cmd.AddCommand(newDLQStatsCmd(), newDLQPeekCmd(), newDLQReplayCmd(), newDLQExportCmd(), newDLQImportCmd(), newDLQPurgeCmd())
+	cmd.AddCommand(newDLQStatsCmd(), newDLQPeekCmd(), newDLQReplayCmd(), newDLQExportCmd(), newDLQImportCmd(), newDLQPurgeCmd(), newDLQConsoleCmd())
 	return cmd
 }
 
@@ -206,26 +208,9 @@ func (t *target) queueExists(ctx context.Context, queue string) error {
 	return nil
 }
 
-// exclusiveSource adapts broker.Exclusive to dlq.Source.
-type exclusiveSource struct{ e *broker.Exclusive }
-
-func (s exclusiveSource) Next(ctx context.Context) (dlq.Delivery, bool, error) {
-	d, ok, err := s.e.Next(ctx)
-	if err != nil || !ok {
-		return nil, false, err
-	}
-	return d, true, nil
-}
-
-// browseSource reads a queue with basic.get; empty ends it.
-func browseSource(in *broker.Inspector, queue string) dlq.Source {
-	return dlq.SourceFunc(func(context.Context) (dlq.Delivery, bool, error) {
-		d, ok, err := in.Get(queue)
-		if err != nil || !ok {
-			return nil, false, err
-		}
-		return d, true, nil
-	})
+// opener opens the DLQ on the config's broker, as every DLQ tool does.
+func (t *target) opener() *dlqconn.Opener {
+	return &dlqconn.Opener{Opts: t.opts, ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(), Log: t.log}
 }
 
 // browse opens the DLQ for reading without removing anything: on a classic
@@ -233,69 +218,21 @@ func browseSource(in *broker.Inspector, queue string) dlq.Source {
 // called; on a quorum DLQ the tool rotates each (see dlq.Rotation), through
 // rot.
 func (t *target) browse(ctx context.Context) (src dlq.Source, depth int, rot *dlq.Rotation, closeFn func(), err error) {
-	rot, closeRot, err := t.rotation(ctx)
+	p, err := t.opener().Browse(ctx, t.dlq)
 	if err != nil {
-		return nil, 0, nil, nil, err
-	}
-	in, err := broker.OpenInspector(ctx, t.opts)
-	if err != nil {
-		closeRot()
-		return nil, 0, nil, nil, err
-	}
-	depth, err = in.Depth(t.dlq)
-	if err != nil {
-		in.Close()
-		closeRot()
 		return nil, 0, nil, nil, t.explain(err)
 	}
-	closeFn = func() {
-		if err := in.Close(); err != nil {
-			t.log.Warn("close DLQ connection; the broker returns the messages anyway", "error", err.Error())
-		}
-		closeRot()
-	}
-	return browseSource(in, t.dlq), depth, rot, closeFn, nil
+	return p.Source, p.Present, p.Rotate, p.Close, nil
 }
 
 // rotation tells how a tool hands the messages it does not remove back to
-// the DLQ: nil (hold them until the end, the broker returns them in place)
-// for a classic queue; a dlq.Rotation for a quorum queue, whose returns
-// would spend each message's delivery count. Rotating publishes to the
-// DLQ, so it is checked first that this user may publish there at all: a
-// tool that could not would have to return what it read, and it refuses
-// instead.
+// the DLQ (see dlqconn.Opener.Rotation).
 func (t *target) rotation(ctx context.Context) (*dlq.Rotation, func(), error) {
-	quorum, err := broker.IsQuorum(ctx, t.opts, t.dlq)
+	rot, closeRot, err := t.opener().Rotation(ctx, t.dlq)
 	if err != nil {
 		return nil, nil, t.explain(err)
 	}
-	if !quorum {
-		return nil, func() {}, nil
-	}
-	pub := broker.NewPublisher(broker.PublisherOptions{
-		Options:        t.opts,
-		Channels:       1,
-		ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
-	})
-	closePub := func() {
-		if err := pub.Close(); err != nil {
-			t.log.Warn("close publisher", "error", err.Error())
-		}
-	}
-	// A message to a queue that cannot exist goes through the same
-	// permission check as a copy to the DLQ (the default exchange's) and
-	// comes back unroutable, leaving nothing behind.
-	probe := fmt.Sprintf("hopper.publish-check.%d", time.Now().UnixNano())
-	err = pub.PublishTo(ctx, "", probe, &msg.Message{MessageID: "hopper-publish-check", Headers: map[string]any{}})
-	if !errors.Is(err, broker.ErrReturned) {
-		closePub()
-		if err == nil {
-			err = fmt.Errorf("queue %q exists", probe)
-		}
-		return nil, nil, fmt.Errorf("DLQ %q is a quorum queue, which counts every message handed back by returning it and drops it past the queue's delivery limit (20 by default on RabbitMQ 4.x, or a policy's delivery-limit); "+
-			"the DLQ tools therefore hand messages back by publishing a copy to the DLQ and acking the original, and publishing to it failed, so nothing was read: %w", t.dlq, err)
-	}
-	return &dlq.Rotation{Queue: t.dlq, Pub: pub}, closePub, nil
+	return rot, closeRot, nil
 }
 
 // reportBad writes a line for each message a tool could not process.

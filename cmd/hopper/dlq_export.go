@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
 )
 
@@ -80,25 +79,11 @@ the output (and export without --remove first when in doubt).`,
 				closeFn func()
 			)
 			if remove && !dryRun {
-				var closeRot func()
-				if rot, closeRot, err = t.rotation(ctx); err != nil {
-					return err
-				}
-				prefetch := 2 * max(syncEvery, 1)
-				if rot != nil {
-					prefetch = broker.GetOnly // see replay
-				}
-				ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, prefetch)
+				p, err := t.opener().Own(ctx, t.dlq, 2*max(syncEvery, 1), 0)
 				if err != nil {
-					closeRot()
 					return t.explain(err)
 				}
-				src, depth, closeFn = exclusiveSource{ex}, ex.Present(), func() {
-					if err := ex.Close(); err != nil {
-						t.log.Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
-					}
-					closeRot()
-				}
+				src, depth, rot, closeFn = p.Source, p.Present, p.Rotate, p.Close
 			} else {
 				if src, depth, rot, closeFn, err = t.browse(ctx); err != nil {
 					return err

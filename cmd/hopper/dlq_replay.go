@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/progress"
 )
@@ -98,32 +97,15 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 					return err
 				}
 			}
-			rot, closeRot, err := t.rotation(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeRot()
-			o.Rotate = rot
 			o.OnBad = reportBad(cmd.ErrOrStderr())
 			// The window is twice the publishes in flight, so the next
-			// message is already here when a publish settles. A quorum DLQ
-			// gets no window: what the broker pushed ahead and the run did
-			// not take would go back at the end, spending delivery counts.
-			prefetch := 2 * o.Parallel
-			if rot != nil {
-				prefetch = broker.GetOnly
-			}
-			ex, err := broker.OpenExclusive(ctx, t.opts, t.dlq, prefetch)
+			// message is already here when a publish settles.
+			p, err := t.opener().Own(ctx, t.dlq, 2*o.Parallel, o.Parallel)
 			if err != nil {
 				return t.explain(err)
 			}
-			pub := broker.NewPublisher(broker.PublisherOptions{
-				Options:        t.opts,
-				Channels:       1,
-				InFlight:       o.Parallel,
-				ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(),
-			})
-			o.Bound = ex.Present()
+			o.Rotate = p.Rotate
+			o.Bound = p.Present
 			stderr := cmd.ErrOrStderr()
 			mode := ""
 			if o.DryRun {
@@ -144,15 +126,9 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				o.Progress = func(r dlq.ReplayResult) { dlq.WriteProgress(stderr, r) }
 			}
 
-			res, runErr := dlq.Replay(ctx, exclusiveSource{ex}, pub, o)
+			res, runErr := dlq.Replay(ctx, p.Source, p.Pub, o)
 			finish()
-			// Closing hands every held message back to the DLQ, in place.
-			if err := ex.Close(); err != nil {
-				t.log.Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
-			}
-			if err := pub.Close(); err != nil {
-				t.log.Warn("close publisher", "error", err.Error())
-			}
+			p.Close()
 			out := cmd.OutOrStdout()
 			if output == "json" {
 				if err := writeJSON(out, res); err != nil {

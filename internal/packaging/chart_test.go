@@ -1165,6 +1165,7 @@ func TestChartNotes(t *testing.T) {
 		{"no broker secret", []string{"-f", minimal, "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, []string{"WARNING: no broker Secret", "Hopper will try amqp://127.0.0.1:5672"}},
 		{"sidecar mode", []string{"-f", minimal, "--set", "deployment.enabled=false"}, []string{"include \"hopper.sidecar\"", "ConfigMap rel-hopper"}},
 		{"keda", []string{"-f", repoPath(chartDir, "ci", "keda-values.yaml")}, []string{"KEDA 0-8 replica(s)", "KEDA counts:     ready + unacknowledged messages (management API)"}},
+		{"console", []string{"-f", minimal, "--set", "console.enabled=true", "--set", "console.allowActions=true"}, []string{"port-forward deployment/rel-hopper-console 8089", "the token is in its log"}},
 		{"subscriptions", []string{"-f", repoPath(chartDir, "ci", "subscriptions-values.yaml")}, []string{"Hopper consumes 2 queue(s)", "KEDA counts:     ready messages only over AMQP", "at http://127.0.0.1:8080/messages/{queue}",
 			`"wms.queue.billing" -> /billing/{routingKey}`, `"wms.queue.shipping" -> (the path of app.url)`}},
 	}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/console"
+	"github.com/hopper-sidecar/hopper/internal/dlqconn"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+func newDLQConsoleCmd() *cobra.Command {
+	var (
+		cf           configFlags
+		listen       string
+		allowActions bool
+		tokenFile    string
+		traceURL     string
+		rate         float64
+		maxReplays   int
+		sampleEvery  time.Duration
+		scanOnStart  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Web console of every DLQ of the config: failure groups, messages, replay, export, purge",
+		Long: `Serves a web console for the DLQs of the config (every subscription's; a
+DLQ shared by several queues, such as partitions', once):
+
+  Overview        depth, messages arriving per minute (sampled while the
+                  console runs), oldest and newest dead-letter time, a chart
+                  of the depth over the console's lifetime
+  Failure groups  the messages of a DLQ grouped by reason, final status,
+                  original routing key and the fingerprint of x-final-error
+                  (ids, uuids, hex, numbers and timestamps masked): count,
+                  first and last time, share, a sample
+  Message         every header (Hopper's explained), the body as JSON, text
+                  or hex, the attempt history, a trace link (--trace-url)
+  Activity        every scan and action: who, when, how many
+
+Each DLQ is scanned at start and on request: one pass over every message
+present, as stats makes (a quorum DLQ rotated, a classic one handed back in
+place), keeping headers-derived groups only; bodies are read when a
+message is opened.
+
+Read-only unless --allow-actions. Then a group, or one message, can be
+replayed (the same run as hopper dlq replay: exclusive owner, publish,
+confirm, then ack; --max-replays; paced at the rate given, cancellable),
+exported as JSON Lines (the export format) or purged after typing the
+group's size. Every action needs the token in the X-Hopper-Token header:
+--token-file holds one per line (LABEL:TOKEN, or TOKEN alone), else one is
+generated and printed once at start. Actions are POST only and refused
+from another origin; the page loads nothing from outside the binary.
+
+It listens on 127.0.0.1:8089 by default and then answers only to localhost
+names; reach it in Kubernetes with
+
+  kubectl port-forward deploy/RELEASE-hopper-console 8089
+
+Exit status 0 after SIGINT or SIGTERM; 64 for a bad flag or an address it
+cannot listen on; 65 for a bad config. A DLQ that does not exist or a broker
+that cannot be reached is shown on the overview, and the console keeps running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rate < 0 {
+				return usage(fmt.Errorf("--rate %g: must not be negative", rate))
+			}
+			if maxReplays < 0 {
+				return usage(fmt.Errorf("--max-replays %d: must not be negative", maxReplays))
+			}
+			if sampleEvery < time.Second {
+				return usage(fmt.Errorf("--sample-every %s: want at least 1s", sampleEvery))
+			}
+			if traceURL != "" {
+				if err := console.CheckTraceURL(traceURL); err != nil {
+					return usage(fmt.Errorf("--trace-url: %w", err))
+				}
+			}
+			cfg, err := cf.load(cmd)
+			if err != nil {
+				return err
+			}
+			log := newLogger(cfg.Log, cmd.ErrOrStderr())
+			o := console.Options{
+				DLQs:         consoleDLQs(&cfg),
+				AllowActions: allowActions,
+				TraceURL:     traceURL,
+				Rate:         rate,
+				MaxReplays:   maxReplays,
+				SampleEvery:  sampleEvery,
+				ScanOnStart:  scanOnStart,
+				Log:          log,
+				Broker: &dlqconn.Opener{
+					Opts:           broker.ConfigOptions(cfg.Broker, log, "hopper-dlq-console"),
+					ConfirmTimeout: cfg.Broker.ConfirmTimeout.D(),
+					Log:            log,
+				},
+			}
+			if maxReplays == 0 {
+				o.MaxReplays = -1 // no cap, as replay's --max-replays 0
+			}
+			stderr := cmd.ErrOrStderr()
+			if allowActions {
+				if tokenFile != "" {
+					if o.Tokens, err = readTokens(tokenFile); err != nil {
+						return usage(fmt.Errorf("--token-file: %w", err))
+					}
+				} else {
+					secret, err := newToken()
+					if err != nil {
+						return err
+					}
+					o.Tokens = []console.Token{{Label: "generated token", Secret: secret}}
+					fmt.Fprintf(stderr, "console: actions allowed with this token (shown once): %s\n", secret)
+				}
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return usage(fmt.Errorf("--listen: %w", err))
+			}
+			host, _, _ := net.SplitHostPort(ln.Addr().String())
+			ip := net.ParseIP(host)
+			o.LoopbackOnly = ip != nil && ip.IsLoopback()
+			srv, err := console.New(o)
+			if err != nil {
+				ln.Close()
+				return usage(err)
+			}
+			ctx, stop := signalContext(cmd.Context(), exitTempFail, toolStopping(stderr), nil)
+			defer stop()
+			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			names := make([]string, len(o.DLQs))
+			for i, d := range o.DLQs {
+				names[i] = d.Name
+			}
+			mode := "read-only"
+			if allowActions {
+				mode = "actions allowed"
+			}
+			fmt.Fprintf(stderr, "console: listening on http://%s/ (%s) for %s\n", ln.Addr(), mode, strings.Join(names, ", "))
+			served := make(chan error, 1)
+			go func() { served <- hs.Serve(ln) }()
+			ran := make(chan struct{})
+			go func() { defer close(ran); srv.Run(ctx) }()
+			select {
+			case err = <-served:
+			case <-ctx.Done():
+			}
+			stop()
+			shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if serr := hs.Shutdown(shutCtx); serr != nil && err == nil {
+				err = serr
+			}
+			<-ran
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("console: %w", err)
+			}
+			return nil
+		},
+	}
+	cf.user = forBroker
+	cf.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&listen, "listen", "127.0.0.1:8089", "address to serve the console on (host:port); keep it on loopback and reach it through a port-forward")
+	fs.BoolVar(&allowActions, "allow-actions", false, "allow replay, export and purge (with the token); read-only without it")
+	fs.StringVar(&tokenFile, "token-file", "", "file of action tokens, one per line: LABEL:TOKEN or TOKEN (default: one generated and printed at start)")
+	fs.StringVar(&traceURL, "trace-url", "", "trace link template for x-trace-id, e.g. http://jaeger:16686/trace/{traceId}")
+	fs.Float64Var(&rate, "rate", 100, "default replay rate in messages per second (0: no cap); each replay may set its own")
+	fs.IntVar(&maxReplays, "max-replays", 5, "keep messages already replayed this many times (x-replay-count) in the DLQ; 0: no cap")
+	fs.DurationVar(&sampleEvery, "sample-every", 10*time.Second, "interval between depth samples for the arrival rate and the chart")
+	fs.BoolVar(&scanOnStart, "scan-on-start", true, "scan every DLQ at start (false: only when asked, with Rescan)")
+	return cmd
+}
+
+// consoleDLQs are the DLQs of every subscription of the config, each once,
+// with the work queues that dead-letter into it.
+func consoleDLQs(cfg *config.Config) []console.DLQ {
+	partitioned := map[string]bool{}
+	var out []console.DLQ
+	at := map[string]int{}
+	for _, e := range cfg.SubscriptionConfigs() {
+		if e.Topology.Partitions.On() {
+			partitioned[e.Queue.Name] = true
+		}
+		name := topology.FromConfig(&e).DLQ.Name
+		i, ok := at[name]
+		if !ok {
+			i = len(out)
+			at[name] = i
+			out = append(out, console.DLQ{Name: name})
+		}
+		out[i].Queues = append(out[i].Queues, e.Queue.Name)
+	}
+	if len(partitioned) > 0 {
+		t := &target{partitioned: partitioned}
+		for i := range out {
+			out[i].Through = t.through
+		}
+	}
+	return out
+}
+
+// readTokens reads a token file: one token per line, LABEL:TOKEN or TOKEN
+// alone (labelled by its line); blank lines and # comments are skipped.
+func readTokens(path string) ([]console.Token, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []console.Token
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		label, secret, ok := strings.Cut(line, ":")
+		if !ok {
+			label, secret = fmt.Sprintf("token of line %d", n), line
+		}
+		label, secret = strings.TrimSpace(label), strings.TrimSpace(secret)
+		if len(secret) < 16 {
+			return nil, fmt.Errorf("%s line %d: token shorter than 16 characters", path, n)
+		}
+		out = append(out, console.Token{Label: label, Secret: secret})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s holds no token", path)
+	}
+	return out, nil
+}
+
+// newToken is 32 random bytes, URL-safe.
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}

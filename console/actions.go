@@ -1,0 +1,370 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// startScan starts a scan of q in the background: one pass over every
+// message present (dlq.Browse, so a quorum DLQ is rotated, a classic one
+// handed back in place), building a new index. The previous index stays
+// until the scan completes.
+func (s *Server) startScan(q *queueState, who string, wait bool) (*Job, error) {
+	job := s.newJob("scan", q.Name, "", who, 0)
+	release, err := s.claim(q, job)
+	if err != nil {
+		job.finish(s.o.Now(), "", err, false)
+		return nil, err
+	}
+	q.mu.Lock()
+	q.scan = job
+	q.mu.Unlock()
+	s.o.Log.Info("console: scan", "dlq", q.Name, "who", who)
+	run := func() { s.scan(q, job, release) }
+	if wait {
+		run()
+		return job, nil
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		run()
+	}()
+	return job, nil
+}
+
+// scan runs one scan; it releases the DLQ (after handing every message
+// back) before it records the end, so that whoever sees the scan done may
+// start the next run at once.
+func (s *Server) scan(q *queueState, job *Job, release func()) {
+	ctx, cancel := context.WithCancel(s.background())
+	defer cancel()
+	job.setCancel(cancel)
+	p, err := s.o.Broker.Browse(ctx, q.Name)
+	if err != nil {
+		release()
+		job.finish(s.o.Now(), "", err, ctx.Err() != nil)
+		return
+	}
+	job.total.Store(int64(p.Present))
+	ix := NewIndex()
+	res, err := dlq.Browse(ctx, p.Source, dlq.BrowseOptions{Limit: p.Present, Bound: p.Present, Rotate: p.Rotate}, func(m *msg.Message) error {
+		ix.Add(m)
+		job.taken.Add(1)
+		job.done.Add(1)
+		return nil
+	})
+	p.Close()
+	job.taken.Store(int64(res.Taken))
+	if err != nil {
+		release()
+		job.finish(s.o.Now(), fmt.Sprintf("%d of %d read; the previous scan is kept", res.Taken, p.Present), err, ctx.Err() != nil)
+		s.o.Log.Warn("console: scan ended early", "dlq", q.Name, "taken", res.Taken, "error", err.Error())
+		return
+	}
+	q.mu.Lock()
+	q.index, q.indexAt = ix, s.o.Now()
+	q.mu.Unlock()
+	release()
+	summary := fmt.Sprintf("%d messages in %d groups", ix.Scanned, len(ix.groups))
+	if res.Bad > 0 {
+		summary += fmt.Sprintf("; %d could not be read (left in the DLQ)", res.Bad)
+	}
+	job.finish(s.o.Now(), summary, nil, false)
+	s.o.Log.Info("console: scan done", "dlq", q.Name, "messages", ix.Scanned, "groups", len(ix.groups), "bad", res.Bad)
+}
+
+func (s *Server) postScan(w http.ResponseWriter, r *http.Request) {
+	q, ok := s.queue(w, r)
+	if !ok {
+		return
+	}
+	job, err := s.startScan(q, "scan from "+r.RemoteAddr, false)
+	if err != nil {
+		httpError(w, http.StatusConflict, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// actionRequest is the body of replay, export and purge: a group of the
+// last scan, or one message.
+type actionRequest struct {
+	Group   string `json:"group"`
+	Message string `json:"message"`
+	// Rate is the replay rate in messages per second (replay only); nil:
+	// the console's default.
+	Rate *float64 `json:"rate"`
+	// Confirm must be the group's size (purge only).
+	Confirm string `json:"confirm"`
+}
+
+// selection turns a request into the filter the dlq run applies, and the
+// number of messages the last scan saw in it.
+func (s *Server) selection(q *queueState, req actionRequest) (dlq.Filter, string, int, error) {
+	switch {
+	case req.Group != "" && req.Message != "":
+		return dlq.Filter{}, "", 0, errors.New("give a group or a message, not both")
+	case req.Message != "":
+		return dlq.Filter{MessageIDs: []string{req.Message}}, "message " + req.Message, 1, nil
+	case req.Group != "":
+		q.mu.Lock()
+		ix := q.index
+		q.mu.Unlock()
+		if ix == nil {
+			return dlq.Filter{}, "", 0, errors.New("the DLQ has not been scanned yet")
+		}
+		g, ok := ix.Group(req.Group)
+		if !ok {
+			return dlq.Filter{}, "", 0, fmt.Errorf("no group %q in the last scan (rescanned since?)", req.Group)
+		}
+		return dlq.Filter{Groups: []dlq.GroupKey{g.Key}}, "group " + g.ID, g.Count, nil
+	}
+	return dlq.Filter{}, "", 0, errors.New("give a group or a message")
+}
+
+func readRequest(r *http.Request) (actionRequest, error) {
+	var req actionRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fmt.Errorf("request body: want a JSON object with group or message: %w", err)
+	}
+	return req, nil
+}
+
+func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) {
+	q, ok := s.queue(w, r)
+	if !ok {
+		return
+	}
+	req, err := readRequest(r)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	filter, target, _, err := s.selection(q, req)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	rate := s.o.Rate
+	if req.Rate != nil {
+		rate = *req.Rate
+	}
+	o := dlq.ReplayOptions{
+		DLQ: q.Name, Through: q.Through, Filter: filter, Rate: rate, MaxReplays: s.o.MaxReplays,
+		Parallel: 64, IdleTimeout: 5 * time.Second, StallTimeout: time.Minute,
+	}
+	if err := o.Validate(); err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	job := s.newJob("replay", q.Name, target, who, 0)
+	release, err := s.claim(q, job)
+	if err != nil {
+		job.finish(s.o.Now(), "", err, false)
+		httpError(w, http.StatusConflict, err)
+		return
+	}
+	s.o.Log.Info("console: replay", "dlq", q.Name, "target", target, "rate", rate, "who", who)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.replay(q, job, o, release)
+	}()
+	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// replay runs dlq.Replay over the DLQ owned exclusively, as hopper dlq
+// replay does: each copy published, confirmed, then the original acked;
+// the messages outside the selection handed back.
+func (s *Server) replay(q *queueState, job *Job, o dlq.ReplayOptions, release func()) {
+	ctx, cancel := context.WithCancel(s.background())
+	defer cancel()
+	job.setCancel(cancel)
+	p, err := s.o.Broker.Own(ctx, q.Name, 2*o.Parallel, o.Parallel)
+	if err != nil {
+		release()
+		job.finish(s.o.Now(), "", err, ctx.Err() != nil)
+		s.o.Log.Warn("console: replay refused", "dlq", q.Name, "error", err.Error())
+		return
+	}
+	o.Bound, o.Rotate = p.Present, p.Rotate
+	job.total.Store(int64(p.Present))
+	o.ProgressEvery = 200 * time.Millisecond
+	o.Progress = func(r dlq.ReplayResult) {
+		job.taken.Store(int64(r.Taken))
+		job.done.Store(int64(r.Recovered))
+	}
+	res, err := dlq.Replay(ctx, p.Source, p.Pub, o)
+	p.Close()
+	release()
+	q.sampler.Removed(res.Recovered)
+	summary := fmt.Sprintf("%d replayed, %d failed, %d kept, %d left in place (%s)", res.Recovered, res.Failed, res.Kept, res.Skipped, res.End)
+	if err == nil && res.Failed+res.Bad > 0 {
+		err = fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, q.Name)
+	}
+	job.finish(s.o.Now(), summary, err, ctx.Err() != nil)
+	s.o.Log.Info("console: replay done", "dlq", q.Name, "target", job.Target, "who", job.Who, "replayed", res.Recovered, "failed", res.Failed, "kept", res.Kept, "end", res.End)
+	s.rescan(q, job.Who)
+}
+
+// rescan refreshes the index after an action changed the DLQ.
+func (s *Server) rescan(q *queueState, who string) {
+	if s.background().Err() != nil {
+		return
+	}
+	if _, err := s.startScan(q, who+" (after an action)", true); err != nil {
+		s.o.Log.Warn("console: rescan", "dlq", q.Name, "error", err.Error())
+	}
+}
+
+func (s *Server) postPurge(w http.ResponseWriter, r *http.Request, who string) {
+	q, ok := s.queue(w, r)
+	if !ok {
+		return
+	}
+	req, err := readRequest(r)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	if req.Group == "" {
+		httpError(w, http.StatusBadRequest, errors.New("purge takes a group"))
+		return
+	}
+	filter, target, count, err := s.selection(q, req)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	if strings.TrimSpace(req.Confirm) != fmt.Sprint(count) {
+		s.o.Log.Info("console: purge not confirmed", "dlq", q.Name, "target", target, "typed", req.Confirm, "size", count, "who", who)
+		httpError(w, http.StatusBadRequest, fmt.Errorf("confirmation %q is not the group's size %d: nothing purged", req.Confirm, count))
+		return
+	}
+	job := s.newJob("purge", q.Name, target, who, 0)
+	release, err := s.claim(q, job)
+	if err != nil {
+		job.finish(s.o.Now(), "", err, false)
+		httpError(w, http.StatusConflict, err)
+		return
+	}
+	s.o.Log.Info("console: purge", "dlq", q.Name, "target", target, "confirmed", count, "who", who)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.purge(q, job, filter, count, release)
+	}()
+	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// purge removes at most count messages of the selection: an export with
+// removal (dlq.Export) that writes its lines nowhere, over the DLQ owned
+// exclusively, so that the messages outside the group are handed back
+// exactly as export --remove hands them back.
+func (s *Server) purge(q *queueState, job *Job, filter dlq.Filter, count int, release func()) {
+	ctx, cancel := context.WithCancel(s.background())
+	defer cancel()
+	job.setCancel(cancel)
+	p, err := s.o.Broker.Own(ctx, q.Name, 200, 0)
+	if err != nil {
+		release()
+		job.finish(s.o.Now(), "", err, ctx.Err() != nil)
+		return
+	}
+	job.total.Store(int64(p.Present))
+	res, err := dlq.Export(ctx, p.Source, nowhere{}, dlq.ExportOptions{
+		DLQ: q.Name, Bound: p.Present, Filter: filter, Limit: count, Remove: true, Rotate: p.Rotate,
+		Progress: func(taken int) { job.taken.Store(int64(taken)) },
+	})
+	job.done.Store(int64(res.Removed))
+	p.Close()
+	release()
+	q.sampler.Removed(res.Removed)
+	job.finish(s.o.Now(), fmt.Sprintf("%d purged, %d left in place", res.Removed, res.Skipped), err, ctx.Err() != nil)
+	s.o.Log.Info("console: purge done", "dlq", q.Name, "target", job.Target, "who", job.Who, "purged", res.Removed, "kept", res.Skipped)
+	s.rescan(q, job.Who)
+}
+
+// nowhere is where a purge's lines go.
+type nowhere struct{}
+
+func (nowhere) Write(p []byte) (int, error) { return len(p), nil }
+func (nowhere) Sync() error                 { return nil }
+
+// httpSync is an export streamed to the client: Sync flushes what was
+// written. Nothing is removed by an export from the console, so nothing
+// waits on its durability.
+type httpSync struct{ w http.ResponseWriter }
+
+func (h httpSync) Write(p []byte) (int, error) { return h.w.Write(p) }
+
+func (h httpSync) Sync() error {
+	if f, ok := h.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	return nil
+}
+
+func (s *Server) postExport(w http.ResponseWriter, r *http.Request, who string) {
+	q, ok := s.queue(w, r)
+	if !ok {
+		return
+	}
+	req, err := readRequest(r)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	filter, target, _, err := s.selection(q, req)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	job := s.newJob("export", q.Name, target, who, 0)
+	release, err := s.claim(q, job)
+	if err != nil {
+		job.finish(s.o.Now(), "", err, false)
+		httpError(w, http.StatusConflict, err)
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	job.setCancel(cancel)
+	s.o.Log.Info("console: export", "dlq", q.Name, "target", target, "who", who)
+	p, err := s.o.Broker.Browse(ctx, q.Name)
+	if err != nil {
+		job.finish(s.o.Now(), "", err, false)
+		httpError(w, http.StatusBadGateway, err)
+		return
+	}
+	defer p.Close()
+	job.total.Store(int64(p.Present))
+	name := strings.NewReplacer("/", "_", `"`, "_", "\\", "_").Replace(q.Name + "-" + strings.ReplaceAll(target, " ", "-") + ".jsonl")
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	res, err := dlq.Export(ctx, p.Source, httpSync{w}, dlq.ExportOptions{
+		DLQ: q.Name, Bound: p.Present, Filter: filter, Rotate: p.Rotate,
+		Progress: func(taken int) { job.taken.Store(int64(taken)) },
+	})
+	job.done.Store(int64(res.Exported))
+	if err != nil && res.Bytes == 0 {
+		// Nothing was sent yet: the answer can still say what failed.
+		w.Header().Del("Content-Disposition")
+		httpError(w, http.StatusBadGateway, err)
+	}
+	job.finish(s.o.Now(), fmt.Sprintf("%d exported (%d bytes)", res.Exported, res.Bytes), err, ctx.Err() != nil)
+	s.o.Log.Info("console: export done", "dlq", q.Name, "target", target, "who", who, "exported", res.Exported, "bytes", res.Bytes)
+}

@@ -1,0 +1,328 @@
+// The DLQ console's page. Everything it shows comes from the console's
+// JSON API and is put into the page as text (textContent, text nodes,
+// attribute values), never as markup: message bodies and headers are
+// whatever a publisher sent.
+"use strict";
+
+(function () {
+  const state = { overview: null, allowActions: false, jobs: [], seenDone: new Set(), route: "" };
+
+  // el builds an element; string children become text nodes.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "onclick") e.addEventListener("click", v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === undefined || c === null) continue;
+      e.append(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+    }
+    return e;
+  }
+
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+  function showError(msg) {
+    const box = document.getElementById("error");
+    box.textContent = msg || "";
+    box.hidden = !msg;
+  }
+
+  function token() { return document.getElementById("token").value.trim(); }
+
+  async function api(path, opts) {
+    const o = opts || {};
+    const headers = { "Accept": "application/json" };
+    if (o.body !== undefined) headers["Content-Type"] = "application/json";
+    if (o.method === "POST") headers["X-Hopper-Token"] = token();
+    const res = await fetch(path, { method: o.method || "GET", headers, body: o.body === undefined ? undefined : JSON.stringify(o.body), credentials: "same-origin" });
+    if (o.raw && res.ok) return res;
+    let data = null;
+    try { data = await res.json(); } catch (e) { data = null; }
+    if (!res.ok) throw new Error((data && data.error) || (res.status + " " + res.statusText));
+    return data;
+  }
+
+  function when(t) {
+    if (!t) return "—";
+    const d = new Date(t);
+    return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  }
+
+  function dlqPath(name) { return "/api/dlqs/" + encodeURIComponent(name); }
+
+  // ---- overview ----
+  function renderOverview(view) {
+    const ov = state.overview;
+    clear(view);
+    view.append(el("h1", {}, "Dead-letter queues"));
+    const rows = ov.dlqs.map((d) => {
+      const scan = d.scan;
+      let scanCell = d.scanned ? (d.scanned + " messages in " + d.groups + " groups, at " + when(d.scannedAt)) : "not scanned";
+      const scanning = scan && scan.state === "running";
+      return el("tr", { "data-dlq": d.name },
+        el("td", {}, el("a", { class: "dlq-link", href: "#/dlq/" + encodeURIComponent(d.name) }, d.name),
+          el("div", { class: "muted" }, d.queues.length ? "from " + d.queues.join(", ") : "")),
+        el("td", { class: "num depth" }, d.depthError ? "?" : String(d.depth)),
+        el("td", { class: "num rate" }, d.hasRate ? d.perMinute.toFixed(1) : "…"),
+        el("td", { class: "oldest" }, when(d.oldest)),
+        el("td", { class: "newest" }, when(d.newest)),
+        el("td", {}, chart(d.chart, d.name)),
+        el("td", { class: "scan" },
+          scanning ? el("span", {}, el("progress", { max: 100, value: scan.percent.toFixed(1) }), " scanning " + scan.taken + "/" + scan.total + (scan.eta ? ", ETA " + scan.eta : "")) : scanCell,
+          scan && scan.state === "failed" ? el("div", { class: "muted" }, "last scan failed: " + scan.error) : null,
+          " ", el("button", { class: "rescan", onclick: () => rescan(d.name), disabled: !!d.busy }, "Rescan")),
+        el("td", { class: "depth-error muted" }, d.depthError || ""));
+    });
+    view.append(el("table", { id: "dlqs" },
+      el("thead", {}, el("tr", {}, el("th", {}, "DLQ"), el("th", { class: "num" }, "Depth"), el("th", { class: "num" }, "Arriving /min"),
+        el("th", {}, "Oldest"), el("th", {}, "Newest"), el("th", {}, "Depth over time"), el("th", {}, "Scan"), el("th", {}, ""))),
+      el("tbody", {}, rows)));
+  }
+
+  // chart draws the depth chart inline, from the figures the console
+  // computed: SVG elements made one by one, attributes set as values.
+  function chart(c, name) {
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    for (const [k, v] of [["class", "chart"], ["width", c.width], ["height", c.height], ["viewBox", "0 0 " + c.width + " " + c.height], ["role", "img"]]) svg.setAttribute(k, String(v));
+    const title = document.createElementNS(ns, "title");
+    title.textContent = "depth of " + name + " over the console's lifetime";
+    const bg = document.createElementNS(ns, "rect");
+    bg.setAttribute("width", String(c.width));
+    bg.setAttribute("height", String(c.height));
+    bg.setAttribute("class", "chart-bg");
+    svg.append(title, bg);
+    if (c.points) {
+      const line = document.createElementNS(ns, "polyline");
+      line.setAttribute("points", c.points);
+      line.setAttribute("class", "chart-line");
+      const top = document.createElementNS(ns, "text");
+      top.setAttribute("x", "4");
+      top.setAttribute("y", "12");
+      top.setAttribute("class", "chart-max");
+      top.textContent = "max " + c.max;
+      svg.append(line, top);
+    }
+    return svg;
+  }
+
+  async function rescan(name) {
+    try { await api(dlqPath(name) + "/scan", { method: "POST" }); showError(""); refresh(); } catch (e) { showError(e.message); }
+  }
+
+  // ---- groups ----
+  async function renderGroups(view, name) {
+    const page = await api(dlqPath(name) + "/groups");
+    clear(view);
+    view.append(el("h1", {}, "Failure groups of ", el("code", {}, name)));
+    const scanning = page.scan && page.scan.state === "running";
+    view.append(el("p", { class: "muted", id: "scan-state" },
+      page.scannedAt ? page.scanned + " messages scanned at " + when(page.scannedAt) + ". " : "Not scanned yet. ",
+      scanning ? "Scanning: " + page.scan.taken + "/" + page.scan.total + ". " : "",
+      el("button", { class: "rescan", onclick: async () => { await rescan(name); } }, "Rescan")));
+    const rows = page.groups.map((g) => {
+      const k = g.key;
+      const actions = el("td", { class: "actions" });
+      if (state.allowActions) {
+        const rate = el("input", { class: "rate", type: "number", min: 0, step: "any", value: String(state.overview ? state.overview.rate : 0), title: "replay rate, messages per second (0: no cap)" });
+        const confirmBox = el("input", { class: "purge-confirm", type: "text", placeholder: "type " + g.count, hidden: true, autocomplete: "off" });
+        const purgeGo = el("button", { class: "purge-go", hidden: true, onclick: () => purgeGroup(name, g, confirmBox.value) }, "Purge for good");
+        actions.append(
+          el("button", { class: "replay", onclick: () => replay(name, { group: g.id }, rate.value) }, "Replay"), " ", rate, " msg/s ",
+          el("button", { class: "export", onclick: () => exportGroup(name, g) }, "Export"), " ",
+          el("button", { class: "purge", onclick: () => { confirmBox.hidden = false; purgeGo.hidden = false; confirmBox.focus(); } }, "Purge…"), " ",
+          confirmBox, " ", purgeGo);
+      }
+      return el("tr", { class: "group", "data-group": g.id },
+        el("td", { class: "num count" }, String(g.count)),
+        el("td", { class: "num share-cell" }, shareBar(g.share), " ", (g.share * 100).toFixed(1) + "%"),
+        el("td", { class: "reason" }, k.reason || "(unknown)"),
+        el("td", { class: "status" }, k.status),
+        el("td", { class: "rk mono" }, k.routingKey || "—"),
+        el("td", { class: "fp mono" }, k.fingerprint || "(no error)"),
+        el("td", { class: "first" }, when(g.first)),
+        el("td", { class: "last" }, when(g.last)),
+        el("td", {}, el("a", { class: "sample", href: "#/dlq/" + encodeURIComponent(name) + "/msg/" + encodeURIComponent(g.sample) }, g.sample || "(no id)"),
+          el("div", { class: "muted" }, g.queues.join(", ")), messageList(name, g)),
+        actions);
+    });
+    view.append(el("table", { id: "groups" },
+      el("thead", {}, el("tr", {}, el("th", { class: "num" }, "Count"), el("th", { class: "num" }, "Share"), el("th", {}, "Reason"), el("th", {}, "Status"),
+        el("th", {}, "Routing key"), el("th", {}, "Error fingerprint"), el("th", {}, "First"), el("th", {}, "Last"), el("th", {}, "Sample"), el("th", {}, state.allowActions ? "Actions" : ""))),
+      el("tbody", {}, rows)));
+    if (!page.groups.length) view.append(el("p", { id: "no-groups" }, "No failure groups: the DLQ was empty when scanned, or no scan has finished."));
+  }
+
+  // messageList is a button that lists the group's messages (the first
+  // 200 of the last scan), each a link to its message view.
+  function messageList(name, g) {
+    const box = el("div", { class: "messages" });
+    const button = el("button", { class: "list", onclick: async () => {
+      try {
+        const data = await api(dlqPath(name) + "/groups/" + encodeURIComponent(g.id) + "/messages");
+        clear(box);
+        box.append(el("ul", { class: "message-list" }, data.messages.map((m) => el("li", {},
+          el("a", { href: "#/dlq/" + encodeURIComponent(name) + "/msg/" + encodeURIComponent(m.id) }, m.id || "(no id)"),
+          " ", el("span", { class: "muted" }, when(m.deadLettered))))));
+        if (data.count > data.messages.length) box.append(el("div", { class: "muted" }, "first " + data.messages.length + " of " + data.count));
+      } catch (e) { showError(e.message); }
+    } }, "Messages…");
+    box.append(button);
+    return box;
+  }
+
+  // shareBar is sized through the style object, which the page's
+  // content security policy allows (a style attribute it would not).
+  function shareBar(share) {
+    const bar = el("span", { class: "share" });
+    bar.style.width = Math.max(1, Math.round(share * 60)) + "px";
+    return bar;
+  }
+
+  async function replay(name, target, rateText) {
+    const body = Object.assign({}, target);
+    if (rateText !== undefined && rateText !== "") body.rate = Number(rateText);
+    try { await api(dlqPath(name) + "/replay", { method: "POST", body }); showError(""); refreshJobs(); } catch (e) { showError(e.message); }
+  }
+
+  async function purgeGroup(name, g, typed) {
+    try { await api(dlqPath(name) + "/purge", { method: "POST", body: { group: g.id, confirm: typed } }); showError(""); refreshJobs(); } catch (e) { showError(e.message); }
+  }
+
+  async function exportGroup(name, g) {
+    try {
+      const res = await api(dlqPath(name) + "/export", { method: "POST", body: { group: g.id }, raw: true });
+      const blob = await res.blob();
+      const a = el("a", { href: URL.createObjectURL(blob), download: name + "-" + g.id + ".jsonl" });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      showError("");
+      refreshJobs();
+    } catch (e) { showError(e.message); }
+  }
+
+  // ---- message ----
+  async function renderMessage(view, name, id) {
+    clear(view);
+    view.append(el("p", {}, "Reading message ", el("code", {}, id), " from ", el("code", {}, name), "…"));
+    const m = await api(dlqPath(name) + "/message?id=" + encodeURIComponent(id));
+    clear(view);
+    view.append(el("h1", {}, "Message ", el("code", { id: "message-id" }, m.id)));
+    view.append(el("p", {}, "in ", el("a", { href: "#/dlq/" + encodeURIComponent(name) }, name),
+      m.group ? el("span", {}, " — group of " + m.group.count + ": " + (m.group.key.fingerprint || "(no error)")) : ""));
+    if (m.traceUrl) view.append(el("p", {}, "Trace: ", el("a", { id: "trace", href: m.traceUrl, rel: "noopener noreferrer", target: "_blank" }, m.traceId)));
+    else if (m.traceId) view.append(el("p", {}, "Trace id: ", el("code", {}, m.traceId)));
+    if (state.allowActions) {
+      const rate = el("input", { class: "rate", type: "number", min: 0, step: "any", value: String(state.overview ? state.overview.rate : 0) });
+      view.append(el("p", { class: "actions" }, el("button", { class: "replay-one", onclick: () => replay(name, { message: m.id }, rate.value) }, "Replay this message"), " ", rate, " msg/s"));
+    }
+    view.append(el("h2", {}, "Attempt history"));
+    view.append(fieldTable("history", m.history, false));
+    view.append(el("h2", {}, "Headers"));
+    view.append(fieldTable("headers", m.headers, true));
+    view.append(el("h2", {}, "Properties"));
+    view.append(fieldTable("properties", m.properties, false));
+    const b = m.body;
+    view.append(el("h2", {}, "Body ", el("span", { class: "muted", id: "body-kind" }, b.kind + ", " + b.size + " bytes" + (b.truncated ? ", cut" : ""))));
+    view.append(el("pre", { id: "body" }, b.text));
+  }
+
+  function fieldTable(id, fields, about) {
+    return el("table", { id },
+      el("tbody", {}, fields.map((f) => el("tr", {},
+        el("th", { class: "hname mono" }, f.name),
+        el("td", { class: "hvalue mono" }, f.value),
+        about ? el("td", { class: "habout muted" }, f.about || "") : null))));
+  }
+
+  // ---- activity ----
+  function renderActivity(view) {
+    clear(view);
+    view.append(el("h1", {}, "Activity"));
+    view.append(el("table", { id: "activity" },
+      el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "What"), el("th", {}, "DLQ"), el("th", {}, "Target"), el("th", {}, "Who"), el("th", { class: "num" }, "Messages"), el("th", {}, "State"), el("th", {}, "Result"))),
+      el("tbody", {}, state.jobs.filter((j) => j.kind !== "read").map((j) => el("tr", { "data-job": j.id },
+        el("td", {}, when(j.started)), el("td", { class: "kind" }, j.kind), el("td", {}, j.dlq), el("td", { class: "mono" }, j.target || "—"),
+        el("td", { class: "who" }, j.who || ""), el("td", { class: "num" }, String(j.done)), el("td", { class: "state" }, j.state),
+        el("td", {}, j.error ? j.summary + " " + j.error : j.summary))))));
+  }
+
+  // ---- jobs bar ----
+  function renderJobs() {
+    const box = document.getElementById("jobs");
+    clear(box);
+    const recent = state.jobs.filter((j) => j.kind !== "scan" && j.kind !== "read" && (j.state === "running" || Date.now() - new Date(j.finished).getTime() < 120000));
+    for (const j of recent.slice(0, 5)) {
+      const pct = j.percent.toFixed(0) + "%";
+      box.append(el("div", { class: "job " + j.state, "data-job": j.id, "data-kind": j.kind },
+        el("span", {}, j.kind + " " + (j.target || "") + " in " + j.dlq),
+        el("progress", { class: "bar", max: 100, value: j.percent.toFixed(1) }),
+        el("span", { class: "pct" }, pct),
+        el("span", { class: "eta" }, j.eta ? "ETA " + j.eta : ""),
+        el("span", { class: "state" }, j.state),
+        el("span", { class: "summary" }, (j.summary || "") + (j.error ? " " + j.error : "")),
+        j.state === "running" && state.allowActions ? el("button", { class: "cancel", onclick: () => cancelJob(j.id) }, "Cancel") : null));
+    }
+  }
+
+  async function cancelJob(id) {
+    try { await api("/api/jobs/" + encodeURIComponent(id) + "/cancel", { method: "POST" }); refreshJobs(); } catch (e) { showError(e.message); }
+  }
+
+  async function refreshJobs() {
+    try {
+      const data = await api("/api/jobs");
+      state.jobs = data.jobs;
+      renderJobs();
+      // A finished action changes the groups: draw them again.
+      let changed = false;
+      for (const j of state.jobs) {
+        if (j.state !== "running" && !state.seenDone.has(j.id)) { state.seenDone.add(j.id); changed = true; }
+      }
+      if (changed && state.route.startsWith("#/dlq/") && !state.route.includes("/msg/")) route();
+      if (state.route === "#/activity") renderActivity(document.getElementById("view"));
+    } catch (e) { showError(e.message); }
+  }
+
+  async function refresh() {
+    try {
+      state.overview = await api("/api/overview");
+      state.allowActions = state.overview.allowActions;
+      document.getElementById("token-box").hidden = !state.allowActions;
+      document.getElementById("mode").textContent = state.allowActions ? "actions allowed (token needed)" : "read-only";
+      if (state.route === "" || state.route === "#/") renderOverview(document.getElementById("view"));
+    } catch (e) { showError(e.message); }
+  }
+
+  async function route() {
+    state.route = location.hash || "#/";
+    const view = document.getElementById("view");
+    const parts = state.route.slice(2).split("/").map(decodeURIComponent);
+    try {
+      if (parts[0] === "dlq" && parts.length >= 4 && parts[2] === "msg") await renderMessage(view, parts[1], parts.slice(3).join("/"));
+      else if (parts[0] === "dlq" && parts.length >= 2) await renderGroups(view, parts[1]);
+      else if (parts[0] === "activity") renderActivity(view);
+      else if (state.overview) renderOverview(view);
+    } catch (e) {
+      clear(view);
+      view.append(el("p", { class: "muted" }, "Could not load this page: " + e.message));
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    const t = document.getElementById("token");
+    t.value = sessionStorage.getItem("hopper-token") || "";
+    t.addEventListener("change", () => sessionStorage.setItem("hopper-token", t.value));
+    t.addEventListener("input", () => sessionStorage.setItem("hopper-token", t.value));
+    window.addEventListener("hashchange", route);
+    await refresh();
+    await refreshJobs();
+    await route();
+    setInterval(refresh, 2000);
+    setInterval(refreshJobs, 1000);
+  });
+})();

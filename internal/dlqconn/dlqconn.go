@@ -1,0 +1,183 @@
+// Package dlqconn opens a DLQ on the broker the way every DLQ tool does —
+// the command-line tools and the console alike — so that a quorum DLQ is
+// always rotated rather than returned to, and a run that removes messages
+// always owns the DLQ exclusively.
+package dlqconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/dlq"
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// Opener opens DLQs on one broker.
+type Opener struct {
+	Opts broker.Options
+	// ConfirmTimeout bounds the wait for each publish confirm (the
+	// config's broker.confirmTimeout).
+	ConfirmTimeout time.Duration
+	Log            *slog.Logger
+}
+
+func (o *Opener) log() *slog.Logger {
+	if o.Log == nil {
+		return slog.Default()
+	}
+	return o.Log
+}
+
+// Depth is the queue's ready count.
+func (o *Opener) Depth(ctx context.Context, queue string) (int, error) {
+	in, err := broker.OpenInspector(ctx, o.Opts)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	return in.Depth(queue)
+}
+
+// Rotation tells how a tool hands the messages it does not remove back to
+// the DLQ: nil (hold them until the end, the broker returns them in place)
+// for a classic queue; a dlq.Rotation for a quorum queue, whose returns
+// would spend each message's delivery count. Rotating publishes to the
+// DLQ, so it is checked first that this user may publish there at all: a
+// tool that could not would have to return what it read, and it refuses
+// instead.
+func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, func(), error) {
+	quorum, err := broker.IsQuorum(ctx, o.Opts, queue)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !quorum {
+		return nil, func() {}, nil
+	}
+	pub := broker.NewPublisher(broker.PublisherOptions{
+		Options:        o.Opts,
+		Channels:       1,
+		ConfirmTimeout: o.ConfirmTimeout,
+	})
+	closePub := func() {
+		if err := pub.Close(); err != nil {
+			o.log().Warn("close publisher", "error", err.Error())
+		}
+	}
+	// A message to a queue that cannot exist goes through the same
+	// permission check as a copy to the DLQ (the default exchange's) and
+	// comes back unroutable, leaving nothing behind.
+	probe := fmt.Sprintf("hopper.publish-check.%d", time.Now().UnixNano())
+	err = pub.PublishTo(ctx, "", probe, &msg.Message{MessageID: "hopper-publish-check", Headers: map[string]any{}})
+	if !errors.Is(err, broker.ErrReturned) {
+		closePub()
+		if err == nil {
+			err = fmt.Errorf("queue %q exists", probe)
+		}
+		return nil, nil, fmt.Errorf("DLQ %q is a quorum queue, which counts every message handed back by returning it and drops it past the queue's delivery limit (20 by default on RabbitMQ 4.x, or a policy's delivery-limit); "+
+			"the DLQ tools therefore hand messages back by publishing a copy to the DLQ and acking the original, and publishing to it failed, so nothing was read: %w", queue, err)
+	}
+	return &dlq.Rotation{Queue: queue, Pub: pub}, closePub, nil
+}
+
+// Browse opens queue for reading without removing anything: on a classic
+// DLQ every message taken is handed back, in its place, when the pass is
+// closed; on a quorum DLQ each is rotated (see dlq.Rotation).
+func (o *Opener) Browse(ctx context.Context, queue string) (dlq.Pass, error) {
+	rot, closeRot, err := o.Rotation(ctx, queue)
+	if err != nil {
+		return dlq.Pass{}, err
+	}
+	in, err := broker.OpenInspector(ctx, o.Opts)
+	if err != nil {
+		closeRot()
+		return dlq.Pass{}, err
+	}
+	depth, err := in.Depth(queue)
+	if err != nil {
+		in.Close()
+		closeRot()
+		return dlq.Pass{}, err
+	}
+	return dlq.Pass{
+		Source:  GetSource(in, queue),
+		Present: depth,
+		Rotate:  rot,
+		Close: func() {
+			if err := in.Close(); err != nil {
+				o.log().Warn("close DLQ connection; the broker returns the messages anyway", "error", err.Error())
+			}
+			closeRot()
+		},
+	}, nil
+}
+
+// Own opens queue for a run that removes messages: an exclusive owner (a
+// second one is refused with broker.ErrInUse), whose window is prefetch
+// messages on a classic DLQ and none on a quorum one (what the broker
+// pushed ahead and the run did not take would go back at the end,
+// spending delivery counts), and, when inFlight > 0, a confirming
+// publisher with that many publishes awaiting their confirm.
+func (o *Opener) Own(ctx context.Context, queue string, prefetch, inFlight int) (dlq.Pass, error) {
+	rot, closeRot, err := o.Rotation(ctx, queue)
+	if err != nil {
+		return dlq.Pass{}, err
+	}
+	if rot != nil {
+		prefetch = broker.GetOnly
+	}
+	ex, err := broker.OpenExclusive(ctx, o.Opts, queue, prefetch)
+	if err != nil {
+		closeRot()
+		return dlq.Pass{}, err
+	}
+	p := dlq.Pass{Source: exclusiveSource{ex}, Present: ex.Present(), Rotate: rot}
+	var pub *broker.Publisher
+	if inFlight > 0 {
+		pub = broker.NewPublisher(broker.PublisherOptions{
+			Options:        o.Opts,
+			Channels:       1,
+			InFlight:       inFlight,
+			ConfirmTimeout: o.ConfirmTimeout,
+		})
+		p.Pub = pub
+	}
+	p.Close = func() {
+		// Closing hands every held message back to the DLQ, in place.
+		if err := ex.Close(); err != nil {
+			o.log().Warn("close DLQ connection; the broker returns held messages anyway", "error", err.Error())
+		}
+		if pub != nil {
+			if err := pub.Close(); err != nil {
+				o.log().Warn("close publisher", "error", err.Error())
+			}
+		}
+		closeRot()
+	}
+	return p, nil
+}
+
+// exclusiveSource adapts broker.Exclusive to dlq.Source.
+type exclusiveSource struct{ e *broker.Exclusive }
+
+func (s exclusiveSource) Next(ctx context.Context) (dlq.Delivery, bool, error) {
+	d, ok, err := s.e.Next(ctx)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return d, true, nil
+}
+
+// GetSource reads a queue with basic.get; empty ends it.
+func GetSource(in *broker.Inspector, queue string) dlq.Source {
+	return dlq.SourceFunc(func(context.Context) (dlq.Delivery, bool, error) {
+		d, ok, err := in.Get(queue)
+		if err != nil || !ok {
+			return nil, false, err
+		}
+		return d, true, nil
+	})
+}
