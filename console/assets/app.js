@@ -51,6 +51,8 @@
     return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
   }
 
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+
   function dlqPath(name) { return "/api/dlqs/" + encodeURIComponent(name); }
 
   // ---- overview ----
@@ -60,7 +62,7 @@
     view.append(el("h1", {}, "Dead-letter queues"));
     const rows = ov.dlqs.map((d) => {
       const scan = d.scan;
-      let scanCell = d.scanned ? (d.scanned + " messages in " + d.groups + " groups, at " + when(d.scannedAt)) : "not scanned";
+      let scanCell = d.scanned ? (plural(d.scanned, "message") + " in " + plural(d.groups, "group") + ", at " + when(d.scannedAt)) : "not scanned";
       const scanning = scan && scan.state === "running";
       return el("tr", { "data-dlq": d.name },
         el("td", {}, el("a", { class: "dlq-link", href: "#/dlq/" + encodeURIComponent(d.name) }, d.name),
