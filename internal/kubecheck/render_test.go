@@ -126,8 +126,9 @@ type renderCase struct {
 	args  []string
 }
 
-// renderCases: every values file in charts/hopper/ci, and the parent test
-// chart that includes the sidecar in its own Deployment.
+// renderCases: every values file in charts/hopper/ci, the full values with
+// the DLQ console on, and the parent test chart that includes the sidecar in
+// its own Deployment.
 func renderCases(t *testing.T) []renderCase {
 	t.Helper()
 	files, err := filepath.Glob(repoPath("charts", "hopper", "ci", "*.yaml"))
@@ -138,6 +139,13 @@ func renderCases(t *testing.T) []renderCase {
 	for _, f := range files {
 		cases = append(cases, renderCase{name: strings.TrimSuffix(filepath.Base(f), ".yaml"), chart: repoPath("charts", "hopper"), args: []string{"-f", f}})
 	}
+	// The DLQ console's Deployment is off in every values file.
+	cases = append(cases, renderCase{name: "console", chart: repoPath("charts", "hopper"), args: []string{
+		"-f", repoPath("charts", "hopper", "ci", "full-values.yaml"),
+		"--set", "console.enabled=true", "--set", "console.allowActions=true",
+		"--set", "console.tokenSecret.name=hopper-console-tokens",
+		"--set", "console.resources.limits.memory=256Mi",
+	}})
 	parent := filepath.Join(t.TempDir(), "parent")
 	if err := copyTree(repoPath("internal", "packaging", "testdata", "parent"), parent); err != nil {
 		t.Fatal(err)
