@@ -39,6 +39,9 @@ var ErrNoQueue = errors.New("no such queue")
 // or the process being killed) hands every unacked message back to the
 // broker, which puts it back in its place in a classic queue; a quorum
 // queue may put returned messages back in another order.
+//
+// OpenBrowse makes one that does not own the queue and ends its consumer
+// with Stop instead, for a pass that must hand back nothing by a return.
 type Exclusive struct {
 	queue    string
 	prefetch int
