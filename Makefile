@@ -169,7 +169,8 @@ faults: deps
 ## against the broker's floor (consume, pipelined publish, multiple-ack) on a private
 ## RabbitMQ node, in one run: msg/s, ratios, the replay's peak RSS, and a scan of the
 ## DLQ console over its API (the "bench: console-scan" line) (about 4 minutes;
-## quick form: make dlq-bench DLQBENCHFLAGS="--n 20000")
+## quick form: make dlq-bench DLQBENCHFLAGS="--n 20000"; add "--queue-type quorum" to scan
+## a quorum DLQ)
 DLQBENCHFLAGS ?=
 dlq-bench: deps build
 	$(GO) run ./bench/dlqbench --hopper-bin bin/hopper $(DLQBENCHFLAGS)

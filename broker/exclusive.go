@@ -39,12 +39,19 @@ var ErrNoQueue = errors.New("no such queue")
 // or the process being killed) hands every unacked message back to the
 // broker, which puts it back in its place in a classic queue; a quorum
 // queue may put returned messages back in another order.
+//
+// OpenBrowse makes one that does not own the queue and ends its consumer
+// with Stop instead, for a pass that must hand back nothing by a return.
 type Exclusive struct {
 	queue    string
 	prefetch int
 	present  int
-	tag      string
-	s        *session
+	// idle > 0 makes a browser (see OpenBrowse): how long Next waits for a
+	// push before it asks whether the queue is empty.
+	idle      time.Duration
+	cancelled bool // under mu
+	tag       string
+	s         *session
 
 	deliveries <-chan amqp.Delivery
 	connClosed chan *amqp.Error
@@ -55,9 +62,16 @@ type Exclusive struct {
 	// when it reaches the prefetch the broker pushes nothing more.
 	outstanding atomic.Int64
 	acks        *runAcker
-	stopAcks    chan struct{}
-	closeOnce   sync.Once
-	closeErr    error
+	// A browser holds back the acks of the pushes numbered past holdFrom
+	// (in the order they were handed out) until Stop has cancelled the
+	// consumer; see OpenBrowse.
+	mu        sync.Mutex
+	pushes    int
+	holdFrom  int
+	held      []*ExclusiveDelivery
+	stopAcks  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // ExclusiveDelivery is a message taken by an Exclusive. Ack and Nack work
@@ -66,6 +80,7 @@ type ExclusiveDelivery struct {
 	Delivery
 	e       *Exclusive
 	pushed  bool
+	seq     int // place among the pushes handed out, from 1
 	settled atomic.Bool
 }
 
@@ -76,9 +91,27 @@ func (d *ExclusiveDelivery) Ack() error {
 	if d.s.dead.Load() {
 		return ErrChannelGone
 	}
+	if d.e.hold(d) {
+		return nil
+	}
 	err := d.e.acks.ack(d.tag, time.Now())
 	d.done()
 	return err
+}
+
+// hold keeps d's ack for Stop to send, when d is one of the last pushes a
+// browser's pass takes.
+func (e *Exclusive) hold(d *ExclusiveDelivery) bool {
+	if e.idle == 0 || !d.pushed {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelled || d.seq <= e.holdFrom {
+		return false
+	}
+	e.held = append(e.held, d)
+	return true
 }
 
 // Nack rejects the delivery on its own channel at once; requeue puts it
@@ -114,9 +147,49 @@ const GetOnly = 0
 // another consumer is on the queue the error wraps ErrInUse; when the queue
 // does not exist it wraps ErrNoQueue.
 func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (*Exclusive, error) {
+	return openExclusive(ctx, o, queue, prefetch, 0)
+}
+
+// OpenBrowse opens queue for a pass that reads it without owning it (a
+// stats or console scan of a quorum DLQ): a consumer that is not
+// exclusive, no lock queue, a window of prefetch messages (at least one)
+// that the broker fills ahead of the pass, and Next telling when the queue
+// has nothing more ready: once nothing was pushed for idle, a basic.get
+// that finds the queue empty ends it. Present is read before consuming, as
+// for OpenExclusive. End the pass with Stop, hand back what it returns,
+// then Close.
+//
+// A pass takes the Present messages and no more, and the broker must not
+// push past them either: whatever it pushed beyond would have to be handed
+// back too, and handing it back at the tail would move it behind the rest.
+// The broker pushes at most the window past what it has seen acked, so the
+// window is at most Present, and the acks of the last window's worth of
+// pushes are held until Stop has cancelled the consumer: then the broker
+// has pushed the Present messages at most, unless some were taken by
+// others meanwhile.
+func OpenBrowse(ctx context.Context, o Options, queue string, prefetch int, idle time.Duration) (*Exclusive, error) {
+	if idle <= 0 {
+		return nil, fmt.Errorf("browse %q: the idle wait must be positive, got %v", queue, idle)
+	}
+	return openExclusive(ctx, o, queue, max(prefetch, 1), idle)
+}
+
+// browseWindow is a browser's window over present messages, and the number
+// of pushes whose acks go out at once (the rest are held until Stop).
+func browseWindow(present, prefetch int) (window, holdFrom int) {
+	window = max(1, min(prefetch, present))
+	return window, max(0, present-window)
+}
+
+// openExclusive opens an owner (idle 0) or a browser (idle > 0).
+func openExclusive(ctx context.Context, o Options, queue string, prefetch int, idle time.Duration) (*Exclusive, error) {
 	prefetch = max(prefetch, GetOnly)
+	owner := idle == 0
 	if o.Name == "" {
 		o.Name = "hopper-exclusive " + queue
+		if !owner {
+			o.Name = "hopper-browse " + queue
+		}
 	}
 	conn, _, err := o.dialOnce(ctx, 0)
 	if err != nil {
@@ -136,24 +209,35 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 	}
 	// A passive declare that fails closes its channel, so the consumer gets
 	// the same one only when the queue exists.
-	if _, err := ch.QueueDeclare(LockQueue(queue),
-		false, // durable: the lock lives and dies with this connection
-		true,  // autoDelete
-		true,  // exclusive: a second declare from another connection is refused
-		false, // noWait
-		amqp.Table{"x-queue-type": "classic"}); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
-			return fail(fmt.Errorf("%w: queue %q: lock queue %q is held by another connection: %w", ErrInUse, queue, LockQueue(queue), err))
+	if owner {
+		if _, err := ch.QueueDeclare(LockQueue(queue),
+			false, // durable: the lock lives and dies with this connection
+			true,  // autoDelete
+			true,  // exclusive: a second declare from another connection is refused
+			false, // noWait
+			amqp.Table{"x-queue-type": "classic"}); err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
+				return fail(fmt.Errorf("%w: queue %q: lock queue %q is held by another connection: %w", ErrInUse, queue, LockQueue(queue), err))
+			}
+			return fail(fmt.Errorf("declare lock queue %q: %w", LockQueue(queue), err))
 		}
-		return fail(fmt.Errorf("declare lock queue %q: %w", LockQueue(queue), err))
+	}
+	holdFrom := q.Messages // an owner holds no ack back
+	if !owner {
+		prefetch, holdFrom = browseWindow(q.Messages, prefetch)
 	}
 	e := &Exclusive{
 		queue:    queue,
 		prefetch: prefetch,
 		present:  q.Messages,
+		holdFrom: holdFrom,
+		idle:     idle,
 		tag:      fmt.Sprintf("hopper-exclusive-%d", time.Now().UnixNano()),
 		s:        &session{conn: conn, ch: ch},
+	}
+	if !owner {
+		e.tag = fmt.Sprintf("hopper-browse-%d", time.Now().UnixNano())
 	}
 	e.connClosed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	e.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -163,9 +247,15 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 		if err := ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
 			return fail(fmt.Errorf("set prefetch: %w", err))
 		}
-		e.deliveries, err = ch.ConsumeWithContext(ctx, queue, e.tag,
+		// The client cancels a consumer when its context ends: a
+		// browser's must live until Stop, whatever the pass's context.
+		cctx := ctx
+		if !owner {
+			cctx = context.WithoutCancel(ctx)
+		}
+		e.deliveries, err = ch.ConsumeWithContext(cctx, queue, e.tag,
 			false, // autoAck: every message is settled explicitly
-			true,  // exclusive: the broker refuses any other consumer while we run
+			owner, // exclusive: an owner's refuses any other consumer while it runs
 			false, // noLocal
 			false, // noWait
 			nil)
@@ -175,6 +265,10 @@ func OpenExclusive(ctx context.Context, o Options, queue string, prefetch int) (
 	}
 	// A batch of a quarter of the window keeps acks waiting for their batch
 	// from filling the window the broker counts.
+	// On a quorum queue they also keep the acks few: its channel sends at
+	// most quorum_commands_soft_limit (32) settlements ahead of the queue
+	// and drops the rest when it closes. A browser acking each message
+	// alone left 95 of 2,000 originals beside their copies.
 	e.acks = newRunAcker(ch, prefetch/4, exclusiveAckWait)
 	e.stopAcks = make(chan struct{})
 	go flushEvery(e.acks, exclusiveAckWait, e.stopAcks)
@@ -234,7 +328,14 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 		}
 		if e.outstanding.Load() < int64(e.prefetch) {
 			// The window has room: the broker pushes the next message as
-			// soon as the queue has one.
+			// soon as the queue has one. A browser stops waiting after
+			// idle and asks with basic.get whether anything is ready.
+			var idle <-chan time.Time
+			if e.idle > 0 {
+				t := time.NewTimer(e.idle)
+				defer t.Stop() // at most once: the idle case leaves the loop
+				idle = t.C
+			}
 			select {
 			case del, open := <-e.deliveries:
 				return e.pushed(del, open)
@@ -246,6 +347,7 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 				return nil, false, e.lost("consumer "+tag+" cancelled by the broker (queue deleted?)", nil)
 			case <-ctx.Done():
 				return nil, false, nil
+			case <-idle:
 			}
 		}
 		// The window is full of held messages: the broker pushes nothing
@@ -257,6 +359,16 @@ func (e *Exclusive) Next(ctx context.Context) (d *ExclusiveDelivery, ok bool, er
 		}
 		if got {
 			return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&m), tag: m.DeliveryTag, s: e.s}, e: e}, true, nil
+		}
+		if e.idle > 0 {
+			// Nothing ready: the pass is over, unless a push overtook the
+			// answer.
+			select {
+			case del, open := <-e.deliveries:
+				return e.pushed(del, open)
+			default:
+				return nil, false, nil
+			}
 		}
 		// Empty for now: wait for a push (a settled message freed the
 		// window) or poll again, backing off up to half a second.
@@ -288,7 +400,11 @@ func (e *Exclusive) pushed(del amqp.Delivery, open bool) (*ExclusiveDelivery, bo
 		return nil, false, e.lost("consumer closed", nil)
 	}
 	e.outstanding.Add(1)
-	return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&del), tag: del.DeliveryTag, s: e.s}, e: e, pushed: true}, true, nil
+	e.mu.Lock()
+	e.pushes++
+	seq := e.pushes
+	e.mu.Unlock()
+	return &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&del), tag: del.DeliveryTag, s: e.s}, e: e, pushed: true, seq: seq}, true, nil
 }
 
 func (e *Exclusive) lost(what string, err *amqp.Error) error {
@@ -297,6 +413,110 @@ func (e *Exclusive) lost(what string, err *amqp.Error) error {
 		return fmt.Errorf("queue %q: %s: %w; unacked messages went back to the queue", e.queue, what, undecodable(err))
 	}
 	return fmt.Errorf("queue %q: %s; unacked messages went back to the queue", e.queue, what)
+}
+
+// Stop ends a browser's consumer without handing anything back: it
+// returns, oldest first, every message the broker pushed that the caller
+// did not take, for the caller to hand back in its own way (a quorum queue
+// counts a return, so closing the channel on them would spend their
+// delivery count). Call it once the caller has settled what it took;
+// deliveries it still holds stay valid, and Close returns them.
+//
+// Cancelling a consumer while a push is on its way makes the broker
+// return that push, counting a delivery: it is sent before the consumer is
+// gone but reaches the channel after. So Stop first sends every ack held,
+// then takes pushes until nothing can be on its way: either the window is
+// full (the broker sends nothing past prefetch unacked, and every ack is
+// on the wire, so all it sent has arrived) or the queue has nothing ready
+// (a basic.get finds it empty after idle without a push; a push the broker
+// decided before that answer reaches the channel before it, and the
+// channel still knows the consumer when it arrives). Only a message
+// published between that answer and the cancel can still be pushed and
+// returned, and it then counts one delivery. The cancel waits for the
+// broker's cancel-ok, after which nothing more is pushed and the client
+// has every push it made.
+func (e *Exclusive) Stop(ctx context.Context) ([]*ExclusiveDelivery, error) {
+	e.mu.Lock()
+	cancelled := e.cancelled
+	e.mu.Unlock()
+	if e.deliveries == nil || cancelled {
+		return nil, nil
+	}
+	if e.s.dead.Load() {
+		return nil, fmt.Errorf("queue %q: %w", e.queue, ErrChannelGone)
+	}
+	if err := e.acks.flush(time.Now(), true); err != nil {
+		return nil, err
+	}
+	var rest []*ExclusiveDelivery
+	idle := max(e.idle, exclusiveAckWait)
+	for e.outstanding.Load() < int64(e.prefetch) {
+		t := time.NewTimer(idle)
+		select {
+		case del, open := <-e.deliveries:
+			t.Stop()
+			d, _, err := e.pushed(del, open)
+			if err != nil {
+				return rest, err
+			}
+			rest = append(rest, d)
+			continue
+		case err := <-e.connClosed:
+			t.Stop()
+			return rest, e.lost("connection closed", err)
+		case err := <-e.chClosed:
+			t.Stop()
+			return rest, e.lost("channel closed", err)
+		case <-ctx.Done():
+			t.Stop()
+			return rest, fmt.Errorf("queue %q: stop browsing: %w", e.queue, ctx.Err())
+		case <-t.C:
+		}
+		m, got, err := e.s.ch.Get(e.queue, false) // autoAck=false
+		if err != nil {
+			e.s.dead.Store(true)
+			return rest, fmt.Errorf("get from %q: %w", e.queue, undecodable(err))
+		}
+		if !got {
+			break
+		}
+		rest = append(rest, &ExclusiveDelivery{Delivery: Delivery{m: fromDelivery(&m), tag: m.DeliveryTag, s: e.s}, e: e})
+	}
+	if err := e.s.ch.Cancel(e.tag, false); err != nil { // noWait=false
+		e.s.dead.Store(true)
+		return rest, fmt.Errorf("queue %q: cancel consumer: %w", e.queue, err)
+	}
+	// After cancel-ok the client closes the deliveries channel once it has
+	// passed on every push it buffered.
+	for del := range e.deliveries {
+		d, _, err := e.pushed(del, true)
+		if err != nil {
+			return rest, err
+		}
+		rest = append(rest, d)
+	}
+	return rest, e.releaseHeld()
+}
+
+// releaseHeld marks the consumer cancelled and sends the acks a browser
+// held back (one multiple-ack when they are a run); from then on every ack
+// goes out as it comes.
+func (e *Exclusive) releaseHeld() error {
+	e.mu.Lock()
+	e.cancelled = true
+	held := e.held
+	e.held = nil
+	e.mu.Unlock()
+	for _, d := range held {
+		if err := e.acks.ack(d.tag, time.Now()); err != nil {
+			return fmt.Errorf("queue %q: %d held ack(s): %w (those messages go back to the queue beside their copies)", e.queue, len(held), err)
+		}
+		d.done()
+	}
+	if err := e.acks.flush(time.Now(), true); err != nil {
+		return fmt.Errorf("queue %q: send held acks: %w", e.queue, err)
+	}
+	return nil
 }
 
 // Close gives up ownership: it cancels the consumer, returns every message
@@ -317,9 +537,16 @@ func (e *Exclusive) Close() error {
 			errs = append(errs, fmt.Errorf("%d ack(s) did not reach the broker before the channel ended: those messages are back in %q although handled (duplicates, not losses)", n, e.queue))
 		}
 		if !e.s.dead.Load() && !e.s.ch.IsClosed() {
-			if e.deliveries != nil {
+			e.mu.Lock()
+			cancelled := e.cancelled
+			e.mu.Unlock()
+			if e.deliveries != nil && !cancelled {
 				if err := e.s.ch.Cancel(e.tag, false); err != nil { // noWait=false
 					errs = append(errs, fmt.Errorf("cancel consumer: %w", err))
+				} else if err := e.releaseHeld(); err != nil {
+					// A browser closed without Stop: its held acks still
+					// go out before the nack below.
+					errs = append(errs, err)
 				}
 			}
 			// Delivery tag 0 with multiple=true is every outstanding

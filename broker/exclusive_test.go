@@ -441,3 +441,155 @@ func TestExclusiveGetOnlyReturnsOnlyWhatItTook(t *testing.T) {
 		}
 	}
 }
+
+// deliveryCounts takes every message of queue for good and returns each
+// id's x-delivery-count, in queue order.
+func deliveryCounts(t *testing.T, queue string) ([]string, map[string]int64) {
+	t.Helper()
+	in, err := OpenInspector(context.Background(), opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	waitfor := time.Now().Add(20 * time.Second)
+	for {
+		// A consumer whose channel ended leaves a quorum queue in the same
+		// step as its messages return.
+		n, err := in.Consumers(queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(waitfor) {
+			t.Fatalf("queue %s still has %d consumer(s)", queue, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var ids []string
+	counts := map[string]int64{}
+	for {
+		d, ok, err := in.Get(queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return ids, counts
+		}
+		n, _ := d.Message().Int(msg.HeaderDeliveryCount)
+		ids = append(ids, d.Message().MessageID)
+		counts[d.Message().MessageID] = n
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A browser over a quorum queue whose pass took and acked every message
+// present makes the broker push nothing past them, even with more
+// messages ready: Stop has nothing to hand back, and the messages that
+// came meanwhile stay where they are, their delivery count unspent.
+func TestBrowseStopsAtPresent(t *testing.T) {
+	needBroker(t)
+	q := declareTyped(t, "quorum", 10)
+	e, err := OpenBrowse(context.Background(), opts(), q, 64, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Present() != 10 {
+		t.Fatalf("present %d, want 10", e.Present())
+	}
+	pub := NewPublisher(PublisherOptions{Options: opts(), ConfirmTimeout: 5 * time.Second})
+	defer pub.Close()
+	for i := 10; i < 15; i++ {
+		if err := pub.Publish(context.Background(), q, &msg.Message{MessageID: strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for i := range 10 {
+		d := take(t, e, i)
+		got = append(got, d.Message().MessageID)
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !equal(got, seq(0, 10)) {
+		t.Fatalf("taken %v", got)
+	}
+	rest, err := e.Stop(context.Background())
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("Stop: %d pushed past the present messages, %v", len(rest), err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ids, counts := deliveryCounts(t, q)
+	if !equal(ids, seq(10, 15)) {
+		t.Fatalf("queue after the pass holds %v, want the 5 that came after it started", ids)
+	}
+	for id, n := range counts {
+		if n != 0 {
+			t.Errorf("message %s: delivery count %d", id, n)
+		}
+	}
+}
+
+// What the broker pushed and the pass did not take comes back from Stop,
+// in order, for the caller to hand back; nothing goes back by the close,
+// and on an empty queue the pass ends (Next says so) rather than waits.
+func TestBrowseStopReturnsWhatWasPushed(t *testing.T) {
+	needBroker(t)
+	q := declareTyped(t, "quorum", 0)
+	e, err := OpenBrowse(context.Background(), opts(), q, 64, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if d, ok, err := e.Next(context.Background()); ok || err != nil {
+		t.Fatalf("empty queue: Next gave %v, %v, %v", d, ok, err)
+	}
+	pub := NewPublisher(PublisherOptions{Options: opts(), ConfirmTimeout: 5 * time.Second})
+	defer pub.Close()
+	for i := range 3 {
+		if err := pub.Publish(context.Background(), q, &msg.Message{MessageID: strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest, err := e.Stop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The window of an empty queue is one message; Stop may also find
+	// the others with basic.get. Each is handed back at the tail.
+	if len(rest) == 0 {
+		t.Fatal("Stop returned nothing, want at least the message pushed")
+	}
+	var handed []string
+	for _, d := range rest {
+		handed = append(handed, d.Message().MessageID)
+		if err := pub.Publish(context.Background(), q, msg.KeepCopy(d.Message())); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !equal(handed, seq(0, len(rest))) {
+		t.Fatalf("Stop returned %v, want the head of the queue in order", handed)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ids, counts := deliveryCounts(t, q)
+	if want := slices.Concat(seq(len(rest), 3), seq(0, len(rest))); !equal(ids, want) {
+		t.Fatalf("queue holds %v, want %v", ids, want)
+	}
+	for id, n := range counts {
+		if n != 0 {
+			t.Errorf("message %s: delivery count %d", id, n)
+		}
+	}
+}

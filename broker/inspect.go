@@ -63,6 +63,22 @@ func (i *Inspector) Depth(queue string) (int, error) {
 	return q.Messages, nil
 }
 
+// Consumers is the number of consumers on a queue. On a quorum queue a
+// consumer whose channel ended is removed in the same step as its unacked
+// messages are returned, so 0 also says nothing is still on its way back.
+func (i *Inspector) Consumers(queue string) (int, error) {
+	ch, err := i.s.conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	q, err := declarePassive(ch, queue)
+	if err != nil {
+		return 0, fmt.Errorf("%w: queue %q: %w", ErrTopology, queue, err)
+	}
+	return q.Consumers, nil
+}
+
 // Purge removes every ready message and returns how many.
 func (i *Inspector) Purge(queue string) (int, error) {
 	n, err := i.s.ch.QueuePurge(queue, false) // noWait=false

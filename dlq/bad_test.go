@@ -131,3 +131,19 @@ func TestBrowseRotationStopsAtTheBound(t *testing.T) {
 		t.Errorf("queue after %v", got)
 	}
 }
+
+// A pass whose context ends while the source waits for the next message
+// says it was stopped: a source answers "nothing ready" then, and the
+// caller (a console scan) must not take the part it read for the whole.
+func TestBrowseCancelledWhileWaitingIsAnError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	waiting := SourceFunc(func(ctx context.Context) (Delivery, bool, error) {
+		cancel()
+		<-ctx.Done()
+		return nil, false, nil
+	})
+	res, err := Browse(ctx, waiting, BrowseOptions{Limit: 5, Bound: 5}, func(*msg.Message) error { return nil })
+	if !errors.Is(err, context.Canceled) || res.Taken != 0 {
+		t.Fatalf("Browse cancelled while the source waited: %+v, %v; want context.Canceled", res, err)
+	}
+}

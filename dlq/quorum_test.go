@@ -7,6 +7,7 @@ package dlq_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
@@ -384,9 +386,18 @@ func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The broker's own counts of a quorum queue lag by seconds, longer
+	// than a pass may take; its consumer count is current (a pass reads
+	// through a consumer, and a quorum queue counts each message taken with
+	// basic.get and not settled as one too).
+	in, err := broker.OpenInspector(context.Background(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
 	waitfor.Until(t, 60*time.Second, "the rotation under way", func() bool {
-		_, unacked, err := e.rb.QueueCounts(q)
-		return err == nil && unacked > 0
+		n, err := in.Consumers(q)
+		return err == nil && n > 0
 	})
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -407,7 +418,11 @@ func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("after SIGKILL: %d messages, %d in twice", len(seen), dups)
-	if dups > 16 {
-		t.Errorf("%d duplicates, want at most the 16 copies in flight", dups)
+	// A pass reads through a consumer whose acks are coalesced, up to a
+	// quarter of its window of 128 at once: an original whose copy is
+	// confirmed and whose ack was still waiting for its batch comes back
+	// beside the copy.
+	if dups > 16+32 {
+		t.Errorf("%d duplicates, want at most the 16 copies in flight and the 32 acks being coalesced", dups)
 	}
 }

@@ -68,6 +68,11 @@ func browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Messa
 			return res, err
 		}
 		if !ok {
+			// A source also answers "nothing ready" when ctx ended while
+			// it waited: that pass was stopped, not finished.
+			if err := ctx.Err(); err != nil {
+				return res, fmt.Errorf("browse stopped after %d messages: %w", res.Taken, err)
+			}
 			return res, nil
 		}
 		res.Taken++

@@ -70,6 +70,8 @@ func main() {
 type options struct {
 	n, size, parallel, runs int
 	hopperBin               string
+	// queueType is the console-scan DLQ's x-queue-type.
+	queueType string
 }
 
 func run() error {
@@ -79,7 +81,11 @@ func run() error {
 	flag.IntVar(&o.parallel, "parallel", 64, "publishes awaiting their confirm at once, for both loops (64: replay's default)")
 	flag.IntVar(&o.runs, "runs", 1, "alternating raw/replay measurements; medians are reported")
 	flag.StringVar(&o.hopperBin, "hopper-bin", "", "hopper binary (default: go build ./cmd/hopper into a temporary directory)")
+	flag.StringVar(&o.queueType, "queue-type", "classic", "type of the console-scan DLQ: classic or quorum (a quorum DLQ is rotated, not returned to, by every pass)")
 	flag.Parse()
+	if o.queueType != "classic" && o.queueType != "quorum" {
+		return fmt.Errorf("--queue-type %q: want classic or quorum", o.queueType)
+	}
 
 	if o.hopperBin == "" {
 		dir, err := os.MkdirTemp("", "dlqbench-")
@@ -172,10 +178,10 @@ func run() error {
 
 	const consoleWork = "bench.console"
 	consoleDLQ := consoleWork + ".dlq"
-	if err := declare(bopts, consoleDLQ); err != nil {
+	if err := declareType(bopts, consoleDLQ, o.queueType); err != nil {
 		return err
 	}
-	logf("filling %s with %d messages of %d bytes in %d failure groups", consoleDLQ, o.n, o.size, len(consoleFailures))
+	logf("filling %s (%s) with %d messages of %d bytes in %d failure groups", consoleDLQ, o.queueType, o.n, o.size, len(consoleFailures))
 	if err := fillConsole(pub, consoleDLQ, consoleWork, o.n, body); err != nil {
 		return err
 	}
@@ -195,7 +201,7 @@ func run() error {
 	fmt.Printf("ratio:           %8.2f  (replay / raw); %.2f of the floor\n", repRate/rawRate, repRate/floorRate)
 	fmt.Printf("replay peak RSS: %8.1f MB (/proc VmHWM sampled; ru_maxrss: %.1f MB); CPU %s for %d messages\n",
 		float64(last.peakKB())/1024, float64(last.maxRSSKB)/1024, last.cpu.Round(time.Millisecond), o.n)
-	fmt.Printf("console scan:    %8.1f s for %d messages in %d groups, peak RSS %.1f MB\n", cs.secs, o.n, cs.groups, float64(cs.hwmKB)/1024)
+	fmt.Printf("console scan:    %8.1f s for %d messages in %d groups of a %s DLQ, peak RSS %.1f MB\n", cs.secs, o.n, cs.groups, o.queueType, float64(cs.hwmKB)/1024)
 	fmt.Printf("bench: console-scan n=%d secs=%.1f rss_mb=%.1f\n", o.n, cs.secs, float64(cs.hwmKB)/1024)
 	fmt.Printf("dlqbench: replay=%.0f/s raw=%.0f/s ratio=%.2f rss_mb=%.1f floor=%.0f/s of_floor=%.2f\n", repRate, rawRate, repRate/rawRate, float64(last.peakKB())/1024, floorRate, repRate/floorRate)
 	return nil
@@ -206,8 +212,15 @@ func logf(format string, args ...any) {
 }
 
 // declare declares a durable classic queue.
-func declare(o broker.Options, name string) error {
-	q := topology.Queue{Name: name, Role: topology.RoleWork, Owned: true, Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}}
+func declare(o broker.Options, name string) error { return declareType(o, name, "classic") }
+
+// declareType declares a durable queue of type classic or quorum.
+func declareType(o broker.Options, name, typ string) error {
+	args := map[string]any{"x-queue-type": typ}
+	if typ == "classic" {
+		args["x-queue-version"] = int32(2)
+	}
+	q := topology.Queue{Name: name, Role: topology.RoleWork, Owned: true, Args: args}
 	plan := topology.Plan{Work: q, DLQ: q, Declare: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

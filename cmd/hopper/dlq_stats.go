@@ -15,10 +15,10 @@ func newDLQStatsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Depth, counts by original queue, reason and status, oldest and newest age",
-		Long: `Reads every message present (basic.get without ack) and hands them all back
-when done, so the DLQ is left as it was, order included (a quorum DLQ's are
-rotated: see hopper dlq --help). Ages come from x-dead-letter-time, else the
-AMQP timestamp.`,
+		Long: `Reads every message present without acking it (basic.get on a classic DLQ, a
+consumer on a quorum one) and hands them all back when done, so the DLQ is left
+as it was, order included (a quorum DLQ's are rotated: see hopper dlq --help).
+Ages come from x-dead-letter-time, else the AMQP timestamp.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {

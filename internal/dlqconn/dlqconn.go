@@ -86,10 +86,22 @@ func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, fun
 // Browse opens queue for reading without removing anything: on a classic
 // DLQ every message taken is handed back, in its place, when the pass is
 // closed; on a quorum DLQ each is rotated (see dlq.Rotation).
+//
+// A classic DLQ is read with basic.get and every message held until the
+// end: closing returns them all in place, in one step the broker does for
+// free. A quorum DLQ is read through a consumer the broker fills ahead of
+// the pass (see browsePrefetch), since one basic.get round trip per message
+// bounded a scan at about 900 messages a second. What the broker pushed
+// past what the pass took (the pass's own copies, or dead letters that came
+// meanwhile) must not go back by closing either: Close stops the consumer
+// (broker.Exclusive.Stop) and rotates each of those too, then closes.
 func (o *Opener) Browse(ctx context.Context, queue string) (dlq.Pass, error) {
 	rot, closeRot, err := o.Rotation(ctx, queue)
 	if err != nil {
 		return dlq.Pass{}, err
+	}
+	if rot != nil {
+		return o.browseQuorum(ctx, queue, rot, closeRot)
 	}
 	in, err := broker.OpenInspector(ctx, o.Opts)
 	if err != nil {
@@ -113,6 +125,67 @@ func (o *Opener) Browse(ctx context.Context, queue string) (dlq.Pass, error) {
 			closeRot()
 		},
 	}, nil
+}
+
+// browsePrefetch is the window of a quorum DLQ's browsing consumer. It
+// needs to cover the copies awaiting their confirm and the acks waiting to
+// be coalesced, with room for the broker to push ahead; every pass also
+// ends by rotating up to this many messages more than it read (the head of
+// its own copies), so it is kept small.
+const browsePrefetch = 128
+
+// browseIdle is how long a quorum browse waits for a push before it asks
+// the broker whether the DLQ has anything ready (a consumer alone cannot
+// tell an empty queue from a slow one). It is paid once at the end of a
+// pass that runs out of messages, not per message.
+const browseIdle = 200 * time.Millisecond
+
+// browseStopTimeout bounds the end of a quorum pass: waiting for the
+// consumer's window to fill or the DLQ to show empty, then for cancel-ok.
+const browseStopTimeout = 30 * time.Second
+
+func (o *Opener) browseQuorum(ctx context.Context, queue string, rot *dlq.Rotation, closeRot func()) (dlq.Pass, error) {
+	ex, err := broker.OpenBrowse(ctx, o.Opts, queue, browsePrefetch, browseIdle)
+	if err != nil {
+		closeRot()
+		return dlq.Pass{}, err
+	}
+	return dlq.Pass{
+		Source:  exclusiveSource{ex},
+		Present: ex.Present(),
+		Rotate:  rot,
+		Close: func() {
+			o.closeQuorumBrowse(queue, ex, rot)
+			closeRot()
+		},
+	}, nil
+}
+
+// closeQuorumBrowse hands back what the broker pushed past the pass and
+// closes the consumer's connection. The caller's pass has flushed its
+// rotation already; this one flushes again, for the messages it adds.
+func (o *Opener) closeQuorumBrowse(queue string, ex *broker.Exclusive, rot *dlq.Rotation) {
+	// Not the pass's context: a cancelled pass must still leave nothing
+	// to be returned by the close.
+	ctx, cancel := context.WithTimeout(context.Background(), browseStopTimeout)
+	defer cancel()
+	rest, err := ex.Stop(ctx)
+	if err != nil {
+		o.log().Warn("stop browsing the DLQ; messages pushed and not handed back return to it, each spending one delivery of the queue's delivery limit",
+			"dlq", queue, "error", err.Error())
+	}
+	for _, d := range rest {
+		if kerr := rot.Keep(ctx, d, d.Message()); kerr != nil {
+			break
+		}
+	}
+	if ferr := rot.Flush(); ferr != nil {
+		o.log().Warn("hand back the messages pushed past the pass", "dlq", queue, "error", ferr.Error())
+	}
+	// What is still unacked here goes back to the DLQ (see dlq.ErrNotKept).
+	if err := ex.Close(); err != nil {
+		o.log().Warn("close DLQ connection; the broker returns the messages anyway", "error", err.Error())
+	}
 }
 
 // Own opens queue for a run that removes messages: an exclusive owner (a
