@@ -22,7 +22,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/console"
 	"github.com/hopper-sidecar/hopper/dlq"
-	"github.com/hopper-sidecar/hopper/internal/dlqconn"
+	"github.com/hopper-sidecar/hopper/dlqconn"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"

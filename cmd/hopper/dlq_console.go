@@ -18,7 +18,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/console"
-	"github.com/hopper-sidecar/hopper/internal/dlqconn"
+	"github.com/hopper-sidecar/hopper/dlqconn"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
