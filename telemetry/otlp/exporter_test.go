@@ -166,8 +166,11 @@ func TestHTTPExportPermanentFailure(t *testing.T) {
 func TestHTTPExportGivesUpAtDeadline(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", 503) }))
 	defer srv.Close()
-	exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL, "OTEL_EXPORTER_OTLP_TIMEOUT": "50"}))
-	exp.minBackoff = time.Millisecond
+	// The first answer must come inside the export's timeout, so the
+	// timeout is generous for a loaded machine; the wait after it is longer
+	// than any timeout, so the export ends at its deadline, not before.
+	exp := New(mustConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL, "OTEL_EXPORTER_OTLP_TIMEOUT": "3000"}))
+	exp.minBackoff, exp.maxBackoff = time.Hour, time.Hour
 	err := exp.ExportSpans(context.Background(), sampleSpans(t))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("want the last answer and the deadline, got %v", err)
