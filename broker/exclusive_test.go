@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -451,22 +452,15 @@ func deliveryCounts(t *testing.T, queue string) ([]string, map[string]int64) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	waitfor := time.Now().Add(20 * time.Second)
-	for {
-		// A consumer whose channel ended leaves a quorum queue in the same
-		// step as its messages return.
+	// A consumer whose channel ended leaves a quorum queue in the same
+	// step as its messages return.
+	waitfor.Until(t, 20*time.Second, "no consumer on "+queue, func() bool {
 		n, err := in.Consumers(queue)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(waitfor) {
-			t.Fatalf("queue %s still has %d consumer(s)", queue, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n == 0
+	})
 	var ids []string
 	counts := map[string]int64{}
 	for {
