@@ -108,28 +108,66 @@ type actionRequest struct {
 	Confirm string `json:"confirm"`
 }
 
-// selection turns a request into the filter the dlq run applies, and the
-// number of messages the last scan saw in it.
-func (s *Server) selection(q *queueState, req actionRequest) (dlq.Filter, string, int, error) {
+// selected is what an action applies to: the filter the dlq run applies,
+// its name in the activity list, and the number of messages the last scan
+// saw in it.
+type selected struct {
+	filter dlq.Filter
+	name   string
+	count  int
+}
+
+// selection turns a request into what it selects.
+func (s *Server) selection(q *queueState, req actionRequest) (selected, error) {
 	switch {
 	case req.Group != "" && req.Message != "":
-		return dlq.Filter{}, "", 0, errors.New("give a group or a message, not both")
+		return selected{}, errors.New("give a group or a message, not both")
 	case req.Message != "":
-		return dlq.Filter{MessageIDs: []string{req.Message}}, "message " + req.Message, 1, nil
+		return selected{dlq.Filter{MessageIDs: []string{req.Message}}, "message " + req.Message, 1}, nil
 	case req.Group != "":
 		q.mu.Lock()
 		ix := q.index
 		q.mu.Unlock()
 		if ix == nil {
-			return dlq.Filter{}, "", 0, errors.New("the DLQ has not been scanned yet")
+			return selected{}, errors.New("the DLQ has not been scanned yet")
 		}
 		g, ok := ix.Group(req.Group)
 		if !ok {
-			return dlq.Filter{}, "", 0, fmt.Errorf("no group %q in the last scan (rescanned since?)", req.Group)
+			return selected{}, fmt.Errorf("no group %q in the last scan (rescanned since?)", req.Group)
 		}
-		return dlq.Filter{Groups: []dlq.GroupKey{g.Key}}, "group " + g.ID, g.Count, nil
+		return selected{dlq.Filter{Groups: []dlq.GroupKey{g.Key}}, "group " + g.ID, g.Count}, nil
 	}
-	return dlq.Filter{}, "", 0, errors.New("give a group or a message")
+	return selected{}, errors.New("give a group or a message")
+}
+
+// target reads an action's DLQ, request and selection; when one is wrong
+// it has answered the request and ok is false.
+func (s *Server) target(w http.ResponseWriter, r *http.Request) (q *queueState, req actionRequest, sel selected, ok bool) {
+	if q, ok = s.queue(w, r); !ok {
+		return nil, req, sel, false
+	}
+	req, err := readRequest(r)
+	if err == nil {
+		sel, err = s.selection(q, req)
+	}
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return nil, req, sel, false
+	}
+	return q, req, sel, true
+}
+
+// begin records an action in the activity list and claims its DLQ; when
+// another run holds the DLQ it has answered 409 and ok is false.
+func (s *Server) begin(w http.ResponseWriter, q *queueState, kind, target, who string) (job *Job, release func(), ok bool) {
+	job = s.newJob(kind, q.Name, target, who, 0)
+	release, err := s.claim(q, job)
+	if err != nil {
+		job.finish(s.o.Now(), "", err, false)
+		httpError(w, http.StatusConflict, err)
+		return nil, nil, false
+	}
+	return job, release, true
 }
 
 func readRequest(r *http.Request) (actionRequest, error) {
@@ -143,20 +181,11 @@ func readRequest(r *http.Request) (actionRequest, error) {
 }
 
 func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) {
-	q, ok := s.queue(w, r)
+	q, req, sel, ok := s.target(w, r)
 	if !ok {
 		return
 	}
-	req, err := readRequest(r)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err)
-		return
-	}
-	filter, target, _, err := s.selection(q, req)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err)
-		return
-	}
+	filter, target := sel.filter, sel.name
 	rate := s.o.Rate
 	if req.Rate != nil {
 		rate = *req.Rate
@@ -169,11 +198,8 @@ func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) 
 		httpError(w, http.StatusBadRequest, err)
 		return
 	}
-	job := s.newJob("replay", q.Name, target, who, 0)
-	release, err := s.claim(q, job)
-	if err != nil {
-		job.finish(s.o.Now(), "", err, false)
-		httpError(w, http.StatusConflict, err)
+	job, release, ok := s.begin(w, q, "replay", target, who)
+	if !ok {
 		return
 	}
 	s.o.Log.Info("console: replay", "dlq", q.Name, "target", target, "rate", rate, "who", who)
@@ -230,34 +256,22 @@ func (s *Server) rescan(q *queueState, who string) {
 }
 
 func (s *Server) postPurge(w http.ResponseWriter, r *http.Request, who string) {
-	q, ok := s.queue(w, r)
+	q, req, sel, ok := s.target(w, r)
 	if !ok {
-		return
-	}
-	req, err := readRequest(r)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err)
 		return
 	}
 	if req.Group == "" {
 		httpError(w, http.StatusBadRequest, errors.New("purge takes a group"))
 		return
 	}
-	filter, target, count, err := s.selection(q, req)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err)
-		return
-	}
+	filter, target, count := sel.filter, sel.name, sel.count
 	if strings.TrimSpace(req.Confirm) != fmt.Sprint(count) {
 		s.o.Log.Info("console: purge not confirmed", "dlq", q.Name, "target", target, "typed", req.Confirm, "size", count, "who", who)
 		httpError(w, http.StatusBadRequest, fmt.Errorf("confirmation %q is not the group's size %d: nothing purged", req.Confirm, count))
 		return
 	}
-	job := s.newJob("purge", q.Name, target, who, 0)
-	release, err := s.claim(q, job)
-	if err != nil {
-		job.finish(s.o.Now(), "", err, false)
-		httpError(w, http.StatusConflict, err)
+	job, release, ok := s.begin(w, q, "purge", target, who)
+	if !ok {
 		return
 	}
 	s.o.Log.Info("console: purge", "dlq", q.Name, "target", target, "confirmed", count, "who", who)
@@ -318,25 +332,13 @@ func (h httpSync) Sync() error {
 }
 
 func (s *Server) postExport(w http.ResponseWriter, r *http.Request, who string) {
-	q, ok := s.queue(w, r)
+	q, _, sel, ok := s.target(w, r)
 	if !ok {
 		return
 	}
-	req, err := readRequest(r)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err)
-		return
-	}
-	filter, target, _, err := s.selection(q, req)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err)
-		return
-	}
-	job := s.newJob("export", q.Name, target, who, 0)
-	release, err := s.claim(q, job)
-	if err != nil {
-		job.finish(s.o.Now(), "", err, false)
-		httpError(w, http.StatusConflict, err)
+	filter, target := sel.filter, sel.name
+	job, release, ok := s.begin(w, q, "export", target, who)
+	if !ok {
 		return
 	}
 	defer release()
