@@ -116,26 +116,8 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 	case <-time.After(30 * time.Second):
 		return consoleResult{}, fmt.Errorf("hopper dlq console not listening after 30s")
 	}
-	var hwm atomic.Int64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if kb, err := statusKB(cmd.Process.Pid, "VmHWM"); err == nil && kb > hwm.Load() {
-				hwm.Store(kb)
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	defer func() { close(stop); sampler.Wait() }()
+	hwm := watchHWM(cmd.Process.Pid)
+	defer hwm.stop()
 
 	res, err := http.Post(base+"api/dlqs/"+dlqName+"/scan", "application/json", nil)
 	if err != nil {
@@ -178,5 +160,5 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 		json.NewDecoder(res.Body).Decode(&page) //nolint:errcheck // the group count is informational
 		res.Body.Close()
 	}
-	return consoleResult{secs: job.Finished.Sub(job.Started).Seconds(), hwmKB: hwm.Load(), groups: len(page.Groups)}, nil
+	return consoleResult{secs: job.Finished.Sub(job.Started).Seconds(), hwmKB: hwm.peak(), groups: len(page.Groups)}, nil
 }

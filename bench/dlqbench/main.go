@@ -347,29 +347,10 @@ func replay(o options, url, dlqName string) (replayResult, error) {
 	if err := cmd.Start(); err != nil {
 		return replayResult{}, err
 	}
-	var hwm atomic.Int64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if kb, err := statusKB(cmd.Process.Pid, "VmHWM"); err == nil && kb > hwm.Load() {
-				hwm.Store(kb)
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	hwm := watchHWM(cmd.Process.Pid)
 	err := cmd.Wait()
 	wall := time.Since(start)
-	close(stop)
-	sampler.Wait()
+	hwm.stop()
 	if err != nil {
 		return replayResult{}, fmt.Errorf("hopper dlq replay: %w\n%s", err, out.String())
 	}
@@ -380,7 +361,7 @@ func replay(o options, url, dlqName string) (replayResult, error) {
 	if res.Recovered != o.n {
 		return replayResult{}, fmt.Errorf("replay recovered %d of %d: %+v", res.Recovered, o.n, res)
 	}
-	r := replayResult{rate: res.Rate, elapsed: time.Duration(res.Elapsed), wall: wall, wallRate: float64(o.n) / wall.Seconds(), hwmKB: hwm.Load()}
+	r := replayResult{rate: res.Rate, elapsed: time.Duration(res.Elapsed), wall: wall, wallRate: float64(o.n) / wall.Seconds(), hwmKB: hwm.peak()}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.maxRSSKB = ru.Maxrss // kilobytes on Linux
 		r.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -439,3 +420,39 @@ func rates(xs []float64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// hwmWatch follows a process's peak resident set (VmHWM) while it runs:
+// /proc loses it when the process is reaped, so it is read every 50 ms
+// until stop.
+type hwmWatch struct {
+	kb   atomic.Int64
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func watchHWM(pid int) *hwmWatch {
+	w := &hwmWatch{done: make(chan struct{})}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if kb, err := statusKB(pid, "VmHWM"); err == nil && kb > w.kb.Load() {
+				w.kb.Store(kb)
+			}
+			select {
+			case <-w.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch; peak is then final.
+func (w *hwmWatch) stop() { close(w.done); w.wg.Wait() }
+
+// peak is the highest VmHWM read, in KiB.
+func (w *hwmWatch) peak() int64 { return w.kb.Load() }
