@@ -86,10 +86,20 @@ func TestTLSWithCredentialFiles(t *testing.T) {
 	}
 	tlsPort := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	tb, err := testbroker.Start(testbroker.Options{Quiet: true, ExtraConfig: fmt.Sprintf(
-		"listeners.ssl.default = 127.0.0.1:%d\nssl_options.cacertfile = %s\nssl_options.certfile = %s\n"+
-			"ssl_options.keyfile = %s\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
-		tlsPort, ca, cert, key)})
+	// The node may run under chroot, so it gets its certificates in its
+	// own directory rather than this test's.
+	files := map[string][]byte{}
+	for name, p := range map[string]string{"ca.pem": ca, "server.pem": cert, "server.key": key} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
+	}
+	tb, err := testbroker.Start(testbroker.Options{Quiet: true, Files: files, ExtraConfig: fmt.Sprintf(
+		"listeners.ssl.default = 127.0.0.1:%d\nssl_options.cacertfile = {{dir}}/ca.pem\nssl_options.certfile = {{dir}}/server.pem\n"+
+			"ssl_options.keyfile = {{dir}}/server.key\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
+		tlsPort)})
 	if err != nil {
 		t.Fatalf("start a TLS broker: %v", err)
 	}

@@ -8,6 +8,17 @@
 // never depend on one being up, and never see queues or messages left behind
 // by another test run or by another package whose tests run in parallel.
 //
+// Two release series can run the node. RabbitMQ 4 is the default, since it
+// is what Hopper's users run; HOPPER_TEST_RABBITMQ=3 (or Options.Series)
+// picks the 3.x that the host's own package manager installs. Debian's
+// package of RabbitMQ 4 needs a newer C library than a stable host has, so
+// scripts/install-rabbitmq.sh puts it in a root of its own
+// (/opt/hopper/rabbitmq-4, or HOPPER_RABBITMQ4_ROOT) and the node runs there
+// under chroot: it shares the host's network, so it listens on 127.0.0.1
+// like a local one, and its directory lives below that root's /tmp where
+// both the host and the node can see it. HOPPER_RABBITMQ4_ROOT=/ runs a
+// RabbitMQ 4 installed on the host itself.
+//
 // The node is started from the real RabbitMQ scripts in
 // /usr/lib/rabbitmq/bin (override with Options.BinDir or the environment
 // variable HOPPER_RABBITMQ_BIN). The Debian wrapper /usr/sbin/rabbitmq-server
@@ -67,14 +78,30 @@ const (
 	EnvKeepBroker = "HOPPER_KEEP_BROKER"
 	// EnvBinDir overrides DefaultBinDir.
 	EnvBinDir = "HOPPER_RABBITMQ_BIN"
+	// EnvSeries picks the release series of every node a test starts:
+	// "4" (the default) or "3".
+	EnvSeries = "HOPPER_TEST_RABBITMQ"
+	// EnvRoot4 overrides DefaultRoot4; "/" means RabbitMQ 4 is installed
+	// on the host itself and runs without chroot.
+	EnvRoot4 = "HOPPER_RABBITMQ4_ROOT"
 )
+
+// DefaultRoot4 is where scripts/install-rabbitmq.sh installs RabbitMQ 4 with
+// the libraries of the release it was built for.
+const DefaultRoot4 = "/opt/hopper/rabbitmq-4"
+
+// epmdPort4 is the Erlang port mapper port of RabbitMQ 4 nodes. A node
+// registers with the epmd of its own Erlang release, never with one a 3.x
+// node started on the default port 4369, so the two series run side by side.
+const epmdPort4 = 4370
 
 // InstallHint tells a developer how to get RabbitMQ onto the machine. It is
 // part of every "cannot start" failure printed by MustStart and RunMain.
 const InstallHint = "RabbitMQ is required for these tests and is never skipped. " +
-	"Install it with `make deps` or `scripts/install-rabbitmq.sh` " +
-	"(or `apt-get install -y rabbitmq-server` on Debian/Ubuntu); " +
-	"set " + EnvBinDir + " if its scripts are not in " + DefaultBinDir + "."
+	"Install it with `make deps` or `scripts/install-rabbitmq.sh` (RabbitMQ 4 in " + DefaultRoot4 +
+	" and Debian's own 3.x); " + EnvSeries + "=3 runs the tests on 3.x; " +
+	"set " + EnvBinDir + " if the 3.x scripts are not in " + DefaultBinDir +
+	", " + EnvRoot4 + " if RabbitMQ 4 is elsewhere."
 
 const (
 	// defaultStartTimeout bounds a node boot. A first boot takes about
@@ -130,15 +157,26 @@ type Options struct {
 	// enabled_plugins file), for example
 	// "rabbitmq_consistent_hash_exchange". Default none.
 	Plugins []string
+	// Series is the RabbitMQ release series, 3 or 4. Zero means the
+	// HOPPER_TEST_RABBITMQ environment variable, then 4.
+	Series int
+	// Files are written into the node's directory before it boots (name
+	// relative to that directory → content), for configuration that
+	// names files such as TLS certificates: the node under chroot cannot
+	// see the host's temporary directories. ExtraConfig refers to the
+	// directory as the node sees it with the placeholder {{dir}}.
+	Files map[string][]byte
 }
 
 // Broker is a private RabbitMQ node. Its methods are safe for concurrent
 // use; StopNode, StartNode, Restart and Stop are serialized.
 type Broker struct {
 	// Immutable after Start.
-	dir          string
+	dir          string // as this process sees it
+	root         string // the chroot the node runs in; "" for none
+	series       int    // 3 or 4
 	nodeName     string
-	binDir       string
+	binDir       string // as the node sees it
 	pidFile      string
 	serverLog    string
 	nodeLog      string
@@ -147,6 +185,10 @@ type Broker struct {
 	cookie       string
 	plugins      []string
 	startTimeout time.Duration
+	files        map[string][]byte
+
+	versionOnce sync.Once
+	version     string
 
 	mu       sync.Mutex
 	port     int // AMQP port
@@ -169,23 +211,21 @@ type serverProc struct {
 // missing the error wraps ErrNotInstalled. On any other failure the error
 // includes the tail of the node's logs.
 func Start(opts Options) (*Broker, error) {
-	binDir := opts.BinDir
-	if binDir == "" {
-		binDir = os.Getenv(EnvBinDir)
+	inst, err := resolveInstall(opts)
+	if err != nil {
+		return nil, err
 	}
-	if binDir == "" {
-		binDir = DefaultBinDir
+	parent := opts.Dir
+	if parent == "" && inst.root != "" {
+		parent = filepath.Join(inst.root, "tmp")
 	}
-	for _, name := range []string{"rabbitmq-server", "rabbitmqctl"} {
-		p := filepath.Join(binDir, name)
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
-			return nil, fmt.Errorf("%w: %s not found", ErrNotInstalled, p)
-		}
-	}
-
-	dir, err := os.MkdirTemp(opts.Dir, "hopper-testbroker-")
+	dir, err := os.MkdirTemp(parent, "hopper-testbroker-")
 	if err != nil {
 		return nil, fmt.Errorf("testbroker: create node dir: %w", err)
+	}
+	if inst.root != "" && !strings.HasPrefix(dir, inst.root+string(filepath.Separator)) {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("testbroker: node dir %s is outside %s, where RabbitMQ %d runs and could not see it", dir, inst.root, inst.series)
 	}
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
@@ -196,8 +236,10 @@ func Start(opts Options) (*Broker, error) {
 	nodeName := fmt.Sprintf("hopper-test-%d-%s@localhost", os.Getpid(), randomHex(4))
 	b := &Broker{
 		dir:          dir,
+		root:         inst.root,
+		series:       inst.series,
 		nodeName:     nodeName,
-		binDir:       binDir,
+		binDir:       inst.binDir,
 		pidFile:      filepath.Join(dir, "rabbitmq.pid"),
 		serverLog:    filepath.Join(dir, "server.log"),
 		nodeLog:      filepath.Join(dir, "log", nodeName+".log"),
@@ -206,6 +248,7 @@ func Start(opts Options) (*Broker, error) {
 		cookie:       opts.Cookie,
 		plugins:      opts.Plugins,
 		startTimeout: timeout,
+		files:        opts.Files,
 	}
 	if b.cookie == "" {
 		b.cookie = randomCookie()
@@ -238,6 +281,69 @@ func Start(opts Options) (*Broker, error) {
 	b.logf("node %s listening on %s (dir %s), started in %v",
 		b.nodeName, b.addr(), b.dir, time.Since(began).Round(time.Millisecond))
 	return b, nil
+}
+
+// install is where the scripts of one release series are, and how to run them.
+type install struct {
+	series int
+	root   string // chroot; "" to run on the host
+	binDir string // as seen inside root
+}
+
+// resolveInstall picks the release series and checks that its scripts are
+// there, and for a chroot that it can run a node: the kernel's file
+// systems mounted in it and the host's names copied in (without them
+// Erlang cannot resolve localhost and the node never registers).
+func resolveInstall(opts Options) (install, error) {
+	series := opts.Series
+	if series == 0 {
+		switch v := os.Getenv(EnvSeries); v {
+		case "", "4":
+			series = 4
+		case "3":
+			series = 3
+		default:
+			return install{}, fmt.Errorf("testbroker: %s=%q: want 3 or 4", EnvSeries, v)
+		}
+	}
+	if series != 3 && series != 4 {
+		return install{}, fmt.Errorf("testbroker: RabbitMQ series %d: want 3 or 4", series)
+	}
+	in := install{series: series}
+	in.binDir = opts.BinDir
+	if series == 4 {
+		in.root = os.Getenv(EnvRoot4)
+		if in.root == "" {
+			in.root = DefaultRoot4
+		}
+		if in.root == "/" {
+			in.root = ""
+		} else if in.binDir == "" {
+			// The 3.x override names a host folder, not one in the root.
+			in.binDir = DefaultBinDir
+		}
+	}
+	if in.binDir == "" {
+		in.binDir = os.Getenv(EnvBinDir)
+	}
+	if in.binDir == "" {
+		in.binDir = DefaultBinDir
+	}
+	for _, name := range []string{"rabbitmq-server", "rabbitmqctl"} {
+		p := filepath.Join(in.root, in.binDir, name)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+			return install{}, fmt.Errorf("%w: RabbitMQ %d: %s not found", ErrNotInstalled, series, p)
+		}
+	}
+	if in.root != "" {
+		for _, p := range []string{"proc/self", "dev/null", "etc/hosts"} {
+			if _, err := os.Stat(filepath.Join(in.root, p)); err != nil {
+				return install{}, fmt.Errorf("%w: RabbitMQ %d in %s cannot run: %s is missing (scripts/install-rabbitmq.sh mounts and copies what it needs)",
+					ErrNotInstalled, series, in.root, p)
+			}
+		}
+	}
+	return in, nil
 }
 
 // pluginsFile is the Erlang term list of an enabled_plugins file.
@@ -361,6 +467,20 @@ func (b *Broker) Port() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.port
+}
+
+// Series is the node's RabbitMQ release series, 3 or 4.
+func (b *Broker) Series() int { return b.series }
+
+// Version is the RabbitMQ version the node runs, as rabbitmqctl prints it
+// (for example 4.3.6); "" when it cannot be asked.
+func (b *Broker) Version() string {
+	b.versionOnce.Do(func() {
+		if out, err := b.Ctl("version"); err == nil {
+			b.version = strings.TrimSpace(out)
+		}
+	})
+	return b.version
 }
 
 // NodeName returns the Erlang node name, e.g. hopper-test-123-ab12cd34@localhost.
@@ -562,7 +682,8 @@ func (b *Broker) prepareDir() error {
 		// loopback_users = none: let guest log in however 127.0.0.1 is
 		// reached. log.console = false: the node logs to its own file
 		// under log/, server.log only gets the banner and crashes.
-		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n" + b.extraConfig, 0o644},
+		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n" +
+			strings.ReplaceAll(b.extraConfig, "{{dir}}", b.nodePath(b.dir)), 0o644},
 		{"enabled_plugins", pluginsFile(b.plugins), 0o644},
 		// Used instead of /etc/rabbitmq/rabbitmq-env.conf, so a system
 		// setting (NODENAME, NODE_PORT, ...) cannot leak into the node.
@@ -571,12 +692,39 @@ func (b *Broker) prepareDir() error {
 		// HOME. Erlang refuses a cookie readable by others.
 		{filepath.Join("home", ".erlang.cookie"), b.cookie, 0o400},
 	}
+	for name, data := range b.files {
+		files = append(files, struct {
+			name string
+			data string
+			mode os.FileMode
+		}{name, string(data), 0o600})
+	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(b.dir, f.name), []byte(f.data), f.mode); err != nil {
 			return fmt.Errorf("testbroker: %w", err)
 		}
 	}
 	return nil
+}
+
+// nodePath is a path of this process as the node sees it: inside a chroot,
+// without the root's prefix.
+func (b *Broker) nodePath(p string) string {
+	if b.root == "" {
+		return p
+	}
+	return strings.TrimPrefix(p, b.root)
+}
+
+// command runs one of the release's scripts, under chroot when the release
+// has a root of its own (chroot replaces itself with the script, so the
+// parent-death signal and the process ID stay the script's).
+func (b *Broker) command(ctx context.Context, script string, args ...string) *exec.Cmd {
+	path := filepath.Join(b.binDir, script)
+	if b.root == "" {
+		return exec.CommandContext(ctx, path, args...)
+	}
+	return exec.CommandContext(ctx, "chroot", append([]string{b.root, path}, args...)...)
 }
 
 // pickPorts picks free AMQP and distribution ports by listening on
@@ -605,13 +753,13 @@ func (b *Broker) buildEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "RABBITMQ_") || strings.HasPrefix(kv, "HOME=") ||
-			strings.HasPrefix(kv, "CONF_ENV_FILE=") {
+			strings.HasPrefix(kv, "CONF_ENV_FILE=") || strings.HasPrefix(kv, "ERL_EPMD_PORT=") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	d := b.dir
-	return append(env,
+	d := b.nodePath(b.dir)
+	env = append(env,
 		"HOME="+filepath.Join(d, "home"),
 		"RABBITMQ_NODENAME="+b.nodeName,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
@@ -619,7 +767,7 @@ func (b *Broker) buildEnv() []string {
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(b.distPort),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(d, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(d, "log"),
-		"RABBITMQ_PID_FILE="+b.pidFile,
+		"RABBITMQ_PID_FILE="+b.nodePath(b.pidFile),
 		// Without the .conf suffix; RabbitMQ adds it (both forms work
 		// with 3.10).
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(d, "rabbitmq"),
@@ -629,6 +777,10 @@ func (b *Broker) buildEnv() []string {
 		// The distribution port would otherwise listen on all interfaces.
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
 	)
+	if b.series == 4 {
+		env = append(env, "ERL_EPMD_PORT="+strconv.Itoa(epmdPort4))
+	}
+	return env
 }
 
 // startNodeLocked launches rabbitmq-server in the background and waits for
@@ -647,7 +799,7 @@ func (b *Broker) startNodeLocked() error {
 	fmt.Fprintf(logFile, "==== testbroker: starting %s on 127.0.0.1:%d at %s\n",
 		b.nodeName, b.port, time.Now().Format(time.RFC3339))
 
-	cmd := exec.Command(filepath.Join(b.binDir, "rabbitmq-server"))
+	cmd := b.command(context.Background(), "rabbitmq-server")
 	cmd.Env = b.env
 	cmd.Dir = b.dir
 	// An *os.File, not a pipe: Wait then returns as soon as the server
@@ -675,7 +827,7 @@ func (b *Broker) startNodeLocked() error {
 		}
 	}()
 	secs := strconv.Itoa(int((b.startTimeout + time.Second - 1) / time.Second))
-	_, err = b.ctl(ctx, b.env, "wait", b.pidFile, "--timeout", secs)
+	_, err = b.ctl(ctx, b.env, "wait", b.nodePath(b.pidFile), "--timeout", secs)
 	if err == nil {
 		err = waitForPort(b.addrLocked(), dialTimeout, p.done)
 	}
@@ -713,7 +865,7 @@ func (b *Broker) stopNodeLocked() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	_, stopErr := b.ctl(ctx, b.env, "stop", b.pidFile)
+	_, stopErr := b.ctl(ctx, b.env, "stop", b.nodePath(b.pidFile))
 	select {
 	case <-p.done:
 		if stopErr != nil {
@@ -762,7 +914,7 @@ func (b *Broker) sigkill(p *serverProc) {
 
 // ctl runs rabbitmqctl -n <node> args... with env.
 func (b *Broker) ctl(ctx context.Context, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(b.binDir, "rabbitmqctl"), append([]string{"-n", b.nodeName}, args...)...)
+	cmd := b.command(ctx, "rabbitmqctl", append([]string{"-n", b.nodeName}, args...)...)
 	cmd.Env = env
 	cmd.Dir = b.dir
 	cmd.WaitDelay = 5 * time.Second

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // TestBrokerLifecycle boots a real private node and walks it through
@@ -56,15 +59,10 @@ func TestBrokerLifecycle(t *testing.T) {
 		t.Fatalf("QueueDepth(missing) error = %v, want ErrNoQueue", err)
 	}
 
-	// No AMQP client here, so declare a durable queue and publish one
-	// persistent message through the broker's own Erlang API.
+	// A durable queue with one persistent message, to see both survive
+	// the restart.
 	const q = "testbroker-durable"
-	if out, err := b.Ctl("eval", `rabbit_amqqueue:declare(rabbit_misc:r(<<"/">>, queue, <<"`+q+`">>), true, false, [], none, <<"testbroker">>).`); err != nil || !strings.Contains(out, "new") {
-		t.Fatalf("declare queue via eval: %v\n%s", err, out)
-	}
-	if out, err := b.Ctl("eval", `rabbit_basic:publish(rabbit_misc:r(<<"/">>, exchange, <<>>), <<"`+q+`">>, [{delivery_mode, 2}], <<"hello">>).`); err != nil {
-		t.Fatalf("publish via eval: %v\n%s", err, out)
-	}
+	publishDurable(t, b.URL(), q, "hello")
 	checkQueue(t, b, q, 1)
 
 	began = time.Now()
@@ -122,9 +120,47 @@ func TestBrokerLifecycle(t *testing.T) {
 }
 
 func TestStartNotInstalled(t *testing.T) {
-	_, err := Start(Options{BinDir: t.TempDir(), Quiet: true})
-	if !errors.Is(err, ErrNotInstalled) {
-		t.Fatalf("Start with empty BinDir: err = %v, want ErrNotInstalled", err)
+	for _, series := range []int{3, 4} {
+		_, err := Start(Options{Series: series, BinDir: t.TempDir(), Quiet: true})
+		if !errors.Is(err, ErrNotInstalled) {
+			t.Errorf("RabbitMQ %d: Start with empty BinDir: err = %v, want ErrNotInstalled", series, err)
+		}
+	}
+	// A RabbitMQ 4 root that lacks what a node under chroot needs is
+	// refused before anything is started, with the script that fixes it.
+	root := t.TempDir()
+	bin := filepath.Join(root, DefaultBinDir)
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"rabbitmq-server", "rabbitmqctl"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(EnvRoot4, root)
+	_, err := Start(Options{Series: 4, Quiet: true})
+	if !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "install-rabbitmq.sh") {
+		t.Errorf("RabbitMQ 4 root without /proc: err = %v, want ErrNotInstalled naming the install script", err)
+	}
+}
+
+// TestSeriesFromEnvironment: the release series comes from the
+// environment unless the options name one, and a bad value is an error,
+// never a silent default.
+func TestSeriesFromEnvironment(t *testing.T) {
+	t.Setenv(EnvSeries, "2")
+	if _, err := resolveInstall(Options{}); err == nil || !strings.Contains(err.Error(), EnvSeries) {
+		t.Errorf("%s=2: err = %v, want an error naming the variable", EnvSeries, err)
+	}
+	t.Setenv(EnvSeries, "3")
+	t.Setenv(EnvBinDir, t.TempDir())
+	if _, err := resolveInstall(Options{}); !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "RabbitMQ 3") {
+		t.Errorf("%s=3 with an empty bin dir: err = %v, want RabbitMQ 3 not installed", EnvSeries, err)
+	}
+	t.Setenv(EnvRoot4, t.TempDir())
+	if _, err := resolveInstall(Options{Series: 4}); !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "RabbitMQ 4") {
+		t.Errorf("Series 4 over %s=3: err = %v, want RabbitMQ 4 looked for", EnvSeries, err)
 	}
 }
 
@@ -182,5 +218,34 @@ func mustNotDial(t *testing.T, port int) {
 	if err == nil {
 		c.Close()
 		t.Fatalf("AMQP port %d still accepts connections", port)
+	}
+}
+
+// publishDurable declares a durable queue and publishes one persistent
+// message to it with a confirm.
+func publishDurable(t *testing.T, url, q, body string) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatalf("declare %s: %v", q, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatalf("confirm mode: %v", err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", q, false, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if ok := dc.Wait(); !ok {
+		t.Fatalf("publish to %s was nacked", q)
 	}
 }
