@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"regexp"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -112,57 +112,94 @@ func undecodable(err error) error {
 	return err
 }
 
-// IsQuorum tells whether queue counts the returns of its messages, as a
-// quorum queue does (and drops a message past its delivery limit), so that
-// a tool must not hand messages back by returning them.
+// QueueType is what kind of queue a queue is, which decides how a tool may
+// hand back a message it read: a classic queue returns it in place for
+// free, a quorum queue counts the return against the message's delivery
+// limit, and a stream is not a queue messages leave at all.
+type QueueType string
+
+// The queue types QueueTypeOf tells apart.
+const (
+	Classic QueueType = "classic"
+	Quorum  QueueType = "quorum"
+	Stream  QueueType = "stream"
+)
+
+// ErrUnknownType means the broker did not say what type a queue is; a tool
+// that depends on it refuses rather than guess.
+var ErrUnknownType = errors.New("cannot tell the queue's type")
+
+// probeTypeRE reads the queue type out of the broker's refusal of the
+// probe's consumer arguments ("invalid arg 'x-stream-offset' for queue 'q'
+// in vhost '/' of queue type rabbit_quorum_queue").
+var probeTypeRE = regexp.MustCompile(`of queue type (rabbit_[a-z0-9_]+)$`)
+
+// QueueTypeOf tells what type queue is, without reading or returning any of
+// its messages.
 //
-// Neither a passive declare nor anything else AMQP 0-9-1 answers names a
-// queue's type, and the management API may not be there. Redeclaring with
-// an x-queue-type is no test either: the broker compares every argument and
-// reports the first that differs. What is certain is that quorum queues
-// (and streams) refuse a consumer on a channel with a global prefetch, on
-// RabbitMQ 3.8 to 4.x alike, with NOT_IMPLEMENTED; a classic queue accepts
-// it, or refuses it as "in exclusive use" when a tool owns it. The probe
-// runs on a connection of its own, since NOT_IMPLEMENTED closes the
-// connection; a message a classic queue pushes to the probe meanwhile goes
-// back to its place when that connection closes.
-func IsQuorum(ctx context.Context, o Options, queue string) (bool, error) {
+// Nothing AMQP 0-9-1 answers names a queue's type directly (a passive
+// declare gives counts only), and the management API may not be there. But
+// every RabbitMQ from 3.9 to 4.x checks a consumer's arguments against the
+// queue's own type before it attaches the consumer, and refuses an
+// argument that another type knows but this one does not with
+// PRECONDITION_FAILED, naming the type's module. The probe asks for a
+// consumer with two arguments no type accepts together: x-stream-offset,
+// which only streams know, and x-priority, which classic and quorum queues
+// know and streams do not. Each type refuses exactly one of them, so the
+// consumer never exists and no message moves; the refusal says the type.
+// That is ordinary argument validation, not deprecated behaviour, and it
+// holds while a tool owns the queue (the check comes before exclusivity).
+//
+// Should a broker ever accept the probe, the consumer is cancelled at once
+// and the type is unknown: a tool refuses rather than guess. Its prefetch
+// of one keeps what could reach it meanwhile to a single message.
+func QueueTypeOf(ctx context.Context, o Options, queue string) (QueueType, error) {
 	if o.Name == "" {
 		o.Name = "hopper-probe"
 	}
 	conn, _, err := o.dialOnce(ctx, 0)
 	if err != nil {
-		return false, fmt.Errorf("connect to broker: %w", err)
+		return "", fmt.Errorf("connect to broker: %w", err)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return false, fmt.Errorf("open channel: %w", err)
+		return "", fmt.Errorf("open channel: %w", err)
 	}
-	if err := ch.Qos(1, 0, true); err != nil { // prefetchCount=1, prefetchSize=0, global=true
-		return false, fmt.Errorf("set a global prefetch: %w", err)
+	if err := ch.Qos(1, 0, false); err != nil { // prefetchCount=1, prefetchSize=0, global=false
+		return "", fmt.Errorf("set a prefetch: %w", err)
 	}
-	_, err = ch.ConsumeWithContext(ctx, queue, "",
+	const tag = "hopper-type-probe"
+	_, err = ch.ConsumeWithContext(ctx, queue, tag,
 		false, // autoAck
 		false, // exclusive
 		false, // noLocal
 		false, // noWait
-		nil)
+		amqp.Table{"x-stream-offset": "first", "x-priority": int32(0)})
 	if err == nil {
-		return false, nil
+		_ = ch.Cancel(tag, false) // noWait=false
+		return "", fmt.Errorf("%w %q: the broker accepted a consumer with both x-stream-offset and x-priority, which RabbitMQ 3.9 to 4.x refuse", ErrUnknownType, queue)
 	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
-		switch {
-		case ae.Code == amqp.NotImplemented:
-			return true, nil
-		case ae.Code == amqp.AccessRefused && strings.Contains(ae.Reason, "exclusive use"):
-			return false, nil
-		case ae.Code == amqp.NotFound:
-			return false, fmt.Errorf("%w: %q: %w", ErrNoQueue, queue, err)
+		switch ae.Code {
+		case amqp.NotFound:
+			return "", fmt.Errorf("%w: %q: %w", ErrNoQueue, queue, err)
+		case amqp.PreconditionFailed:
+			if m := probeTypeRE.FindStringSubmatch(ae.Reason); m != nil {
+				switch m[1] {
+				case "rabbit_classic_queue":
+					return Classic, nil
+				case "rabbit_quorum_queue":
+					return Quorum, nil
+				case "rabbit_stream_queue":
+					return Stream, nil
+				}
+				return "", fmt.Errorf("%w %q: the broker names its type %s, which Hopper does not know", ErrUnknownType, queue, m[1])
+			}
 		}
 	}
-	return false, fmt.Errorf("tell the type of queue %q: %w", queue, err)
+	return "", fmt.Errorf("%w %q: %w", ErrUnknownType, queue, err)
 }
 
 // Bind binds a queue to an exchange with a routing key.

@@ -159,8 +159,7 @@ func requireExchangeTypes(conn *amqp.Connection, p *topology.Plan) error {
 	name := "hopper.type-check." + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// durable=false, autoDelete=true, internal=false, noWait=false
 	if err := ch.ExchangeDeclare(name, topology.ConsistentHash, false, true, false, false, nil); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.CommandInvalid {
+		if unknownExchangeType(err) {
 			return fmt.Errorf("%w: %w: exchange type %s is unknown to the broker (partitions need it); enable it on every node with `%s`: %w",
 				ErrTopology, ErrPluginMissing, topology.ConsistentHash, EnableConsistentHash, err)
 		}
@@ -170,6 +169,18 @@ func requireExchangeTypes(conn *amqp.Connection, p *topology.Plan) error {
 		return fmt.Errorf("delete exchange %q after checking its type: %w", name, err)
 	}
 	return nil
+}
+
+// unknownExchangeType reports the broker's refusal of an exchange type no
+// plugin provides: COMMAND_INVALID on RabbitMQ 3.x, PRECONDITION_FAILED
+// naming the type on 4.x.
+func unknownExchangeType(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Code == amqp.CommandInvalid ||
+		ae.Code == amqp.PreconditionFailed && strings.Contains(ae.Reason, "unknown exchange type")
 }
 
 // bind binds the work queue (or, for an exchange-to-exchange binding, the

@@ -74,33 +74,42 @@ func TestQuorumDLQHasNoDeliveryLimit(t *testing.T) {
 	}
 }
 
-// The queue type probe tells quorum from classic queues, also while a tool
-// owns the classic one, and reads nothing away.
-func TestIsQuorum(t *testing.T) {
+// The queue type probe tells classic, quorum and stream queues apart, also
+// while a tool owns the queue, and reads nothing away: every message stays
+// where it was, and none of a quorum queue's is counted as returned.
+func TestQueueTypeOf(t *testing.T) {
 	needBroker(t)
 	ctx := context.Background()
 	classic := declareTyped(t, "classic", 2)
 	quorum := declareTyped(t, "quorum", 2)
+	stream := declareArgs(t, amqp.Table{"x-queue-type": "stream"})
 	for _, tc := range []struct {
 		queue string
-		want  bool
-	}{{classic, false}, {quorum, true}} {
-		got, err := IsQuorum(ctx, opts(), tc.queue)
+		want  QueueType
+	}{{classic, Classic}, {quorum, Quorum}, {stream, Stream}} {
+		got, err := QueueTypeOf(ctx, opts(), tc.queue)
 		if err != nil || got != tc.want {
-			t.Errorf("%s: %t %v, want %t", tc.queue, got, err, tc.want)
+			t.Errorf("%s: %q %v, want %q", tc.queue, got, err, tc.want)
 		}
 	}
-	owner, err := OpenExclusive(ctx, opts(), classic, 1)
-	if err != nil {
-		t.Fatal(err)
+	// Owned by a tool: empty queues of their own, since an owner holding
+	// a message of a quorum queue would hand it back when it closes.
+	for _, q := range []struct {
+		name string
+		want QueueType
+	}{{declareTyped(t, "classic", 0), Classic}, {declareTyped(t, "quorum", 0), Quorum}} {
+		owner, err := OpenExclusive(ctx, opts(), q.name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := QueueTypeOf(ctx, opts(), q.name); err != nil || got != q.want {
+			t.Errorf("%s owned by a tool: %q %v, want %q", q.name, got, err, q.want)
+		}
+		if err := owner.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got, err := IsQuorum(ctx, opts(), classic); err != nil || got {
-		t.Errorf("owned classic queue: %t %v", got, err)
-	}
-	if err := owner.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := IsQuorum(ctx, opts(), "no-such-queue-"+t.Name()); !errors.Is(err, ErrNoQueue) {
+	if _, err := QueueTypeOf(ctx, opts(), "no-such-queue-"+t.Name()); !errors.Is(err, ErrNoQueue) {
 		t.Errorf("missing queue: %v", err)
 	}
 	for _, q := range []string{classic, quorum} {
@@ -119,6 +128,6 @@ func TestIsQuorum(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	if n, _ := d.Message().Int(msg.HeaderDeliveryCount); n > 1 {
-		t.Errorf("delivery count %d after the probe and one browse", n)
+		t.Errorf("delivery count %d after the probes and one browse", n)
 	}
 }

@@ -50,12 +50,16 @@ func (o *Opener) Depth(ctx context.Context, queue string) (int, error) {
 // tool that could not would have to return what it read, and it refuses
 // instead.
 func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, func(), error) {
-	quorum, err := broker.IsQuorum(ctx, o.Opts, queue)
+	typ, err := broker.QueueTypeOf(ctx, o.Opts, queue)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("DLQ %q: nothing was read: %w", queue, err)
 	}
-	if !quorum {
+	switch typ {
+	case broker.Classic:
 		return nil, func() {}, nil
+	case broker.Quorum:
+	default:
+		return nil, nil, fmt.Errorf("DLQ %q is a %s queue: the DLQ tools read classic and quorum queues only, so nothing was read", queue, typ)
 	}
 	pub := broker.NewPublisher(broker.PublisherOptions{
 		Options:        o.Opts,

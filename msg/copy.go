@@ -44,8 +44,17 @@ func moved(m *Message, in Info, retries, requeues int) *Message {
 	} else {
 		delete(h, HeaderCrashSuspect)
 	}
+	dropReturnCounts(h)
 	KeepDeathReadable(h)
 	return cp
+}
+
+// dropReturnCounts removes the quorum queue's counts of the original's
+// returns: a copy is a new message that was never returned, and a count
+// carried along would read as the copy's own.
+func dropReturnCounts(h map[string]any) {
+	delete(h, HeaderDeliveryCount)
+	delete(h, HeaderAcquiredCount)
 }
 
 // HeaderInvalidDeath holds an x-death header a publisher wrote that is not
@@ -121,12 +130,12 @@ func ReturnCopy(m *Message, in Info) *Message {
 // KeepCopy is the copy that puts a message back at the tail of the queue it
 // was read from, for a tool that must hand it back without returning it
 // (see the dlq package): body, properties, message id and headers as they
-// were, but not the broker's x-delivery-count, which counts the returns of
-// the original; the copy was never returned. (Like every copy, it is
+// were, but not the broker's x-delivery-count and x-acquired-count, which
+// count the returns of the original; the copy was never returned. (Like every copy, it is
 // published without a per-message expiration: see the broker package.)
 func KeepCopy(m *Message) *Message {
 	cp := m.Clone()
-	delete(cp.Headers, HeaderDeliveryCount)
+	dropReturnCounts(cp.Headers)
 	return cp
 }
 

@@ -63,6 +63,12 @@ const (
 	HeaderFirstDeathReason   = "x-first-death-reason"
 	HeaderFirstDeathExchange = "x-first-death-exchange"
 	// HeaderDeliveryCount is set by quorum queues on a message returned to
-	// them: how many times it was delivered and returned.
+	// them: how many of its returns count against the queue's delivery
+	// limit. RabbitMQ 3.x counts every return; 4.x counts a basic.reject
+	// with requeue and a return by a closed channel or connection, but
+	// not a basic.nack with requeue.
 	HeaderDeliveryCount = "x-delivery-count"
+	// HeaderAcquiredCount is set by quorum queues on RabbitMQ 4.x: how many
+	// times the message was handed out and came back, whatever the way.
+	HeaderAcquiredCount = "x-acquired-count"
 )

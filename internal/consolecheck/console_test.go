@@ -122,12 +122,12 @@ func newEnv(t *testing.T) *env {
 	if out, err := e.hopperCmd("topology", "apply", "-c", e.config).CombinedOutput(); err != nil {
 		t.Fatalf("topology apply: %v\n%s", err, out)
 	}
-	for q, quorum := range map[string]bool{e.Orders + ".dlq": false, e.Bills + ".dlq": true} {
+	for q, want := range map[string]broker.QueueType{e.Orders + ".dlq": broker.Classic, e.Bills + ".dlq": broker.Quorum} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		got, err := broker.IsQuorum(ctx, e.opts, q)
+		got, err := broker.QueueTypeOf(ctx, e.opts, q)
 		cancel()
-		if err != nil || got != quorum {
-			t.Fatalf("%s: quorum = %v (%v), want %v", q, got, err, quorum)
+		if err != nil || got != want {
+			t.Fatalf("%s: type %q (%v), want %q", q, got, err, want)
 		}
 	}
 	return e
