@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build deps tools helm test check unit demo vet fmt clean jaeger-check fuzz chromium console-check console-shots
+.PHONY: all build deps tools helm test test3 check unit demo vet fmt clean jaeger-check fuzz chromium console-check console-shots
 
 all: build
 
@@ -12,7 +12,8 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/hopper ./cmd/hopper
 
-## deps: install RabbitMQ for the tests and the demo when it is missing
+## deps: install RabbitMQ 4 (the tests' default) and 3.x for the tests and
+## the demo when they are missing
 deps:
 	scripts/install-rabbitmq.sh
 
@@ -28,23 +29,33 @@ chromium:
 helm:
 	scripts/install-helm.sh
 
-## test: what must pass on every change, against a private RabbitMQ node the
-## tests start themselves: unit tests and fuzz seeds, integration tests of
-## every package (broker, loop, sidecar, DLQ tools, CLI), chart lint/render
-## and Dockerfile checks. Everything but the long suites of `make check`.
+## test: what must pass on every change, against a private RabbitMQ 4 node
+## the tests start themselves (HOPPER_TEST_RABBITMQ=3 for 3.x): unit tests and
+## fuzz seeds, integration tests of every package (broker, loop, sidecar, DLQ
+## tools, CLI), chart lint/render and Dockerfile checks. Everything but the
+## long suites of `make check`.
 LONG_SUITES = /faults$$|/internal/jaegercheck$$|/internal/consolecheck$$
 test: deps helm vet
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -Ev '$(LONG_SUITES)')
+
+## test3: the packages that run against a broker, on RabbitMQ 3.x (still
+## supported): the same tests as `make test` runs on 4.
+BROKER_SUITES = ./broker/ ./cmd/hopper/ ./console/ ./dlq/ ./dlqconn/ ./sidecar/ ./internal/testbroker/
+test3: deps
+	HOPPER_TEST_RABBITMQ=3 $(GO) test -count=1 -timeout 20m $(BROKER_SUITES)
 
 ## check: `make test`, then the long suites: the reduced fault suite (every
 ## message id accounted for under SIGKILLs, broker restarts and app crashes),
 ## the Jaeger end-to-end check, the DLQ console in a headless Chromium, the chart's objects against the KEDA,
 ## Prometheus Operator and Kubernetes types, and the fuzzers for a bounded
-## number of inputs. CI runs it.
+## number of inputs; then the broker-level suites and the reduced fault suite
+## again on RabbitMQ 3.x. CI runs it.
 check: test tools
 	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/ ./internal/consolecheck/
 	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=20000x
+	$(MAKE) test3
+	HOPPER_TEST_RABBITMQ=3 $(GO) test -count=1 -timeout 25m ./faults/
 
 ## fuzz: the whole delivery path (hostile headers, properties and bodies
 ## through read -> decide -> copy -> forward), the header mapping, the

@@ -169,3 +169,35 @@ func declareOwned(t *testing.T, conn *amqp.Connection, p *topology.Plan) {
 		}
 	}
 }
+
+// Arguments one supported release refuses and another accepts: on RabbitMQ
+// 4.x the declaration fails with the broker's own reason, never as a queue
+// that "exists with other arguments" (it does not exist); 3.x declares it.
+func TestArgumentsRefusedByTheBrokerNamed(t *testing.T) {
+	needBroker(t)
+	q := "args-refused-" + strconv.FormatInt(queueSeq.Add(1), 10)
+	p := workPlan(t, q, true, func(c *config.Config) {
+		c.Queue.Arguments = map[string]config.Argument{"x-queue-version": config.IntArgument(1)}
+	})
+	if w := strings.Join(p.Warnings(), "\n"); !strings.Contains(w, "x-queue-version=1: RabbitMQ 4.x refuses it") {
+		t.Errorf("plan warnings do not say 4.x refuses x-queue-version 1:\n%s", w)
+	}
+	err := Apply(context.Background(), opts(), p, true)
+	if rabbit.Series() < 4 {
+		if err != nil {
+			t.Fatalf("RabbitMQ %s refused x-queue-version 1: %v", rabbit.Version(), err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("RabbitMQ %s declared a version 1 classic queue", rabbit.Version())
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "the broker refused to declare work queue") || !strings.Contains(msg, "unsupported queue version '1'") ||
+		strings.Contains(msg, "exists with other arguments") {
+		t.Errorf("error does not pass on the broker's reason, or claims the queue exists:\n%s", msg)
+	}
+	if !errors.Is(err, ErrTopology) {
+		t.Errorf("error is not ErrTopology: %v", err)
+	}
+}

@@ -417,8 +417,17 @@ func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) e
 					"change %s to match the queue, or move to a new queue (a new queue.name, or drain and delete this one, then let Hopper declare it): %w",
 					ErrTopology, q.Name, key, describeArg(current), describeArg(args[key]), configKey(key), err)
 			}
-			return fmt.Errorf("%w: %s queue %q exists with other arguments than planned (%v); delete it or change the config: %w",
-				ErrTopology, q.Role, q.Name, q.Args, err)
+			if strings.Contains(ae.Reason, "inequivalent arg") {
+				return fmt.Errorf("%w: %s queue %q exists with other arguments than planned (%v); delete it or change the config: %w",
+					ErrTopology, q.Role, q.Name, q.Args, err)
+			}
+		}
+		if errors.As(err, &ae) {
+			// The broker refused the arguments themselves (a version it
+			// no longer supports, a deprecated feature it no longer
+			// permits): its own words say which.
+			return fmt.Errorf("%w: the broker refused to declare %s queue %q with %v: %s: %w",
+				ErrTopology, q.Role, q.Name, args, ae.Reason, err)
 		}
 		return fmt.Errorf("declare %s queue %q: %w", q.Role, q.Name, err)
 	}

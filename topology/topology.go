@@ -275,7 +275,24 @@ func (p *Plan) Warnings() []string {
 			w = append(w, fmt.Sprintf("quorum work queue %q has no x-delivery-limit: RabbitMQ 4.x applies a default of 20 returns; Hopper republishes messages it gives back instead of nacking them so the limit is not spent on messages the app never saw", p.Work.Name))
 		}
 	}
+	for _, q := range p.Queues() {
+		for _, k := range sortedKeys(q.Args) {
+			if why, ok := brokerVersionNotes[k]; ok && (k != "x-queue-version" || fmt.Sprint(q.Args[k]) == "1") {
+				w = append(w, fmt.Sprintf("%s queue %q: %s=%v: %s", q.Role, q.Name, k, q.Args[k], why))
+			}
+		}
+	}
 	return w
+}
+
+// brokerVersionNotes are queue arguments that some supported RabbitMQ
+// release refuses or ignores although another accepts them, so that a
+// config valid against one broker fails, or quietly means nothing, on the
+// next. (x-queue-version is noted for version 1 only.)
+var brokerVersionNotes = map[string]string{
+	"x-queue-version":        "RabbitMQ 4.x refuses it (\"unsupported queue version '1'\"): classic queues have only version 2 there; leave it out or set 2",
+	"x-queue-mode":           "RabbitMQ 3.12 and later accept it and ignore it (every classic queue keeps its messages on disk as lazy ones did)",
+	"x-queue-master-locator": "RabbitMQ 4.x refuses it as a deprecated feature (queue_master_locator) and closes the connection: use x-queue-leader-locator",
 }
 
 // String renders the plan for `hopper topology plan`.

@@ -430,3 +430,28 @@ func TestBindings(t *testing.T) {
 		t.Errorf("document: %+v", doc)
 	}
 }
+
+// Arguments that a supported RabbitMQ release refuses or ignores are named
+// in the plan's warnings, which `config validate` prints.
+func TestArgumentsSomeBrokerRefusesWarn(t *testing.T) {
+	c := config.Default()
+	c.Queue.Name = "orders"
+	c.Queue.Arguments = map[string]config.Argument{
+		"x-queue-version":        config.IntArgument(1),
+		"x-queue-mode":           config.StringArgument("lazy"),
+		"x-queue-master-locator": config.StringArgument("min-masters"),
+	}
+	p := topology.FromConfig(&c)
+	w := strings.Join(p.Warnings(), "\n")
+	for _, want := range []string{"x-queue-version=1: RabbitMQ 4.x refuses it", "x-queue-mode=lazy: RabbitMQ 3.12 and later accept it and ignore it",
+		"x-queue-master-locator=min-masters: RabbitMQ 4.x refuses it"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	c.Queue.Arguments = map[string]config.Argument{"x-queue-version": config.IntArgument(2)}
+	p = topology.FromConfig(&c)
+	if w := strings.Join(p.Warnings(), "\n"); strings.Contains(w, "x-queue-version") {
+		t.Errorf("version 2 warned about:\n%s", w)
+	}
+}
