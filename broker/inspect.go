@@ -162,10 +162,17 @@ func QueueTypeOf(ctx context.Context, o Options, queue string) (QueueType, error
 		return "", fmt.Errorf("connect to broker: %w", err)
 	}
 	defer conn.Close()
+	return queueType(ctx, conn, queue)
+}
+
+// queueType runs QueueTypeOf's probe on a channel of its own on conn; the
+// broker's refusal closes that channel only.
+func queueType(ctx context.Context, conn *amqp.Connection, queue string) (QueueType, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return "", fmt.Errorf("open channel: %w", err)
 	}
+	defer closeQuietly(ch)
 	if err := ch.Qos(1, 0, false); err != nil { // prefetchCount=1, prefetchSize=0, global=false
 		return "", fmt.Errorf("set a prefetch: %w", err)
 	}

@@ -77,7 +77,13 @@ func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error 
 		}
 		if q.Role == topology.RoleWork {
 			// The operator's queue: its arguments are theirs, but for the
-			// ones the config asks for.
+			// ones the config asks for, and its type must be the one the
+			// config says, since Hopper hands messages back differently
+			// to a quorum queue.
+			if err := verifyType(ctx, conn, q); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			if err := verifyWork(conn, q); err != nil {
 				errs = append(errs, err)
 			}
@@ -257,6 +263,61 @@ func unlimitedDeliveries(version string) (int32, bool) {
 func serverVersion(conn *amqp.Connection) string {
 	v, _ := conn.Properties["version"].(string)
 	return v
+}
+
+// verifyType checks that an operator's queue is of the type the plan
+// says (queue.type): a quorum queue taken for a classic one would get its
+// messages handed back by returning them, which spends its delivery limit.
+func verifyType(ctx context.Context, conn *amqp.Connection, q topology.Queue) error {
+	want, _ := q.Args["x-queue-type"].(string)
+	if want == "" {
+		return nil
+	}
+	got, err := queueType(ctx, conn, q.Name)
+	if err != nil {
+		return fmt.Errorf("%w: %s queue %q: %w", ErrTopology, q.Role, q.Name, err)
+	}
+	if string(got) != want {
+		return fmt.Errorf("%w: %s queue %q is a %s queue, the config says %s: set queue.type: %s (Hopper hands messages back to a quorum queue by republishing them, so that its delivery limit is not spent)",
+			ErrTopology, q.Role, q.Name, got, want, got)
+	}
+	return nil
+}
+
+// DeliveryLimitNotes says, for each queue of the plan that is a quorum queue
+// Hopper did not declare, that on RabbitMQ 4.x it has a delivery limit
+// Hopper cannot read (20 returns unless an x-delivery-limit argument or a
+// policy sets another). Hopper never spends it on a message the app did not
+// process, but other clients of the queue, or an operator's policy, may
+// set it low; AMQP 0-9-1 shows neither arguments nor policies, so this is
+// said once at start, for the operator to check. Nothing is noted on 3.x,
+// where a quorum queue has no limit unless one is set.
+func DeliveryLimitNotes(ctx context.Context, o Options, p *topology.Plan) ([]string, error) {
+	conn, _, err := o.dialOnce(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("connect to broker: %w", err)
+	}
+	defer conn.Close()
+	version := serverVersion(conn)
+	if _, four := unlimitedDeliveries(version); !four {
+		return nil, nil
+	}
+	var notes []string
+	for _, q := range p.Queues() {
+		if q.Owned {
+			continue
+		}
+		t, err := queueType(ctx, conn, q.Name)
+		if err != nil {
+			return notes, err
+		}
+		if t != Quorum {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%s queue %q is a quorum queue Hopper did not declare: RabbitMQ %s drops (or dead-letters) a message returned more often than its delivery limit, 20 unless an x-delivery-limit argument or a policy sets another, which Hopper cannot read; Hopper itself never returns a message it did not deliver to the app",
+			q.Role, q.Name, version))
+	}
+	return notes, nil
 }
 
 // verifyWork checks the arguments of an operator's work queue that the

@@ -19,6 +19,14 @@ import (
 // connection is down or consuming is paused on purpose — taking every pod
 // out of service during a broker outage would only block node drains.
 func (s *Sidecar) readiness() (int, string) {
+	code, text := s.readinessState()
+	if notes, _ := s.notes.Load().([]string); len(notes) > 0 {
+		text += "\nnote: " + strings.Join(notes, "\nnote: ")
+	}
+	return code, text
+}
+
+func (s *Sidecar) readinessState() (int, string) {
 	switch {
 	case s.stopping.Load():
 		return http.StatusServiceUnavailable, "not ready: shutting down"

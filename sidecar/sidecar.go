@@ -56,6 +56,10 @@ type Sidecar struct {
 	stopping         atomic.Bool
 	// phase says what the sidecar waits for before it can consume.
 	phase     atomic.Value // string
+	// notes are what the broker check at start found worth an
+	// operator's look (a quorum queue's delivery limit Hopper cannot
+	// read); /readyz shows them.
+	notes atomic.Value // []string
 	group     atomic.Pointer[broker.Group]
 	breaker   atomic.Pointer[app.Breaker]
 	app       atomic.Pointer[app.Client]
@@ -795,6 +799,23 @@ func (cs consumers) Resume(prefetch int) {
 	}
 }
 
+// noteDeliveryLimits logs, and keeps for /readyz, what the broker says of a
+// quorum queue's delivery limit that Hopper did not set. A failure to ask
+// is logged and does not stop the start: the topology was just checked.
+func (s *Sidecar) noteDeliveryLimits(ctx context.Context, opts broker.Options, sub *subscription) {
+	notes, err := broker.DeliveryLimitNotes(ctx, opts, &sub.plan)
+	if err != nil {
+		s.log.Warn("could not check the queue's type for its delivery limit", "event", "QUORUM_DELIVERY_LIMIT_UNKNOWN", "queue", sub.name(), "error", err.Error())
+	}
+	for _, n := range notes {
+		s.log.Warn(n, "event", "QUORUM_DELIVERY_LIMIT", "queue", sub.name())
+	}
+	if len(notes) > 0 {
+		old, _ := s.notes.Load().([]string)
+		s.notes.Store(append(slices.Clone(old), notes...))
+	}
+}
+
 // Workers is the number of concurrent deliveries the config asks for.
 func Workers(cfg *config.Config) int {
 	_, w, _ := cfg.Concurrency()
@@ -812,6 +833,7 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 		for {
 			err := broker.Apply(ctx, opts, &sub.plan, sub.plan.Declare)
 			if err == nil {
+				s.noteDeliveryLimits(ctx, opts, sub)
 				break
 			}
 			if errors.Is(err, broker.ErrTopology) {

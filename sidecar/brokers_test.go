@@ -1,0 +1,72 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/sidecar"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// An operator's quorum work queue (topology.declare false): on RabbitMQ 4.x
+// Hopper says at start, in a log event and on /readyz, that the queue has a
+// delivery limit it cannot read; on 3.x, which sets none, it says nothing.
+func TestOperatorQuorumQueueDeliveryLimitNoted(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Queue.Type = "quorum"
+	declared := cfg
+	plan := topology.FromConfig(&declared)
+	if err := broker.Apply(context.Background(), broker.ConfigOptions(cfg.Broker, testLogger(t), "declare"), &plan, true); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Topology.Declare = false
+	r := start(t, cfg)
+	code, body := readyz(t, r.sc)
+	if code != http.StatusOK {
+		t.Fatalf("/readyz %d: %s", code, body)
+	}
+	noted := strings.Contains(body, "note: work queue \""+cfg.Queue.Name+"\" is a quorum queue Hopper did not declare") &&
+		strings.Contains(body, "20 unless an x-delivery-limit argument or a policy sets another")
+	if four := rabbit.Series() >= 4; noted != four {
+		t.Errorf("RabbitMQ %d: delivery limit noted %t, want %t:\n%s", rabbit.Series(), noted, four, body)
+	}
+	// What Hopper declares itself carries its own limit: no note.
+	cfg2 := testConfig(t, app.URL)
+	cfg2.Admin.Listen = "127.0.0.1:0"
+	cfg2.Queue.Type = "quorum"
+	r2 := start(t, cfg2)
+	if _, body := readyz(t, r2.sc); strings.Contains(body, "note:") {
+		t.Errorf("a note about a queue Hopper declared:\n%s", body)
+	}
+}
+
+// An operator's queue of another type than queue.type says is refused at
+// start, naming both: a quorum queue taken for a classic one would have its
+// messages handed back in a way that spends its delivery limit.
+func TestOperatorQueueOfAnotherTypeRefused(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Queue.Type = "quorum"
+	declared := cfg
+	plan := topology.FromConfig(&declared)
+	if err := broker.Apply(context.Background(), broker.ConfigOptions(cfg.Broker, testLogger(t), "declare"), &plan, true); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Topology.Declare = false
+	cfg.Queue.Type = "classic"
+	sc := sidecar.New(&cfg, testLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := sc.Run(ctx)
+	if !errors.Is(err, broker.ErrTopology) || !strings.Contains(err.Error(), "is a quorum queue, the config says classic") ||
+		!strings.Contains(err.Error(), "set queue.type: quorum") {
+		t.Fatalf("Run = %v, want the type mismatch named", err)
+	}
+}
