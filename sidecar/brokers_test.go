@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -68,5 +70,42 @@ func TestOperatorQueueOfAnotherTypeRefused(t *testing.T) {
 	if !errors.Is(err, broker.ErrTopology) || !strings.Contains(err.Error(), "is a quorum queue, the config says classic") ||
 		!strings.Contains(err.Error(), "set queue.type: quorum") {
 		t.Fatalf("Run = %v, want the type mismatch named", err)
+	}
+}
+
+// RabbitMQ 4.x cancels a quorum queue's consumer whose delivery is not
+// settled within the consumer timeout (3.x closed the channel) and puts the
+// message back. Hopper consumes again on the same channel, the app gets the
+// message again (at least once), and once both answers are in nothing is
+// left and nothing reached the DLQ.
+func TestConsumerTimeoutCancelsTheConsumer(t *testing.T) {
+	if rabbit.Series() < 4 {
+		t.Skip("RabbitMQ 3.x closes the channel at a consumer timeout, checked only on its minute tick; losing the channel is tested by TestReconnectAfterConnectionsClosed and the fault suite")
+	}
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Queue.Type = "quorum"
+	policy := "ct-" + cfg.Queue.Name
+	if out, err := rabbit.Ctl("set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(cfg.Queue.Name)+"$", `{"consumer-timeout":1000}`); err != nil {
+		t.Fatalf("set_policy: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { rabbit.Ctl("clear_policy", policy) }) //nolint:errcheck // the node is private to the test run
+	release := app.hold("slow")
+	defer release()
+	r := start(t, cfg)
+	r.publish("slow")
+	waitfor.Until(t, 20*time.Second, "the message delivered again after the broker cancelled the consumer", func() bool {
+		return len(app.callsFor("slow")) >= 2
+	})
+	if !r.sc.Consuming() {
+		t.Error("not consuming after the broker's cancel")
+	}
+	release()
+	r.settled(0)
+	app.script("after", 200)
+	r.publish("after")
+	r.settled(0)
+	if n := len(app.callsFor("after")); n != 1 {
+		t.Errorf("a message after the timeout was delivered %d times, want once", n)
 	}
 }
