@@ -134,6 +134,13 @@ func startHopper(t *testing.T, name string, cfg hopperConfig) *hopperProc {
 	return h
 }
 
+// pid is the process id of the current run.
+func (h *hopperProc) pid() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cmd.Process.Pid
+}
+
 func (h *hopperProc) running() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
