@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,11 @@ var (
 	// ErrChannelClosed: the publish channel closed before the confirm came
 	// (connection lost, channel error); the broker did not refuse the copy.
 	ErrChannelClosed = errors.New("publish channel closed before the confirm")
+	// ErrTooLarge: the broker closed the channel because the body is
+	// larger than its max_message_size (16 MiB by default on RabbitMQ
+	// 4.x, 128 MiB on 3.x), which counts the body alone: a copy of a
+	// message the broker took fits unless the limit was lowered since.
+	ErrTooLarge = errors.New("the broker refuses a message body larger than its max_message_size")
 )
 
 // PublisherOptions configure a Publisher. Zero values take the defaults
@@ -313,7 +319,15 @@ func (p *Publisher) confirm(ctx context.Context, pc *pubChannel, dc *amqp.Deferr
 			// Closed, and the close not yet seen on pc.closed: the library
 			// marks a channel closed before it fails what was in flight,
 			// so this is the close, not the queue refusing the message.
-			return fmt.Errorf("publish to %q: %w", key, ErrChannelClosed)
+			// Its notification follows (the library always delivers it
+			// and closes the channel of notifications), with the broker's
+			// reason.
+			select {
+			case <-pc.closed:
+				return fmt.Errorf("publish to %q: %w: %w", key, ErrChannelClosed, pc.err)
+			case <-ctx.Done():
+				return fmt.Errorf("publish to %q: %w", key, ErrChannelClosed)
+			}
 		}
 		// A channel a queue has refused may go on being refused by it
 		// after the queue has room again (a quorum queue with
@@ -387,6 +401,9 @@ func (pc *pubChannel) isClosed() bool {
 func amqpErr(e *amqp.Error) error {
 	if e == nil {
 		return amqp.ErrClosed
+	}
+	if e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "larger than configured max size") {
+		return fmt.Errorf("%w: %w", ErrTooLarge, e)
 	}
 	return e
 }

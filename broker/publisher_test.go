@@ -7,12 +7,14 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 )
@@ -147,4 +149,34 @@ func TestPublisherRecoversAfterQuorumRefusal(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// The broker's max_message_size counts the body alone: a copy of a message
+// it took, with Hopper's headers added, fits; a body over it is refused
+// with an error that says so (ErrTooLarge), on 3.x and 4.x alike.
+func TestMaxMessageSizeCountsTheBody(t *testing.T) {
+	const limit = 1 << 20
+	b := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, ExtraConfig: fmt.Sprintf("max_message_size = %d\n", limit)})
+	o := Options{URLs: []string{b.URL()}, ConnectTimeout: 5 * time.Second, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+	in, err := OpenInspector(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := in.s.ch.QueueDeclare("big", true, false, false, false, nil); err != nil { // durable, autoDelete, exclusive, noWait
+		t.Fatal(err)
+	}
+	pub := NewPublisher(PublisherOptions{Options: o, Channels: 1, ConfirmTimeout: 5 * time.Second})
+	defer pub.Close()
+	headers := map[string]any{}
+	for i := range 200 {
+		headers[fmt.Sprintf("x-h%d", i)] = strings.Repeat("v", 200)
+	}
+	if err := pub.Publish(context.Background(), "big", &msg.Message{MessageID: "at-limit", Body: make([]byte, limit), Headers: headers}); err != nil {
+		t.Fatalf("RabbitMQ %s: a body at max_message_size with 40 KB of headers refused: %v", b.Version(), err)
+	}
+	err = pub.Publish(context.Background(), "big", &msg.Message{MessageID: "over", Body: make([]byte, limit+1), Headers: map[string]any{}})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "larger than configured max size") {
+		t.Fatalf("RabbitMQ %s: a body one byte over max_message_size: %v, want ErrTooLarge with the broker's reason", b.Version(), err)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
+	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -107,5 +108,31 @@ func TestConsumerTimeoutCancelsTheConsumer(t *testing.T) {
 	r.settled(0)
 	if n := len(app.callsFor("after")); n != 1 {
 		t.Errorf("a message after the timeout was delivered %d times, want once", n)
+	}
+}
+
+// A message whose body is exactly RabbitMQ 4.x's default max_message_size
+// (16 MiB) goes through a delay tier and into the DLQ: every copy Hopper
+// publishes keeps the body and adds headers only, which the limit does not
+// count.
+func TestMessageAtTheDefaultMaxSizeMoves(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	r := start(t, cfg)
+	const size = 16 << 20
+	app.script("big", 503, 400)
+	body := strings.Repeat("b", size)
+	r.publish("big", func(m *msg.Message) { m.Body = []byte(body) })
+	r.settled(1)
+	calls := app.callsFor("big")
+	if len(calls) != 2 || len(calls[0].Body) != size || len(calls[1].Body) != size {
+		t.Fatalf("app calls %d, want 2 with the whole body", len(calls))
+	}
+	m, ok := r.drain(r.sc.Plan().DLQ.Name)["big"]
+	if !ok {
+		t.Fatal("not in the DLQ")
+	}
+	if len(m.Body) != size || string(m.Body) != body {
+		t.Errorf("DLQ copy body %d bytes, want the %d of the original", len(m.Body), size)
 	}
 }
