@@ -426,3 +426,67 @@ func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
 		t.Errorf("%d duplicates, want at most the 16 copies in flight and the 32 acks being coalesced", dups)
 	}
 }
+
+// Every tool SIGKILLed mid-pass over a quorum DLQ under a delivery-limit
+// policy of 2, then run to the end: each kill hands back what the pass held
+// (one return counted for each), the next full pass rotates every message
+// into a fresh copy whose count is 0, so no message ever reaches the limit
+// and every one is still there. On RabbitMQ 4.x a tool that took a quorum
+// DLQ for a classic one (and returned what it read) spent a delivery of
+// every message each run and emptied the DLQ by the third.
+func TestCLIQuorumDLQToolsKilledUnderDeliveryLimit(t *testing.T) {
+	e := newEnv(t)
+	qdlq := e.quorumDLQ(2)
+	const n = 2000
+	e.fillFast(qdlq, "k", n, bytes.Repeat([]byte("x"), 128))
+	in, err := broker.OpenInspector(context.Background(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	file := filepath.Join(t.TempDir(), "x.jsonl")
+	for _, args := range [][]string{
+		{"stats", "--dlq", qdlq},
+		{"peek", "--dlq", qdlq, "-n", strconv.Itoa(n)},
+		{"export", "--dlq", qdlq, "--file", file, "--overwrite"},
+		{"export", "--dlq", qdlq, "--file", file, "--overwrite", "--remove", "--header", "tenant=none"},
+		{"replay", "--dlq", qdlq, "--dry-run"},
+		{"replay", "--dlq", qdlq, "--original-queue", "elsewhere"},
+	} {
+		cmd := e.command(args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.Until(t, 60*time.Second, args[0]+" reading the DLQ", func() bool {
+			c, err := in.Consumers(qdlq)
+			return err == nil && c > 0
+		})
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait() //nolint:errcheck // killed
+		e.settled(qdlq)
+		waitfor.Until(t, 60*time.Second, "the killed tool's consumer gone", func() bool {
+			c, err := in.Consumers(qdlq)
+			return err == nil && c == 0
+		})
+		e.ok(args...)
+	}
+	seen := map[string]int{}
+	for _, m := range e.drain(qdlq) {
+		seen[m.MessageID]++
+		if c, _ := m.Int(msg.HeaderDeliveryCount); c > 0 {
+			t.Errorf("%s has delivery count %d after a full pass", m.MessageID, c)
+		}
+	}
+	dups := 0
+	for i := range n {
+		switch c := seen["k"+strconv.Itoa(i)]; {
+		case c == 0:
+			t.Errorf("message k%d lost", i)
+		case c > 1:
+			dups += c - 1
+		}
+	}
+	t.Logf("RabbitMQ %s: %d messages after 6 kills and 6 full passes, %d in twice", e.rb.Version(), len(seen), dups)
+}
