@@ -548,3 +548,32 @@ func TestLiveReplayCancelled(t *testing.T) {
 		t.Fatalf("messages after the cancel = %v", got)
 	}
 }
+
+// A quorum DLQ under a delivery-limit policy of 2 read by the console four
+// times over (a scan, the message view): every read rotates, so every
+// message is still there afterwards and none has a return counted. (On
+// RabbitMQ 4.x a console that took the quorum DLQ for a classic one
+// returned what it read and lost every message by the third look.)
+func TestLiveQuorumDLQUnderDeliveryLimitKeepsEveryMessage(t *testing.T) {
+	e := newEnv(t, true)
+	policy := "dl-" + e.DLQ
+	if out, err := e.rb.Ctl("set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(e.DLQ)+"$", `{"delivery-limit":2}`); err != nil {
+		t.Fatalf("set_policy: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { e.rb.Ctl("clear_policy", policy) }) //nolint:errcheck // the node is private to the test run
+	ids := e.fill(threeKinds)
+	e.start(false)
+	for round := range 4 {
+		page := e.scan()
+		if page.Scanned != 9 {
+			t.Fatalf("round %d: scanned %d, want 9", round, page.Scanned)
+		}
+		var m console.MessageView
+		if code := e.call("GET", e.path("/message?id=val-1"), nil, nil, &m); code != http.StatusOK {
+			t.Fatalf("round %d: message view: %d", round, code)
+		}
+	}
+	if got := e.contents(e.DLQ); !slices.Equal(got, sorted(ids["svc"], ids["val"], ids["exp"])) {
+		t.Fatalf("DLQ after four looks = %v, want every message", got)
+	}
+}
