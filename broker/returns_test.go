@@ -87,3 +87,77 @@ func TestWhichReturnsCount(t *testing.T) {
 		})
 	}
 }
+
+// Why Hopper does not retry through a quorum queue's own delayed redelivery
+// (x-delayed-retry-type, RabbitMQ 4.3): the message is not republished, so
+// Hopper's own headers (attempts, first failure) cannot change with it, and
+// a consumer that dies holding the message counts against it exactly as a
+// failed attempt does, so a Hopper crash would spend an app attempt.
+func TestBrokerDelayedRetryKeepsNoHopperState(t *testing.T) {
+	needBroker(t)
+	if rabbit.Series() < 4 {
+		t.Skip("delayed redelivery of quorum queues is new in RabbitMQ 4.3")
+	}
+	q := declareArgs(t, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(50),
+		"x-delayed-retry-type": "failed", "x-delayed-retry-min": int32(1), "x-delayed-retry-max": int32(10)})
+	conn, err := amqp.Dial(rabbit.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pubCh, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pubCh.Publish("", q, false, false, amqp.Publishing{MessageId: "m", Body: []byte("b"), // mandatory, immediate
+		Headers: amqp.Table{msg.HeaderRetryCount: int32(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	consume := func() (*amqp.Channel, <-chan amqp.Delivery) {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Qos(1, 0, false); err != nil { // prefetchCount=1, prefetchSize=0, global=false
+			t.Fatal(err)
+		}
+		ds, err := ch.Consume(q, "", false, false, false, false, nil) // autoAck, exclusive, noLocal, noWait
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch, ds
+	}
+	next := func(ds <-chan amqp.Delivery) amqp.Delivery {
+		select {
+		case d := <-ds:
+			return d
+		case <-time.After(30 * time.Second):
+			t.Fatal("no delivery")
+			return amqp.Delivery{}
+		}
+	}
+	ch, ds := consume()
+	d := next(ds)
+	if err := d.Reject(true); err != nil { // an attempt that failed: requeue=true
+		t.Fatal(err)
+	}
+	d = next(ds)
+	if dc, _ := d.Headers[msg.HeaderDeliveryCount].(int64); dc != 1 {
+		t.Errorf("after one failed attempt x-delivery-count = %v, want 1", d.Headers[msg.HeaderDeliveryCount])
+	}
+	if rc := d.Headers[msg.HeaderRetryCount]; rc != int32(0) {
+		t.Errorf("x-retry-count = %v: the broker's redelivery should carry the headers as published", rc)
+	}
+	// The consumer dies holding it: counted like a failed attempt.
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, ds = consume()
+	d = next(ds)
+	if dc, _ := d.Headers[msg.HeaderDeliveryCount].(int64); dc != 2 {
+		t.Errorf("after a failed attempt and a closed channel x-delivery-count = %v, want 2", d.Headers[msg.HeaderDeliveryCount])
+	}
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+}
