@@ -27,17 +27,33 @@ func clusterCount(t *testing.T) int {
 // TestFaultCluster: a quorum work queue on a three-node cluster, Hopper
 // given all three addresses. Mid-run the node hosting the queue's leader is
 // killed with SIGKILL (a new leader is elected on another node) and brought
-// back; later another node is stopped gracefully and brought back. The app
-// always answers 2xx, so every id must end acked: none lost, none in the
-// DLQ, and duplicates only from deliveries in flight at a fault.
+// back; later another node is stopped gracefully and brought back. Every
+// 10th message is answered 503 once, so it goes through the 1 s delay tier
+// and back while the nodes fail, and every 50th 400: every id must end as
+// scripted (acked, or in the DLQ as non-retriable), none lost, and
+// duplicates only from deliveries in flight at a fault.
 func TestFaultCluster(t *testing.T) {
 	c := testbroker.MustStartCluster(t)
 	useTarget(t, c)
 	n := clusterCount(t)
 	ids := makeIDs("cluster", n)
 	admin := freeAddr(t)
-	r := beginApp(t, "cluster", startApp(t, nil), hopperConfig{QueueType: "quorum", Extra: "admin:\n  listen: " + admin + "\n"})
-	r.step("N=%d on a cluster of %d nodes, the app always answers 2xx", n, len(c.Nodes))
+	scripts := map[string]*script{}
+	rejected := 0
+	for i, id := range ids {
+		switch {
+		case i%50 == 49:
+			scripts[id] = &script{final: answer400, want: expectNonRetriable}
+			rejected++
+		case i%10 == 9:
+			scripts[id] = &script{fails: []behavior{answer503}, final: answer2xx, want: expectAck}
+		default:
+			scripts[id] = &script{final: answer2xx, want: expectAck}
+		}
+	}
+	r := beginApp(t, "cluster", startApp(t, scripts), hopperConfig{QueueType: "quorum", MaxAttempts: 10,
+		Extra: "admin:\n  listen: " + admin + "\nretry:\n  tiers: [1s]\n"})
+	r.step("N=%d on a cluster of %d nodes, every 10th answered 503 once, every 50th 400", n, len(c.Nodes))
 
 	// Two halves: the second is published only once the first fault is
 	// over, so the second fault too lands while messages still flow,
@@ -90,8 +106,8 @@ func TestFaultCluster(t *testing.T) {
 	}
 	a := r.finish(pubDone)
 	a.report(t)
-	if a.dlq != 0 {
-		t.Errorf("%d message(s) in the DLQ (by reason %v): node faults must not dead-letter anything", a.dlq, a.byReason)
+	if a.dlq != rejected || a.byReason["non-retriable"] != a.dlq {
+		t.Errorf("%d message(s) in the DLQ (by reason %v), want the %d answered 400: node faults must not dead-letter anything", a.dlq, a.byReason, rejected)
 	}
 	// Each fault can redeliver what was prefetched on the connections it
 	// cut: a handful of prefetch windows at most.

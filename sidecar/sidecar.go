@@ -55,11 +55,11 @@ type Sidecar struct {
 	ready, consuming atomic.Bool
 	stopping         atomic.Bool
 	// phase says what the sidecar waits for before it can consume.
-	phase     atomic.Value // string
+	phase atomic.Value // string
 	// notes are what the broker check at start found worth an
 	// operator's look (a quorum queue's delivery limit Hopper cannot
 	// read); /readyz shows them.
-	notes atomic.Value // []string
+	notes     atomic.Value // []string
 	group     atomic.Pointer[broker.Group]
 	breaker   atomic.Pointer[app.Breaker]
 	app       atomic.Pointer[app.Client]

@@ -1,0 +1,155 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+)
+
+// The broker alone, no Hopper: a quorum delay tier (message TTL, dead-
+// lettering at least once back to a quorum work queue) on a three-node
+// cluster, the tier's leader SIGKILLed while messages expire out of it.
+// Every message confirmed into the tier must reach the work queue.
+func TestFaultQuorumTierFailoverBrokerAlone(t *testing.T) {
+	c := testbroker.MustStartCluster(t)
+	useTarget(t, c)
+	const n = 4000
+	work := fmt.Sprintf("faults.tierfo.%d", queueSeq.Add(1))
+	tier := work + ".retry.1s"
+	conn, err := amqp.Dial(c.Nodes[0].URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(work, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(tier, true, false, false, false, amqp.Table{"x-queue-type": "quorum",
+		"x-message-ttl": int32(1000), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": work,
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	leader := waitLeader(t, c, tier, -1)
+	// Publish through a node that stays up.
+	pubNode := (leader + 1) % len(c.Nodes)
+	pconn, err := amqp.Dial(c.Nodes[pubNode].URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pconn.Close()
+	pch, err := pconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	confirmed := map[string]bool{}
+	publish := func(from, to int) {
+		type pending struct {
+			id string
+			dc *amqp.DeferredConfirmation
+		}
+		var ps []pending
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("m%d", i)
+			dc, err := pch.PublishWithDeferredConfirmWithContext(ctx, "", tier, true, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: []byte(id)})
+			if err != nil {
+				t.Fatalf("publish %s: %v", id, err)
+			}
+			ps = append(ps, pending{id, dc})
+		}
+		for _, p := range ps {
+			if ok, _ := p.dc.WaitContext(ctx); ok {
+				confirmed[p.id] = true
+			}
+		}
+	}
+	// Published at an even pace over 8 s, the leader killed 3 s in: the
+	// messages confirmed in the second before the kill expire after it,
+	// out of a tier whose leader has just moved.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		began := time.Now()
+		for i := 0; i < n; i += 50 {
+			if d := time.Until(began.Add(8 * time.Second * time.Duration(i) / n)); d > 0 {
+				time.Sleep(d)
+			}
+			publish(i, i+50)
+		}
+	}()
+	time.Sleep(3 * time.Second)
+	t.Logf("RabbitMQ %s: killing node %d, the leader of %s", c.Running().Version(), leader, tier)
+	if err := c.KillNode(leader); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	waitLeader(t, c, tier, leader)
+	if err := c.StartNode(leader); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the tier is empty and the work queue stops growing, or
+	// for 2 minutes: what is still in the tier then is stuck there.
+	var last map[string]int
+	stable := 0
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && stable < 20; {
+		d, err := depths()
+		if err != nil {
+			continue
+		}
+		if d[tier] == 0 && last != nil && d[work] == last[work] {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = d
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("after the kill: tier %d, work queue %d", last[tier], last[work])
+	if last[tier] > 0 {
+		t.Errorf("RabbitMQ %s: %d message(s) stuck in the tier 2 minutes after the failover", c.Running().Version(), last[tier])
+	}
+	got := map[string]int{}
+	gconn, err := amqp.Dial(c.Running().URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gconn.Close()
+	gch, err := gconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		d, ok, err := gch.Get(work, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got[d.MessageId]++
+	}
+	var lost []string
+	for id := range confirmed {
+		if got[id] == 0 {
+			lost = append(lost, id)
+		}
+	}
+	t.Logf("confirmed into the tier %d, in the work queue %d distinct, lost %d", len(confirmed), len(got), len(lost))
+	if len(lost) > 0 {
+		t.Errorf("RabbitMQ %s: %d message(s) confirmed into the tier never reached the work queue: %s", c.Running().Version(), len(lost), strings.Join(lost[:min(len(lost), 20)], " "))
+	}
+}
