@@ -37,9 +37,9 @@ type Entry struct {
 //	{"entries":[{"id":"…","headers":{"Hopper-Attempt":"1",…},
 //	  "datacontenttype":"application/json","data":{…}}]}
 //
-// A body whose content type is JSON and that is valid JSON is embedded as
-// data; any other body goes as data_base64, so no byte is lost to a text
-// encoding.
+// A body whose content type is JSON and that is JSON text (valid JSON,
+// and UTF-8) is embedded as data; any other body goes as data_base64, so
+// no byte is lost to a text encoding and the request stays JSON.
 func AppendJSON(dst []byte, entries []Entry) []byte {
 	dst = append(dst, `{"entries":[`...)
 	for i, e := range entries {
@@ -121,7 +121,10 @@ func appendData(dst []byte, e Entry) []byte {
 		dst = append(dst, `,"datacontenttype":`...)
 		dst = appendString(dst, e.ContentType)
 	}
-	if IsJSON(e.ContentType) && json.Valid(e.Body) {
+	// json.Valid takes bytes that are not UTF-8 inside strings; JSON text
+	// is UTF-8, and a strict parser refuses the whole request for them,
+	// every neighbour with it.
+	if IsJSON(e.ContentType) && utf8.Valid(e.Body) && json.Valid(e.Body) {
 		dst = append(dst, `,"data":`...)
 		return append(dst, e.Body...)
 	}

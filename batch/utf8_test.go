@@ -1,9 +1,11 @@
 package batch
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -103,5 +105,42 @@ func TestAppendNotUTF8(t *testing.T) {
 	strictJSON(t, AppendCloudEvents(nil, entries), &ce)
 	if ce[0]["id"] != `m\xff` || ce[0]["hopperheadernote"] != `caf\xe9 \ ok` || ce[1]["id"] != `m\xfe` {
 		t.Errorf("CloudEvents batch: %v", ce)
+	}
+}
+
+// TestJSONBodyNotUTF8: a JSON body holding bytes that are not UTF-8 is
+// no JSON text a strict parser takes, so it goes as data_base64, byte for
+// byte, and the request stays JSON for its neighbours' sake.
+func TestJSONBodyNotUTF8(t *testing.T) {
+	bad := []byte("{\"note\":\"caf\xe9\"}")
+	if !json.Valid(bad) {
+		t.Fatal("encoding/json takes this body; the test needs one it takes")
+	}
+	entries := []Entry{
+		{ID: "m-1", ContentType: "application/json", Body: bad},
+		{ID: "m-2", ContentType: "application/json", Body: []byte(`{"note":"café"}`)},
+	}
+	var got struct {
+		Entries []struct {
+			Data       json.RawMessage `json:"data"`
+			DataBase64 *string         `json:"data_base64"`
+		} `json:"entries"`
+	}
+	strictJSON(t, AppendJSON(nil, entries), &got)
+	if e := got.Entries[0]; e.Data != nil || e.DataBase64 == nil {
+		t.Fatalf("body not UTF-8: data %s, want data_base64 only", e.Data)
+	} else if body, err := base64.StdEncoding.DecodeString(*e.DataBase64); err != nil || string(body) != string(bad) {
+		t.Fatalf("data_base64 %q: %q, %v", *e.DataBase64, body, err)
+	}
+	if e := got.Entries[1]; string(e.Data) != `{"note":"café"}` || e.DataBase64 != nil {
+		t.Fatalf("UTF-8 JSON body: data %s, want it inline", e.Data)
+	}
+	var ce []map[string]any
+	strictJSON(t, AppendCloudEvents(nil, entries), &ce)
+	if _, inline := ce[0]["data"]; inline || ce[0]["data_base64"] != base64.StdEncoding.EncodeToString(bad) {
+		t.Fatalf("CloudEvents batch, body not UTF-8: %v", ce[0])
+	}
+	if !strings.Contains(string(AppendCloudEvents(nil, entries[1:])), `"data":{"note":"café"}`) {
+		t.Fatal("CloudEvents batch: a UTF-8 JSON body is no longer inline")
 	}
 }
