@@ -10,9 +10,9 @@ import (
 	"unicode/utf8"
 )
 
-// strictJSON decodes b as a parser that follows RFC 8259 does: text that
-// is not UTF-8 is refused (Python's json.loads, a Node.js TextDecoder
-// with fatal set), where encoding/json alone would replace it.
+// strictJSON decodes b as a strict JSON parser does: JSON text is UTF-8,
+// and other bytes are refused (Python's json.loads, a Node.js TextDecoder
+// with fatal set), where encoding/json alone would replace them.
 func strictJSON(t *testing.T, b []byte, v any) {
 	t.Helper()
 	if !utf8.Valid(b) {
