@@ -58,8 +58,9 @@ check: test tools
 	HOPPER_TEST_RABBITMQ=3 $(GO) test -count=1 -timeout 25m ./faults/
 
 ## fuzz: the whole delivery path (hostile headers, properties and bodies
-## through read -> decide -> copy -> forward), the header mapping, the
-## config loader and the routing rules' evaluation under the Go fuzzer.
+## through read -> decide -> copy -> forward, alone and in batches), the
+## header mapping, the config loader, the batch encoding and the reading of
+## batch answers, and the routing rules' evaluation under the Go fuzzer.
 ## FUZZTIME is a duration or a count of inputs (20000x); `make test` uses a
 ## count, since a time-bounded run can end in "context deadline exceeded"
 ## when the deadline falls during an input on a busy machine.

@@ -77,13 +77,16 @@ func Splits(o retry.Outcome) bool {
 func Half(n int) int { return (n + 1) / 2 }
 
 // IDs gives each message of a batch the id its entry carries, unique in
-// the batch: the message's own id (base(i)), and for a second entry with
-// the same id "<id>#2", then "#3", so that every result names one entry.
+// the batch: the message's own id (base(i)) as UTF-8 text (asText: a byte
+// that is not UTF-8 becomes \xHH), and for a second entry with the same
+// id "<id>#2", then "#3", so that every result names one entry. A JSON
+// request carries text only: an id with other bytes could reach the app
+// only altered, and its echo would name no entry, or two of them.
 func IDs(n int, base func(i int) string) []string {
 	ids := make([]string, n)
 	seen := make(map[string]int, n)
 	for i := range ids {
-		id := base(i)
+		id := asText(base(i))
 		for seen[id] > 0 {
 			seen[id]++
 			id = id + "#" + strconv.Itoa(seen[id])

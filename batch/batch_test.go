@@ -279,3 +279,42 @@ func TestUnsplitChargesNoCrash(t *testing.T) {
 		t.Fatal("a timeout is each message's")
 	}
 }
+
+// TestReadDeadLetterRecord: what a DLQ copy records for an entry of each
+// answer shape. Its status (x-final-status-code, and x-last-status-code on
+// a retry's copy) is the status Hopper's own shape gives the entry; the
+// Lambda and Dapr shapes give none, so it is the whole response's, and
+// the error (x-final-error) says what the answer said of the entry.
+func TestReadDeadLetterRecord(t *testing.T) {
+	p := &retry.Policy{MaxAttempts: 3, Tiers: []time.Duration{time.Second}, Table: retry.DefaultTable(), MaxRequeues: 5, MaxHold: time.Second}
+	last := retry.State{Retries: 2} // the third attempt, the last one
+	cases := []struct {
+		name, body string
+		st         retry.State
+		action     retry.Action
+		reason     string
+		status     int
+		err        string
+	}{
+		{"hopper 422", `{"results":[{"id":"a","status":422,"error":"bad qty"}]}`, retry.State{}, retry.DLQ, retry.ReasonNonRetriable, 422, "HTTP 422: bad qty"},
+		{"hopper action dlq", `{"results":[{"id":"a","status":200,"action":"dlq"}]}`, retry.State{}, retry.DLQ, retry.ReasonAppAction, 200, ""},
+		{"hopper 503 last", `{"results":[{"id":"a","status":503}]}`, last, retry.DLQ, retry.ReasonMaxAttempts, 503, "HTTP 503"},
+		{"dapr drop", `{"statuses":[{"entryId":"a","status":"DROP"}]}`, retry.State{}, retry.DLQ, retry.ReasonAppAction, 200, whyDrop},
+		{"dapr retry", `{"statuses":[{"entryId":"a","status":"RETRY"}]}`, retry.State{}, retry.Retry, "", 200, whyRetry},
+		{"dapr retry last", `{"statuses":[{"entryId":"a","status":"RETRY"}]}`, last, retry.DLQ, retry.ReasonMaxAttempts, 200, whyRetry},
+		{"lambda listed last", `{"batchItemFailures":[{"itemIdentifier":"a"}]}`, last, retry.DLQ, retry.ReasonMaxAttempts, 200, whyListed},
+		{"left out last", `{"results":[]}`, last, retry.DLQ, retry.ReasonMaxAttempts, 200, whyMissing},
+	}
+	for _, c := range cases {
+		outs, err := Read(ok200(), []byte(c.body), []string{"a"}, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		o := outs[0]
+		d := retry.Decide(p, c.st, o, now, func() float64 { return 0.5 })
+		if d.Action != c.action || d.Reason != c.reason || o.Status != c.status || o.Error != c.err {
+			t.Errorf("%s: %s (reason %q), status %d, error %q; want %s (reason %q), status %d, error %q",
+				c.name, d.Action, d.Reason, o.Status, o.Error, c.action, c.reason, c.status, c.err)
+		}
+	}
+}

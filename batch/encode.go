@@ -22,7 +22,8 @@ type Field struct{ Name, Value string }
 
 // Entry is one message as written into a batch request.
 type Entry struct {
-	// ID names the entry in the app's answer; unique in the batch (IDs).
+	// ID names the entry in the app's answer: unique in the batch and
+	// UTF-8 text (IDs), so that the app's answer names it exactly.
 	ID string
 	// Fields are the headers a request with this message alone would
 	// carry, already within the forwarding limits.
@@ -36,9 +37,9 @@ type Entry struct {
 //	{"entries":[{"id":"…","headers":{"Hopper-Attempt":"1",…},
 //	  "datacontenttype":"application/json","data":{…}}]}
 //
-// A body whose content type is JSON and that is valid JSON is embedded as
-// data; any other body goes as data_base64, so no byte is lost to a text
-// encoding.
+// A body whose content type is JSON and that is JSON text (valid JSON,
+// and UTF-8) is embedded as data; any other body goes as data_base64, so
+// no byte is lost to a text encoding and the request stays JSON.
 func AppendJSON(dst []byte, entries []Entry) []byte {
 	dst = append(dst, `{"entries":[`...)
 	for i, e := range entries {
@@ -120,7 +121,10 @@ func appendData(dst []byte, e Entry) []byte {
 		dst = append(dst, `,"datacontenttype":`...)
 		dst = appendString(dst, e.ContentType)
 	}
-	if IsJSON(e.ContentType) && json.Valid(e.Body) {
+	// json.Valid takes bytes that are not UTF-8 inside strings; JSON text
+	// is UTF-8, and a strict parser refuses the whole request for them,
+	// every neighbour with it.
+	if IsJSON(e.ContentType) && utf8.Valid(e.Body) && json.Valid(e.Body) {
 		dst = append(dst, `,"data":`...)
 		return append(dst, e.Body...)
 	}
@@ -145,10 +149,15 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
-// appendString appends s as a JSON string. Bytes that are not UTF-8 are
-// written as U+FFFD, so the body is always valid JSON.
+// hexDigits are the digits of a byte written as \xHH.
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. A byte that is not part of
+// UTF-8 text is written as the four characters \xHH (the JSON string
+// "\\xHH"), as asText writes it: the body stays valid JSON, which a strict
+// parser requires to be UTF-8, and two values that differ only in such
+// bytes still differ for the app (two messages' Hopper-Message-Id).
 func appendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
 		// The run of bytes that go as they are, in one append: header
@@ -167,7 +176,7 @@ func appendString(dst []byte, s string) []byte {
 			case c == '"' || c == '\\':
 				dst = append(dst, '\\', c)
 			case c < 0x20 || c == 0x7f:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			default:
 				dst = append(dst, c)
 			}
@@ -176,11 +185,33 @@ func appendString(dst []byte, s string) []byte {
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, `\ufffd`...)
+			dst = append(dst, '\\', '\\', 'x', hexDigits[s[i]>>4], hexDigits[s[i]&0xf])
 		} else {
 			dst = append(dst, s[i:i+size]...)
 		}
 		i += size
 	}
 	return append(dst, '"')
+}
+
+// asText is s as UTF-8 text: s itself when it is UTF-8, else s with each
+// byte that is not part of UTF-8 text written as the four characters \xHH
+// (lower-case hex digits), which is what Python's "backslashreplace"
+// decoding makes of it. An entry id in this form is written into the
+// request unchanged, so the app's answer can name it byte for byte.
+func asText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	b := make([]byte, 0, len(s)+12)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, '\\', 'x', hexDigits[s[i]>>4], hexDigits[s[i]&0xf])
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return string(b)
 }

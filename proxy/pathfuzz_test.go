@@ -3,13 +3,23 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hopper-sidecar/hopper/app"
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/msg"
@@ -27,6 +37,11 @@ import (
 // Hopper publishes can be encoded and read back with its counters in range.
 // Every other message also meets routing rules over its headers,
 // properties and body, with a filter that dead-letters what it leaves out.
+// What bytes are left after the message and its answer may make a batch
+// (checkBatch): the message among others whose ids and bodies the fuzzer
+// writes too, bytes that are not UTF-8 among them, sent through the real
+// batch client to an app that reads the request as a strict JSON parser
+// does.
 func FuzzDeliveryPath(f *testing.F) {
 	for _, seed := range [][]byte{
 		{},
@@ -35,14 +50,30 @@ func FuzzDeliveryPath(f *testing.F) {
 		append([]byte{2, 200, 4, 9}, []byte("id\r\nX-Injected: 1\x00body")...),
 		append([]byte{5, 255, 255, 255, 255, 6}, make([]byte, 64)...),
 		[]byte(strings.Repeat("\xff", 300)),
+		// Batches: ids that differ only in bytes that are not UTF-8, the
+		// same id twice, JSON bodies that are not UTF-8.
+		batchSeed(2, "m", 0, 4,
+			1, 0, 0, "caf\xe9!", 0, "\xff",
+			2, 0, 0, "ok", 1, "",
+			1, 1, 1, "{\"a\":\"\xc3\"}", 2, "",
+			0, 0, 0, "x", 0, ""),
+		batchSeed(0, "\xed\xa0", 1, 0,
+			3, `\xed\xa0`, 3, 0, "\xc0\xaf", 1, "\xfe\xfe",
+			0, 0, 2, "\"\xff\"", "1", 2, ""),
 	} {
 		f.Add(seed)
 	}
+	srv := httptest.NewServer(http.HandlerFunc(strictBatchApp))
+	f.Cleanup(srv.Close)
+	client := app.NewClient(app.ClientOptions{URL: srv.URL, Timeout: 10 * time.Second})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := &gen{b: data}
 		m, deadlineHeader := g.message()
 		out := g.outcome()
 		checkPath(t, m, deadlineHeader, out)
+		if g.byte()%2 == 1 {
+			checkBatch(t, client, g, m, deadlineHeader)
+		}
 	})
 }
 
@@ -101,32 +132,236 @@ func checkPath(t *testing.T, m *msg.Message, deadlineHeader string, out retry.Ou
 		t.Fatalf("settled %d times (%v), want exactly once", settles, j.all())
 	}
 	for i, cp := range pub.got {
-		if err := broker.Publishable(cp); err != nil {
-			t.Errorf("copy to %s cannot be published: %v", pub.to[i], err)
-		}
-		back := msg.Read(cp, plan.Work.Name, deadlineHeader, time.Now())
-		if back.Retries < 0 || back.Retries > msg.MaxCount || back.Requeues < 0 || back.Requeues > msg.MaxCount ||
-			back.Crashes < 0 || back.Crashes > msg.MaxCount || back.Attempt < 1 {
-			t.Errorf("copy to %s reads back out of range: %+v", pub.to[i], back)
-		}
-		if string(cp.Body) != string(m.Body) || cp.MessageID != m.MessageID {
-			t.Errorf("copy to %s changed the message's body or id", pub.to[i])
-		}
-		if v, ok := cp.Headers[msg.HeaderDeath]; ok {
-			list, isList := v.([]any)
-			for _, e := range list {
-				if _, isTable := e.(map[string]any); !isTable {
-					isList = false
-				}
+		checkCopy(t, &plan, deadlineHeader, cp, pub.to[i], m)
+	}
+}
+
+// checkCopy checks a copy of m that Hopper published to queue to.
+func checkCopy(t *testing.T, plan *topology.Plan, deadlineHeader string, cp *msg.Message, to string, m *msg.Message) {
+	t.Helper()
+	if err := broker.Publishable(cp); err != nil {
+		t.Errorf("copy to %s cannot be published: %v", to, err)
+	}
+	back := msg.Read(cp, plan.Work.Name, deadlineHeader, time.Now())
+	if back.Retries < 0 || back.Retries > msg.MaxCount || back.Requeues < 0 || back.Requeues > msg.MaxCount ||
+		back.Crashes < 0 || back.Crashes > msg.MaxCount || back.Attempt < 1 {
+		t.Errorf("copy to %s reads back out of range: %+v", to, back)
+	}
+	if string(cp.Body) != string(m.Body) || cp.MessageID != m.MessageID {
+		t.Errorf("copy to %s changed the message's body or id", to)
+	}
+	if v, ok := cp.Headers[msg.HeaderDeath]; ok {
+		list, isList := v.([]any)
+		for _, e := range list {
+			if _, isTable := e.(map[string]any); !isTable {
+				isList = false
 			}
-			if !isList {
-				t.Errorf("copy to %s carries an x-death the broker cannot extend: %#v", pub.to[i], v)
-			}
 		}
-		if pub.to[i] == plan.DLQ.Name && cp.String(msg.HeaderDeadLetterReason) == "" {
-			t.Errorf("DLQ copy without a reason")
+		if !isList {
+			t.Errorf("copy to %s carries an x-death the broker cannot extend: %#v", to, v)
 		}
 	}
+	if to == plan.DLQ.Name && cp.String(msg.HeaderDeadLetterReason) == "" {
+		t.Errorf("DLQ copy without a reason")
+	}
+}
+
+// Headers of a batch's messages: the status the app answers the message's
+// entry with, and which message a copy is of.
+const (
+	hdrWant = "x-want"
+	hdrN    = "x-n"
+)
+
+// checkBatch delivers a batch of messages the fuzzer writes, with m (the
+// path's own message) among them, through the real batch client to
+// strictBatchApp, and checks that each is settled exactly once and that
+// each of the written ones fares as the status the app gave its own entry
+// says: 200 acked, 422 dead-lettered with that status, 503 retried.
+func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadlineHeader string) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	n := 2 + int(g.byte()%4)
+	base := g.str()
+	base = base[:min(len(base), 64)]
+	quorum := g.byte()%2 == 1
+	at := int(g.byte()) % (n + 1)
+	statuses := []int{200, 422, 503}
+	var ms []*msg.Message
+	var wants []int
+	written := make(map[int64]*msg.Message, n)
+	for k := range n {
+		id := base
+		switch g.byte() % 5 {
+		case 1:
+			id += "\xff"
+		case 2:
+			id += "\xfe"
+		case 3:
+			id = g.str()
+			id = id[:min(len(id), 255)] // an AMQP short string
+		case 4:
+			id = "" // Hopper makes one up from routing key and body
+		}
+		ct := []string{"application/json", "application/json; charset=utf-8", "text/plain", "application/cloudevents+json"}[g.byte()%4]
+		var body []byte
+		switch g.byte() % 3 {
+		case 0:
+			body = []byte(`{"k":"` + g.str() + `"}`)
+		case 1:
+			body = []byte(g.str())
+		default:
+			body = []byte(`["` + g.str() + `",` + g.str() + `]`)
+		}
+		want := statuses[g.byte()%3]
+		note := g.str()
+		note = note[:min(len(note), 200)]
+		bm := &msg.Message{MessageID: id, RoutingKey: "orders", ContentType: ct, Body: body,
+			Headers: map[string]any{hdrWant: strconv.Itoa(want), hdrN: int64(k), "x-note": note}}
+		ms, wants, written[int64(k)] = append(ms, bm), append(wants, want), bm
+	}
+	// The path's message, hostile headers and all, goes along; only that
+	// it is settled once is checked. Its entry is acked if it carries no
+	// wish the app can read.
+	hostile := *m
+	hostile.Headers = maps.Clone(m.Headers)
+	hostile.Headers[hdrN] = int64(-1)
+	delete(hostile.Headers, hdrWant)
+	ms = slices.Insert(ms, at, &hostile)
+
+	pub := &fakePub{j: &journal{}}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: client, Pub: pub, Workers: 1,
+		MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, DeadlineHeader: deadlineHeader, Quorum: quorum,
+		Batch: batch.Limits{MaxMessages: len(ms), MaxBytes: 1 << 20}})
+	ds := make([]Delivery, len(ms))
+	js := make([]*journal, len(ms))
+	for i, bm := range ms {
+		js[i] = &journal{}
+		ds[i] = &fakeDelivery{m: bm, j: js[i], alive: true}
+	}
+	p.handleBatch(context.Background(), ds)
+
+	if n := p.Stats.InternalErrors.Load(); n != 0 {
+		t.Fatalf("%d internal errors (recovered panics) on a batch", n)
+	}
+	for i, j := range js {
+		settles := 0
+		for _, e := range j.all() {
+			if e == "ack" || strings.HasPrefix(e, "nack") {
+				settles++
+			}
+		}
+		if settles != 1 {
+			t.Fatalf("message %d of the batch settled %d times (%v), want exactly once", i, settles, j.all())
+		}
+	}
+	copies := make(map[int64][]int, len(ms))
+	for i, cp := range pub.got {
+		k, _ := cp.Headers[hdrN].(int64)
+		if k < 0 {
+			checkCopy(t, &plan, deadlineHeader, cp, pub.to[i], &hostile)
+			continue
+		}
+		checkCopy(t, &plan, deadlineHeader, cp, pub.to[i], written[k])
+		copies[k] = append(copies[k], i)
+	}
+	for k, want := range wants {
+		got := copies[int64(k)]
+		var to string
+		var status int
+		if len(got) == 1 {
+			to, status = pub.to[got[0]], msg.Counter(pub.got[got[0]].Headers[msg.HeaderFinalStatusCode])
+		}
+		switch {
+		case want == 200 && len(got) == 0,
+			want == 422 && len(got) == 1 && to == plan.DLQ.Name && status == 422,
+			want == 503 && len(got) == 1 && to != plan.DLQ.Name && to != plan.Work.Name:
+		default:
+			var dests []string
+			for _, i := range got {
+				dests = append(dests, fmt.Sprintf("%s (status %d, %q)", pub.to[i],
+					msg.Counter(pub.got[i].Headers[msg.HeaderFinalStatusCode]), pub.got[i].String(msg.HeaderFinalError)))
+			}
+			w := written[int64(k)]
+			t.Fatalf("message %d (id %q, %s body %q), answered %d: copies to %v, want its own answer's",
+				k, w.MessageID, w.ContentType, w.Body, want, dests)
+		}
+	}
+}
+
+// strictBatchApp is an app taking Hopper's batch requests as a strict JSON
+// parser does (Python's json): JSON text is UTF-8, and a request that is
+// not UTF-8 or not JSON is answered 400. It answers each entry by the id
+// it read, with the status the entry's Hopper-Header-x-want asks for, else
+// 200.
+func strictBatchApp(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !utf8.Valid(body) {
+		http.Error(w, "the request is not UTF-8", http.StatusBadRequest)
+		return
+	}
+	var req struct {
+		Entries []struct {
+			ID         string            `json:"id"`
+			Headers    map[string]string `json:"headers"`
+			Data       json.RawMessage   `json:"data"`
+			DataBase64 *string           `json:"data_base64"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	type result struct {
+		ID     string `json:"id"`
+		Status int    `json:"status"`
+		Error  string `json:"error,omitempty"`
+	}
+	results := make([]result, 0, len(req.Entries))
+	for _, e := range req.Entries {
+		if (e.Data == nil) == (e.DataBase64 == nil) {
+			http.Error(w, "an entry without exactly one of data and data_base64", http.StatusBadRequest)
+			return
+		}
+		status := 200
+		if s, err := strconv.Atoi(e.Headers[app.HdrHeaderPrefix+hdrWant]); err == nil {
+			status = s
+		}
+		results = append(results, result{ID: e.ID, Status: status, Error: "asked for"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string][]result{"results": results}) // fails only when Hopper hung up
+}
+
+// batchSeed is a FuzzDeliveryPath input that makes a batch: zeros for the
+// path's message and answer (an empty message, a timeout), then the bytes
+// checkBatch reads, each int a byte and each string a length byte and its
+// bytes.
+func batchSeed(parts ...any) []byte {
+	g := &gen{b: make([]byte, 4096)}
+	g.message()
+	g.outcome()
+	b := make([]byte, 4096-len(g.b), 4096)
+	b = append(b, 1) // a batch follows
+	for _, p := range parts {
+		switch v := p.(type) {
+		case int:
+			b = append(b, byte(v))
+		case string:
+			b = append(b, byte(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
 }
 
 // fuzzRoutes are routing rules over every part of a message, one with a

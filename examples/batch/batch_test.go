@@ -75,10 +75,13 @@ func need(t *testing.T, name string) string {
 	return p
 }
 
-// check sends two batches written by Hopper's own encoder and reads each
+// check sends batches written by Hopper's own encoder and reads each
 // answer as Hopper does, through the outcome table: a valid order is
 // acked, one with qty 0 dead-lettered as non-retriable, and a body that
-// is not JSON (sent as data_base64) dead-lettered too.
+// is not JSON (sent as data_base64) dead-lettered too, as is a JSON body
+// that is not UTF-8, while its neighbour is acked. Message ids that are
+// not UTF-8, two differing only there, name their entries as ids that
+// are.
 func check(t *testing.T, url string) {
 	t.Helper()
 	got := send(t, url, entry("m-1", "1", "application/json", `{"sku":"A-1","qty":2}`),
@@ -89,6 +92,19 @@ func check(t *testing.T, url string) {
 	got = send(t, url, entry("m-3", "1", "text/plain", "qty=5"))
 	if want := []string{"dlq m-3 422"}; !slices.Equal(got, want) {
 		t.Errorf("a body that is not JSON: %q, want %q", got, want)
+	}
+	raw := []string{"m-4\xff", "m-4\xfe", "m-4\xff"}
+	ids := batch.IDs(len(raw), func(i int) string { return raw[i] })
+	got = send(t, url, entry(ids[0], "1", "application/json", `{"sku":"A-1","qty":2}`),
+		entry(ids[1], "1", "application/json", `{"sku":"A-1","qty":0}`),
+		entry(ids[2], "1", "application/json", `{"sku":"A-1","qty":1}`))
+	if want := []string{`ack m-4\xff 200`, `dlq m-4\xfe 422`, `ack m-4\xff#2 200`}; !slices.Equal(got, want) {
+		t.Errorf("message ids that are not UTF-8: %q, want %q", got, want)
+	}
+	got = send(t, url, entry("m-5", "1", "application/json", `{"sku":"A-1","qty":2}`),
+		entry("m-6", "1", "application/json", "{\"sku\":\"caf\xe9\",\"qty\":2}"))
+	if want := []string{"ack m-5 200", "dlq m-6 422"}; !slices.Equal(got, want) {
+		t.Errorf("a JSON body that is not UTF-8 (sent as data_base64): %q, want %q", got, want)
 	}
 }
 
