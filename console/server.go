@@ -58,6 +58,13 @@ type Token struct {
 // page of another site can make the browser send cookies, not headers.
 const TokenHeader = "X-Hopper-Token"
 
+// APIHeader must be on every API call, with the value 1: the console's
+// page sets it on each of its fetches. A page of another site cannot send
+// a header of its own to the console without the browser first asking the
+// console's leave (a CORS preflight), which the console never gives; an
+// <img src>, a link or a form sends none. Scripts and curl send it too.
+const APIHeader = "Hopper-Console"
+
 // Options configure a Server.
 type Options struct {
 	DLQs   []DLQ
@@ -278,8 +285,10 @@ func (s *Server) Handler() http.Handler {
 }
 
 // guard sets the security headers on every answer and refuses requests
-// from elsewhere: a Host that is not loopback (when LoopbackOnly), and a
-// POST another site's page sent.
+// from elsewhere: a Host that is not loopback (when LoopbackOnly), and an
+// API call, GET included, that another site's page may have sent (see
+// fromPage). Only the page and its assets answer anyone: they are the same
+// for everyone and read nothing from the broker.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -292,8 +301,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			httpError(w, http.StatusForbidden, fmt.Errorf("host %q is not a loopback name: the console answers only on localhost (use kubectl port-forward or an SSH tunnel)", r.Host))
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if err := sameOrigin(r); err != nil {
+		if r.URL.Path != "/" && !strings.HasPrefix(r.URL.Path, "/assets/") {
+			if err := fromPage(r); err != nil {
 				httpError(w, http.StatusForbidden, err)
 				return
 			}
@@ -317,21 +326,31 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// sameOrigin refuses a request a page of another origin sent: by
-// Sec-Fetch-Site where the browser sends it, else by Origin. A request
-// with neither is not from a browser (curl), which carries no one else's
-// credentials.
-func sameOrigin(r *http.Request) error {
+// fromPage refuses an API call that a page other than the console's own
+// may have sent. Even a GET: reading a quorum DLQ moves every message, and
+// an <img src> on any page the operator visits would otherwise start one
+// through a port-forward left open.
+//
+// Sec-Fetch-Site, where the browser sends it, must say same-origin or none
+// (typed by the user); same-site is refused too, as another port of
+// localhost is the same site. Origin, when sent, must be the console's
+// own. And APIHeader must be there: the console's page sets it, another
+// site's page cannot, so a browser too old to send either of the others
+// is covered as well.
+func fromPage(r *http.Request) error {
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
 	case "", "same-origin", "none":
 	default:
-		return fmt.Errorf("cross-site request refused (Sec-Fetch-Site: %s)", site)
+		return fmt.Errorf("request refused: Sec-Fetch-Site %q shows a page of another origin sent it, and the console's API answers only its own page", site)
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
-		if err != nil || u.Host != r.Host {
-			return fmt.Errorf("cross-origin request refused (Origin %q, Host %q)", origin, r.Host)
+		if err != nil || u.Host != r.Host || u.Scheme != "http" && u.Scheme != "https" {
+			return fmt.Errorf("cross-origin request refused (Origin %q, Host %q): the console's API answers only its own page", origin, r.Host)
 		}
+	}
+	if r.Header.Get(APIHeader) != "1" {
+		return fmt.Errorf("request without the %s: 1 header refused: the console's API answers only its own page, which sends it (from a script: curl -H '%s: 1')", APIHeader, APIHeader)
 	}
 	return nil
 }

@@ -163,6 +163,7 @@ func (e *env) call(method, path string, body any, hdr map[string]string, out any
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	req.Header.Set(console.APIHeader, "1")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -449,6 +450,7 @@ func TestLiveExportGroupAsNDJSON(t *testing.T) {
 	b, _ := json.Marshal(map[string]string{"group": exp.ID})
 	req, _ := http.NewRequest("POST", e.srv.URL+e.path("/export"), bytes.NewReader(b))
 	req.Header.Set(console.TokenHeader, secret)
+	req.Header.Set(console.APIHeader, "1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +492,7 @@ func TestSecurityHeadersAndHost(t *testing.T) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("GET", path, nil)
 		req.Host = "127.0.0.1:8080"
+		req.Header.Set(console.APIHeader, "1")
 		h.ServeHTTP(rec, req)
 		hd := rec.Header()
 		if rec.Code != http.StatusOK || !strings.Contains(hd.Get("Content-Security-Policy"), "default-src 'self'") || hd.Get("X-Frame-Options") != "DENY" || hd.Get("X-Content-Type-Options") != "nosniff" {
@@ -499,8 +502,9 @@ func TestSecurityHeadersAndHost(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/api/overview", nil)
 	req.Host = "rebound.evil.example:8080"
+	req.Header.Set(console.APIHeader, "1")
 	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusForbidden {
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "not a loopback name") {
 		t.Errorf("a non-loopback Host: %d, want 403", rec.Code)
 	}
 	rec = httptest.NewRecorder()

@@ -119,7 +119,7 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 	hwm := watchHWM(cmd.Process.Pid)
 	defer hwm.stop()
 
-	res, err := http.Post(base+"api/dlqs/"+dlqName+"/scan", "application/json", nil)
+	res, err := consoleCall("POST", base+"api/dlqs/"+dlqName+"/scan")
 	if err != nil {
 		return consoleResult{}, fmt.Errorf("start scan: %w", err)
 	}
@@ -136,7 +136,7 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 			return consoleResult{}, fmt.Errorf("scan still running after 30m: %+v", job)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the scan's progress
-		res, err := http.Get(base + "api/jobs/" + job.ID)
+		res, err := consoleCall("GET", base+"api/jobs/"+job.ID)
 		if err != nil {
 			return consoleResult{}, fmt.Errorf("scan progress: %w", err)
 		}
@@ -156,9 +156,19 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 	var page struct {
 		Groups []console.Group `json:"groups"`
 	}
-	if res, err := http.Get(base + "api/dlqs/" + dlqName + "/groups"); err == nil {
+	if res, err := consoleCall("GET", base+"api/dlqs/"+dlqName+"/groups"); err == nil {
 		json.NewDecoder(res.Body).Decode(&page) //nolint:errcheck // the group count is informational
 		res.Body.Close()
 	}
 	return consoleResult{secs: job.Finished.Sub(job.Started).Seconds(), hwmKB: hwm.peak(), groups: len(page.Groups)}, nil
+}
+
+// consoleCall calls the console's API as its page does.
+func consoleCall(method, url string) (*http.Response, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(console.APIHeader, "1")
+	return http.DefaultClient.Do(req)
 }

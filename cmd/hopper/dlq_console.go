@@ -62,8 +62,14 @@ confirm, then ack; --max-replays; paced at the rate given, cancellable),
 exported as JSON Lines (the export format) or purged after typing the
 group's size. Every action needs the token in the X-Hopper-Token header:
 --token-file holds one per line (LABEL:TOKEN, or TOKEN alone), else one is
-generated and printed once at start. Actions are POST only and refused
-from another origin; the page loads nothing from outside the binary.
+generated and printed once at start. Actions are POST only.
+
+Every API call, reads included, needs the header Hopper-Console: 1, which
+the console's page sends on each call (a script sends it too: curl -H
+'Hopper-Console: 1'), and is refused (403) when Sec-Fetch-Site or Origin
+shows another site or origin sent it: another site's page cannot make the
+browser call the console, not even with an <img src>. The page loads
+nothing from outside the binary.
 
 It listens on 127.0.0.1:8089 by default and then answers only to localhost
 names; reach it in Kubernetes with

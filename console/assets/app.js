@@ -34,7 +34,9 @@
 
   async function api(path, opts) {
     const o = opts || {};
-    const headers = { "Accept": "application/json" };
+    // Hopper-Console: 1 on every call: the console answers no API call
+    // without it, so another site's page cannot make the browser call it.
+    const headers = { "Accept": "application/json", "Hopper-Console": "1" };
     if (o.body !== undefined) headers["Content-Type"] = "application/json";
     if (o.method === "POST") headers["X-Hopper-Token"] = token();
     const res = await fetch(path, { method: o.method || "GET", headers, body: o.body === undefined ? undefined : JSON.stringify(o.body), credentials: "same-origin" });

@@ -305,6 +305,7 @@ func (p *proc) api(t *testing.T, method, path string, body any, out any) int {
 		t.Fatal(err)
 	}
 	req.Header.Set(console.TokenHeader, secret)
+	req.Header.Set(console.APIHeader, "1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
