@@ -27,6 +27,11 @@ func (b *fakeBroker) Browse(context.Context, string) (dlq.Pass, error) {
 	return dlq.Pass{}, errors.New("no broker")
 }
 
+func (b *fakeBroker) BrowseInPlace(context.Context, string) (dlq.Pass, error) {
+	b.opened.Add(1)
+	return dlq.Pass{}, errors.New("no broker")
+}
+
 func (b *fakeBroker) Own(context.Context, string, int, int) (dlq.Pass, error) {
 	b.opened.Add(1)
 	return dlq.Pass{}, errors.New("no broker")

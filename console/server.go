@@ -29,10 +29,14 @@ var assets embed.FS
 // Broker is what the console needs from the broker: the depth of a queue,
 // and a DLQ opened the way the dlq tools open it — for reading without
 // removing anything (a quorum DLQ rotated), or owned exclusively for a run
-// that removes messages. cmd/hopper backs it with the broker package.
+// that removes messages. cmd/hopper backs it with dlqconn.Opener.
 type Broker interface {
 	Depth(ctx context.Context, queue string) (int, error)
 	Browse(ctx context.Context, queue string) (dlq.Pass, error)
+	// BrowseInPlace is Browse for a reader that may not change the DLQ:
+	// a DLQ that Browse would rotate (a quorum DLQ) is refused, with an
+	// error wrapping dlq.ErrRotates, before anything is read.
+	BrowseInPlace(ctx context.Context, queue string) (dlq.Pass, error)
 	// Own opens queue exclusively with a window of prefetch messages and,
 	// when inFlight > 0, a publisher with that many confirms pending.
 	Own(ctx context.Context, queue string, prefetch, inFlight int) (dlq.Pass, error)
@@ -69,8 +73,10 @@ const APIHeader = "Hopper-Console"
 type Options struct {
 	DLQs   []DLQ
 	Broker Broker
-	// AllowActions enables replay, export and purge; without it the
-	// console only reads.
+	// AllowActions enables replay, export and purge, and the reads that
+	// rotate a quorum DLQ (its scan, a message view); without it the
+	// console only reads, and only the DLQs whose messages reading hands
+	// back in place (classic ones).
 	AllowActions bool
 	// Tokens allow actions; at least one when AllowActions.
 	Tokens []Token
@@ -92,7 +98,9 @@ type Options struct {
 	// that a web page cannot reach a console on 127.0.0.1 by pointing a
 	// DNS name of its own at that address.
 	LoopbackOnly bool
-	// ScanOnStart scans every DLQ when Run starts.
+	// ScanOnStart scans every DLQ when Run starts: with AllowActions a
+	// quorum DLQ too (the one who started the console asked for it),
+	// without it only those read in place.
 	ScanOnStart bool
 	Log         *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -127,6 +135,8 @@ type queueState struct {
 	depth    int
 	depthErr string
 	depthAt  time.Time
+	// rotates is true once a read found that reading the DLQ rotates it.
+	rotates bool
 }
 
 // New checks o and returns a server.
@@ -211,7 +221,11 @@ func (s *Server) Run(ctx context.Context) {
 		go func() {
 			defer s.wg.Done()
 			for _, name := range s.order {
-				if _, err := s.startScan(s.queues[name], "console start", true); err != nil {
+				_, err := s.startScan(s.queues[name], "console start", s.o.AllowActions, true)
+				switch {
+				case errors.Is(err, dlq.ErrRotates):
+					s.o.Log.Info("console: not scanned at start", "dlq", name, "why", err.Error())
+				case err != nil:
 					s.o.Log.Warn("console: scan at start", "dlq", name, "error", err.Error())
 				}
 			}
@@ -431,6 +445,9 @@ type Overview struct {
 	Samples   int       `json:"samples"`
 	// Chart is the depth over the console's lifetime.
 	Chart Chart `json:"chart"`
+	// ReadRotates is true once a read found that reading the DLQ rotates
+	// it (a quorum DLQ): its scan and message views are then actions.
+	ReadRotates bool `json:"readRotates"`
 }
 
 // The overview's chart size, in pixels.
@@ -450,7 +467,7 @@ func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
 		rate, ok := q.sampler.PerMinute()
 		q.mu.Lock()
 		samples := q.sampler.Samples()
-		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight)}
+		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight), ReadRotates: q.rotates}
 		if q.index != nil {
 			ov.Oldest, ov.Newest, ov.Scanned, ov.Groups, ov.ScannedAt = q.index.Oldest, q.index.Newest, q.index.Scanned, len(q.index.groups), q.indexAt
 		}
@@ -482,11 +499,12 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 }
 
 type groupsPage struct {
-	DLQ       string    `json:"dlq"`
-	Scanned   int       `json:"scanned"`
-	ScannedAt time.Time `json:"scannedAt,omitzero"`
-	Groups    []Group   `json:"groups"`
-	Scan      *JobView  `json:"scan,omitempty"`
+	DLQ         string    `json:"dlq"`
+	Scanned     int       `json:"scanned"`
+	ScannedAt   time.Time `json:"scannedAt,omitzero"`
+	Groups      []Group   `json:"groups"`
+	Scan        *JobView  `json:"scan,omitempty"`
+	ReadRotates bool      `json:"readRotates"`
 }
 
 func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
@@ -495,9 +513,9 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.mu.Lock()
-	ix, at, scan := q.index, q.indexAt, q.scan
+	ix, at, scan, rotates := q.index, q.indexAt, q.scan, q.rotates
 	q.mu.Unlock()
-	page := groupsPage{DLQ: q.Name, Groups: []Group{}, ScannedAt: at}
+	page := groupsPage{DLQ: q.Name, Groups: []Group{}, ScannedAt: at, ReadRotates: rotates}
 	if ix != nil {
 		page.Scanned, page.Groups = ix.Scanned, ix.Groups()
 	}
@@ -542,14 +560,14 @@ var errFound = errors.New("found")
 // fetch reads the message with id from q without removing anything: a
 // pass over the DLQ (as peek makes) that stops at the message on a
 // classic DLQ and goes round the whole of a quorum one, which must keep
-// its order.
-func (s *Server) fetch(ctx context.Context, q *queueState, id string) (*msg.Message, error) {
+// its order. rotate allows reading a quorum DLQ (see open).
+func (s *Server) fetch(ctx context.Context, q *queueState, id string, rotate bool) (*msg.Message, error) {
 	release, err := s.claim(q, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	p, err := s.o.Broker.Browse(ctx, q.Name)
+	p, err := s.open(ctx, q, rotate)
 	if err != nil {
 		return nil, err
 	}
@@ -571,6 +589,62 @@ func (s *Server) fetch(ctx context.Context, q *queueState, id string) (*msg.Mess
 		return nil, fmt.Errorf("message %q is not in %s (replayed or purged since the scan?)", id, q.Name)
 	}
 	return found, nil
+}
+
+// open opens q for a pass that removes nothing. Reading a quorum DLQ
+// rotates every message: a copy of each published to the tail and the
+// original acked, the DLQ held for as long as the pass takes. That changes
+// the DLQ, so only a reader allowed to act passes rotate; without it a
+// quorum DLQ is refused before anything is read, and the error says what
+// would allow it. A classic DLQ hands every message back in place and is
+// read either way. (A queue's type is fixed for its life: it changes only
+// by deleting the queue.)
+func (s *Server) open(ctx context.Context, q *queueState, rotate bool) (dlq.Pass, error) {
+	var p dlq.Pass
+	var err error
+	if rotate {
+		p, err = s.o.Broker.Browse(ctx, q.Name)
+	} else {
+		p, err = s.o.Broker.BrowseInPlace(ctx, q.Name)
+	}
+	switch {
+	case errors.Is(err, dlq.ErrRotates):
+		q.setRotates(true)
+		if !s.o.AllowActions {
+			return p, fmt.Errorf("%w; a scan or a message view of it is therefore an action, and the console is read-only: start it with --allow-actions and use its token", err)
+		}
+		return p, fmt.Errorf("%w; a scan or a message view of it is therefore an action: it needs the console's token (the Token box, or the %s header)", err, TokenHeader)
+	case err == nil:
+		q.setRotates(p.Rotate != nil)
+	}
+	return p, err
+}
+
+// rotationStatus is the status of a read refused because it would rotate
+// a quorum DLQ: 401 when the token would allow it, 403 when nothing would.
+func (s *Server) rotationStatus() int {
+	if s.o.AllowActions {
+		return http.StatusUnauthorized
+	}
+	return http.StatusForbidden
+}
+
+// reader tells whether r may read a DLQ that reading rotates — only as an
+// action: with actions allowed and a valid token — and names the reader
+// for the log and the activity list.
+func (s *Server) reader(r *http.Request) (rotate bool, who string) {
+	if s.o.AllowActions {
+		if label, ok := s.token(r.Header.Get(TokenHeader)); ok {
+			return true, label + " from " + r.RemoteAddr
+		}
+	}
+	return false, "from " + r.RemoteAddr
+}
+
+func (q *queueState) setRotates(v bool) {
+	q.mu.Lock()
+	q.rotates = v
+	q.mu.Unlock()
 }
 
 // claim marks q busy with job (nil: a short read) or fails with errBusy.
@@ -606,14 +680,21 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Minute)
 	defer cancel()
-	m, err := s.fetch(ctx, q, id)
+	rotate, who := s.reader(r)
+	m, err := s.fetch(ctx, q, id, rotate)
 	switch {
+	case errors.Is(err, dlq.ErrRotates):
+		httpError(w, s.rotationStatus(), err)
+		return
 	case errors.Is(err, errBusy):
 		httpError(w, http.StatusConflict, err)
 		return
 	case err != nil:
 		httpError(w, http.StatusNotFound, err)
 		return
+	}
+	if rotate {
+		s.o.Log.Info("console: message view", "dlq", q.Name, "message", id, "who", who)
 	}
 	writeJSON(w, http.StatusOK, s.describe(q.Name, m))
 }

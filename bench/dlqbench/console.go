@@ -77,12 +77,28 @@ func fillConsole(pub *broker.Publisher, queue, work string, n int, body []byte) 
 
 var consoleListening = regexp.MustCompile(`listening on (http://[^ ]+/)`)
 
+// consoleToken is the bench console's token: a quorum DLQ's scan is an
+// action, since it rotates the DLQ.
+const consoleToken = "dlqbench-console-token-0123456789"
+
 // consoleScan starts `hopper dlq console` on the work queue's DLQ, asks it
 // for a scan through its API, polls the scan's progress until it ends and
 // reads the process's peak RSS from /proc while it runs.
 func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
+	tokens, err := os.CreateTemp("", "dlqbench-console-tokens-")
+	if err != nil {
+		return consoleResult{}, err
+	}
+	defer os.Remove(tokens.Name())
+	_, err = tokens.WriteString("bench:" + consoleToken + "\n")
+	if cerr := tokens.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return consoleResult{}, fmt.Errorf("write the console's token file: %w", err)
+	}
 	cmd := exec.Command(o.hopperBin, "dlq", "console", "--broker-url", url, "--queue", work, "--listen", "127.0.0.1:0",
-		"--scan-on-start=false", "--sample-every", "1h", "--log-format", "text")
+		"--allow-actions", "--token-file", tokens.Name(), "--scan-on-start=false", "--sample-every", "1h", "--log-format", "text")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOPPER_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -163,12 +179,13 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 	return consoleResult{secs: job.Finished.Sub(job.Started).Seconds(), hwmKB: hwm.peak(), groups: len(page.Groups)}, nil
 }
 
-// consoleCall calls the console's API as its page does.
+// consoleCall calls the console's API as its page does, with the token.
 func consoleCall(method, url string) (*http.Response, error) {
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set(console.APIHeader, "1")
+	req.Header.Set(console.TokenHeader, consoleToken)
 	return http.DefaultClient.Do(req)
 }

@@ -56,6 +56,14 @@ present, as stats makes (a quorum DLQ rotated, a classic one handed back in
 place), keeping headers-derived groups only; bodies are read when a
 message is opened.
 
+A quorum DLQ cannot be read without rotating it: each message is copied to
+the tail, confirmed, then the original acked, and the DLQ is held for as
+long as the pass takes. That changes the DLQ, so its scan and its message
+views are actions: made only with --allow-actions and the token (401
+without it), never by a read-only console (403), which shows its depth
+only. A classic DLQ's messages are handed back in place, so reading it
+needs no token.
+
 Read-only unless --allow-actions. Then a group, or one message, can be
 replayed (the same run as hopper dlq replay: exclusive owner, publish,
 confirm, then ack; --max-replays; paced at the rate given, cancellable),
