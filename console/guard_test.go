@@ -124,3 +124,42 @@ func TestAPIRefusesOtherSites(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsNeedToken: with ReadsNeedToken every API call needs a token,
+// checked after the page's own checks; the page and its assets do not.
+func TestReadsNeedToken(t *testing.T) {
+	const tok = "reads-token-0123456789"
+	if _, err := console.New(console.Options{DLQs: []console.DLQ{{Name: "q.dlq"}}, Broker: &fakeBroker{}, ReadsNeedToken: true}); err == nil {
+		t.Error("reads behind a token, with no token: accepted")
+	}
+	b := &fakeBroker{}
+	c, err := console.New(console.Options{DLQs: []console.DLQ{{Name: "q.dlq"}}, Broker: b, ReadsNeedToken: true, Tokens: []console.Token{{Label: "viewer", Secret: tok}}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handler()
+	page := map[string]string{console.APIHeader: "1"}
+	for _, path := range []string{"/api/overview", "/api/jobs", "/api/dlqs/q.dlq/groups", "/api/dlqs/q.dlq/message?id=m-1"} {
+		for _, hdr := range []map[string]string{page, with(page, console.TokenHeader, tok+"x")} {
+			if rec := request(h, "GET", path, hdr); rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), console.TokenHeader) {
+				t.Errorf("GET %s, token %q: %d %s; want 401", path, hdr[console.TokenHeader], rec.Code, rec.Body)
+			}
+		}
+		// Another site's page is refused before its token is looked at.
+		if rec := request(h, "GET", path, with(page, console.TokenHeader, tok, "Sec-Fetch-Site", "cross-site")); rec.Code != http.StatusForbidden {
+			t.Errorf("GET %s from another site with the token: %d, want 403", path, rec.Code)
+		}
+	}
+	if n := b.opened.Load(); n != 0 {
+		t.Errorf("calls without the token opened the DLQ %d time(s)", n)
+	}
+	rec := request(h, "GET", "/api/overview", with(page, console.TokenHeader, tok))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"tokenNeeded":true`) {
+		t.Errorf("overview with the token: %d %s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{"/", "/assets/app.js"} {
+		if rec := request(h, "GET", path, nil); rec.Code != http.StatusOK {
+			t.Errorf("GET %s without the token: %d, want 200", path, rec.Code)
+		}
+	}
+}

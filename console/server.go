@@ -78,7 +78,13 @@ type Options struct {
 	// console only reads, and only the DLQs whose messages reading hands
 	// back in place (classic ones).
 	AllowActions bool
-	// Tokens allow actions; at least one when AllowActions.
+	// ReadsNeedToken makes every API call, reads included, need a token:
+	// for a console that answers on an address beyond loopback, where
+	// LoopbackOnly cannot keep a web page from reaching it through a DNS
+	// name of its own pointed at that address.
+	ReadsNeedToken bool
+	// Tokens allow actions, and reads when ReadsNeedToken; at least one
+	// with either.
 	Tokens []Token
 	// TraceURL, when set, links a message's x-trace-id: {traceId} is
 	// replaced by the id.
@@ -149,6 +155,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.AllowActions && len(o.Tokens) == 0 {
 		return nil, errors.New("console: actions allowed but no token")
+	}
+	if o.ReadsNeedToken && len(o.Tokens) == 0 {
+		return nil, errors.New("console: reads need a token but there is none")
 	}
 	for _, t := range o.Tokens {
 		if len(t.Secret) < 16 {
@@ -320,6 +329,10 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				httpError(w, http.StatusForbidden, err)
 				return
 			}
+			if _, ok := s.token(r.Header.Get(TokenHeader)); s.o.ReadsNeedToken && !ok {
+				httpError(w, http.StatusUnauthorized, fmt.Errorf("missing or wrong %s header: this console answers every API call, reads included, only with its token (the Token box)", TokenHeader))
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -456,12 +469,15 @@ const chartWidth, chartHeight = 240, 60
 type overviewPage struct {
 	DLQs         []Overview `json:"dlqs"`
 	AllowActions bool       `json:"allowActions"`
-	Rate         float64    `json:"rate"`
-	MaxReplays   int        `json:"maxReplays"`
+	// TokenNeeded is true when some call needs the token: actions, or
+	// every call with ReadsNeedToken.
+	TokenNeeded bool    `json:"tokenNeeded"`
+	Rate        float64 `json:"rate"`
+	MaxReplays  int     `json:"maxReplays"`
 }
 
 func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
-	page := overviewPage{AllowActions: s.o.AllowActions, Rate: s.o.Rate, MaxReplays: s.o.MaxReplays}
+	page := overviewPage{AllowActions: s.o.AllowActions, TokenNeeded: s.o.AllowActions || s.o.ReadsNeedToken, Rate: s.o.Rate, MaxReplays: s.o.MaxReplays}
 	for _, name := range s.order {
 		q := s.queues[name]
 		rate, ok := q.sampler.PerMinute()

@@ -46,6 +46,8 @@
     if (o.raw && res.ok) return res;
     let data = null;
     try { data = await res.json(); } catch (e) { data = null; }
+    // 401: the call needs the token; the box to type it in is shown.
+    if (res.status === 401) document.getElementById("token-box").hidden = false;
     if (!res.ok) throw new Error((data && data.error) || (res.status + " " + res.statusText));
     return data;
   }
@@ -308,8 +310,8 @@
     try {
       state.overview = await api("/api/overview");
       state.allowActions = state.overview.allowActions;
-      document.getElementById("token-box").hidden = !state.allowActions;
-      document.getElementById("mode").textContent = state.allowActions ? "actions allowed (token needed)" : "read-only";
+      document.getElementById("token-box").hidden = !state.overview.tokenNeeded;
+      document.getElementById("mode").textContent = state.allowActions ? "actions allowed (token needed)" : state.overview.tokenNeeded ? "read-only (token needed)" : "read-only";
       if (state.route === "" || state.route === "#/") renderOverview(document.getElementById("view"));
     } catch (e) { showError(e.message); }
   }
