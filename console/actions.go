@@ -14,11 +14,13 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
-// startScan starts a scan of q in the background: one pass over every
-// message present (dlq.Browse, so a quorum DLQ is rotated, a classic one
-// handed back in place), building a new index. The previous index stays
-// until the scan completes.
-func (s *Server) startScan(q *queueState, who string, wait bool) (*Job, error) {
+// startScan starts a scan of q: one pass over every message present
+// (dlq.Browse, so a quorum DLQ is rotated, a classic one handed back in
+// place), building a new index. The previous index stays until the scan
+// completes. rotate allows the scan of a quorum DLQ (see open). The DLQ is
+// opened before startScan returns, so that whoever asked hears of a scan
+// refused; the reading goes on in the background unless wait.
+func (s *Server) startScan(q *queueState, who string, rotate, wait bool) (*Job, error) {
 	job := s.newJob("scan", q.Name, "", who, 0)
 	release, err := s.claim(q, job)
 	if err != nil {
@@ -28,8 +30,20 @@ func (s *Server) startScan(q *queueState, who string, wait bool) (*Job, error) {
 	q.mu.Lock()
 	q.scan = job
 	q.mu.Unlock()
-	s.o.Log.Info("console: scan", "dlq", q.Name, "who", who)
-	run := func() { s.scan(q, job, release) }
+	ctx, cancel := context.WithCancel(s.background())
+	job.setCancel(cancel)
+	p, err := s.open(ctx, q, rotate)
+	if err != nil {
+		release()
+		job.finish(s.o.Now(), "", err, ctx.Err() != nil)
+		cancel()
+		return nil, err
+	}
+	s.o.Log.Info("console: scan", "dlq", q.Name, "who", who, "rotates", p.Rotate != nil)
+	run := func() {
+		defer cancel()
+		s.scan(ctx, q, job, p, release)
+	}
 	if wait {
 		run()
 		return job, nil
@@ -42,19 +56,10 @@ func (s *Server) startScan(q *queueState, who string, wait bool) (*Job, error) {
 	return job, nil
 }
 
-// scan runs one scan; it releases the DLQ (after handing every message
-// back) before it records the end, so that whoever sees the scan done may
-// start the next run at once.
-func (s *Server) scan(q *queueState, job *Job, release func()) {
-	ctx, cancel := context.WithCancel(s.background())
-	defer cancel()
-	job.setCancel(cancel)
-	p, err := s.o.Broker.Browse(ctx, q.Name)
-	if err != nil {
-		release()
-		job.finish(s.o.Now(), "", err, ctx.Err() != nil)
-		return
-	}
+// scan reads the pass p of q to its end; it releases the DLQ (after
+// handing every message back) before it records the end, so that whoever
+// sees the scan done may start the next run at once.
+func (s *Server) scan(ctx context.Context, q *queueState, job *Job, p dlq.Pass, release func()) {
 	job.total.Store(int64(p.Present))
 	ix := NewIndex()
 	res, err := dlq.Browse(ctx, p.Source, dlq.BrowseOptions{Limit: p.Present, Bound: p.Present, Rotate: p.Rotate}, func(m *msg.Message) error {
@@ -88,9 +93,17 @@ func (s *Server) postScan(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	job, err := s.startScan(q, "scan from "+r.RemoteAddr, false)
-	if err != nil {
+	rotate, who := s.reader(r)
+	job, err := s.startScan(q, "scan "+who, rotate, false)
+	switch {
+	case errors.Is(err, dlq.ErrRotates):
+		httpError(w, s.rotationStatus(), err)
+		return
+	case errors.Is(err, errBusy), errors.Is(err, errStopping):
 		httpError(w, http.StatusConflict, err)
+		return
+	case err != nil:
+		httpError(w, http.StatusBadGateway, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
@@ -250,7 +263,7 @@ func (s *Server) rescan(q *queueState, who string) {
 	if s.background().Err() != nil {
 		return
 	}
-	if _, err := s.startScan(q, who+" (after an action)", true); err != nil {
+	if _, err := s.startScan(q, who+" (after an action)", true, true); err != nil {
 		s.o.Log.Warn("console: rescan", "dlq", q.Name, "error", err.Error())
 	}
 }

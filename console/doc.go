@@ -12,4 +12,12 @@
 // never lost. A scan reads every message once and keeps a compact index
 // of failure groups (see Index); bodies are fetched when a message is
 // opened.
+//
+// Reading a classic DLQ hands every message back in place; reading a
+// quorum DLQ rotates it (each message copied to the tail, the original
+// acked), which changes the DLQ and holds it for the whole pass. So the
+// scan and the message view of a quorum DLQ are actions, like replay: a
+// read-only console does not read it, and with actions allowed it needs
+// the token. Every API call must come from the console's own page (see
+// APIHeader), so that no other site's page can start one.
 package console

@@ -16,6 +16,9 @@ func (d *depths) Depth(_ context.Context, q string) (int, error) { return d.n[q]
 func (d *depths) Browse(context.Context, string) (dlq.Pass, error) {
 	return dlq.Pass{}, errors.New("no broker")
 }
+func (d *depths) BrowseInPlace(context.Context, string) (dlq.Pass, error) {
+	return dlq.Pass{}, errors.New("no broker")
+}
 func (d *depths) Own(context.Context, string, int, int) (dlq.Pass, error) {
 	return dlq.Pass{}, errors.New("no broker")
 }

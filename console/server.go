@@ -29,10 +29,14 @@ var assets embed.FS
 // Broker is what the console needs from the broker: the depth of a queue,
 // and a DLQ opened the way the dlq tools open it — for reading without
 // removing anything (a quorum DLQ rotated), or owned exclusively for a run
-// that removes messages. cmd/hopper backs it with the broker package.
+// that removes messages. cmd/hopper backs it with dlqconn.Opener.
 type Broker interface {
 	Depth(ctx context.Context, queue string) (int, error)
 	Browse(ctx context.Context, queue string) (dlq.Pass, error)
+	// BrowseInPlace is Browse for a reader that may not change the DLQ:
+	// a DLQ that Browse would rotate (a quorum DLQ) is refused, with an
+	// error wrapping dlq.ErrRotates, before anything is read.
+	BrowseInPlace(ctx context.Context, queue string) (dlq.Pass, error)
 	// Own opens queue exclusively with a window of prefetch messages and,
 	// when inFlight > 0, a publisher with that many confirms pending.
 	Own(ctx context.Context, queue string, prefetch, inFlight int) (dlq.Pass, error)
@@ -58,14 +62,29 @@ type Token struct {
 // page of another site can make the browser send cookies, not headers.
 const TokenHeader = "X-Hopper-Token"
 
+// APIHeader must be on every API call, with the value 1: the console's
+// page sets it on each of its fetches. A page of another site cannot send
+// a header of its own to the console without the browser first asking the
+// console's leave (a CORS preflight), which the console never gives; an
+// <img src>, a link or a form sends none. Scripts and curl send it too.
+const APIHeader = "Hopper-Console"
+
 // Options configure a Server.
 type Options struct {
 	DLQs   []DLQ
 	Broker Broker
-	// AllowActions enables replay, export and purge; without it the
-	// console only reads.
+	// AllowActions enables replay, export and purge, and the reads that
+	// rotate a quorum DLQ (its scan, a message view); without it the
+	// console only reads, and only the DLQs whose messages reading hands
+	// back in place (classic ones).
 	AllowActions bool
-	// Tokens allow actions; at least one when AllowActions.
+	// ReadsNeedToken makes every API call, reads included, need a token:
+	// for a console that answers on an address beyond loopback, where
+	// LoopbackOnly cannot keep a web page from reaching it through a DNS
+	// name of its own pointed at that address.
+	ReadsNeedToken bool
+	// Tokens allow actions, and reads when ReadsNeedToken; at least one
+	// with either.
 	Tokens []Token
 	// TraceURL, when set, links a message's x-trace-id: {traceId} is
 	// replaced by the id.
@@ -85,7 +104,9 @@ type Options struct {
 	// that a web page cannot reach a console on 127.0.0.1 by pointing a
 	// DNS name of its own at that address.
 	LoopbackOnly bool
-	// ScanOnStart scans every DLQ when Run starts.
+	// ScanOnStart scans every DLQ when Run starts: with AllowActions a
+	// quorum DLQ too (the one who started the console asked for it),
+	// without it only those read in place.
 	ScanOnStart bool
 	Log         *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -120,6 +141,8 @@ type queueState struct {
 	depth    int
 	depthErr string
 	depthAt  time.Time
+	// rotates is true once a read found that reading the DLQ rotates it.
+	rotates bool
 }
 
 // New checks o and returns a server.
@@ -132,6 +155,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.AllowActions && len(o.Tokens) == 0 {
 		return nil, errors.New("console: actions allowed but no token")
+	}
+	if o.ReadsNeedToken && len(o.Tokens) == 0 {
+		return nil, errors.New("console: reads need a token but there is none")
 	}
 	for _, t := range o.Tokens {
 		if len(t.Secret) < 16 {
@@ -204,7 +230,11 @@ func (s *Server) Run(ctx context.Context) {
 		go func() {
 			defer s.wg.Done()
 			for _, name := range s.order {
-				if _, err := s.startScan(s.queues[name], "console start", true); err != nil {
+				_, err := s.startScan(s.queues[name], "console start", s.o.AllowActions, true)
+				switch {
+				case errors.Is(err, dlq.ErrRotates):
+					s.o.Log.Info("console: not scanned at start", "dlq", name, "why", err.Error())
+				case err != nil:
 					s.o.Log.Warn("console: scan at start", "dlq", name, "error", err.Error())
 				}
 			}
@@ -278,8 +308,10 @@ func (s *Server) Handler() http.Handler {
 }
 
 // guard sets the security headers on every answer and refuses requests
-// from elsewhere: a Host that is not loopback (when LoopbackOnly), and a
-// POST another site's page sent.
+// from elsewhere: a Host that is not loopback (when LoopbackOnly), and an
+// API call, GET included, that another site's page may have sent (see
+// fromPage). Only the page and its assets answer anyone: they are the same
+// for everyone and read nothing from the broker.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -292,9 +324,13 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			httpError(w, http.StatusForbidden, fmt.Errorf("host %q is not a loopback name: the console answers only on localhost (use kubectl port-forward or an SSH tunnel)", r.Host))
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if err := sameOrigin(r); err != nil {
+		if r.URL.Path != "/" && !strings.HasPrefix(r.URL.Path, "/assets/") {
+			if err := fromPage(r); err != nil {
 				httpError(w, http.StatusForbidden, err)
+				return
+			}
+			if _, ok := s.token(r.Header.Get(TokenHeader)); s.o.ReadsNeedToken && !ok {
+				httpError(w, http.StatusUnauthorized, fmt.Errorf("missing or wrong %s header: this console answers every API call, reads included, only with its token (the Token box)", TokenHeader))
 				return
 			}
 		}
@@ -317,21 +353,31 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// sameOrigin refuses a request a page of another origin sent: by
-// Sec-Fetch-Site where the browser sends it, else by Origin. A request
-// with neither is not from a browser (curl), which carries no one else's
-// credentials.
-func sameOrigin(r *http.Request) error {
+// fromPage refuses an API call that a page other than the console's own
+// may have sent. Even a GET: reading a quorum DLQ moves every message, and
+// an <img src> on any page the operator visits would otherwise start one
+// through a port-forward left open.
+//
+// Sec-Fetch-Site, where the browser sends it, must say same-origin or none
+// (typed by the user); same-site is refused too, as another port of
+// localhost is the same site. Origin, when sent, must be the console's
+// own. And APIHeader must be there: the console's page sets it, another
+// site's page cannot, so a browser too old to send either of the others
+// is covered as well.
+func fromPage(r *http.Request) error {
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
 	case "", "same-origin", "none":
 	default:
-		return fmt.Errorf("cross-site request refused (Sec-Fetch-Site: %s)", site)
+		return fmt.Errorf("request refused: Sec-Fetch-Site %q shows a page of another origin sent it, and the console's API answers only its own page", site)
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
-		if err != nil || u.Host != r.Host {
-			return fmt.Errorf("cross-origin request refused (Origin %q, Host %q)", origin, r.Host)
+		if err != nil || u.Host != r.Host || u.Scheme != "http" && u.Scheme != "https" {
+			return fmt.Errorf("cross-origin request refused (Origin %q, Host %q): the console's API answers only its own page", origin, r.Host)
 		}
+	}
+	if r.Header.Get(APIHeader) != "1" {
+		return fmt.Errorf("request without the %s: 1 header refused: the console's API answers only its own page, which sends it (from a script: curl -H '%s: 1')", APIHeader, APIHeader)
 	}
 	return nil
 }
@@ -412,6 +458,9 @@ type Overview struct {
 	Samples   int       `json:"samples"`
 	// Chart is the depth over the console's lifetime.
 	Chart Chart `json:"chart"`
+	// ReadRotates is true once a read found that reading the DLQ rotates
+	// it (a quorum DLQ): its scan and message views are then actions.
+	ReadRotates bool `json:"readRotates"`
 }
 
 // The overview's chart size, in pixels.
@@ -420,18 +469,21 @@ const chartWidth, chartHeight = 240, 60
 type overviewPage struct {
 	DLQs         []Overview `json:"dlqs"`
 	AllowActions bool       `json:"allowActions"`
-	Rate         float64    `json:"rate"`
-	MaxReplays   int        `json:"maxReplays"`
+	// TokenNeeded is true when some call needs the token: actions, or
+	// every call with ReadsNeedToken.
+	TokenNeeded bool    `json:"tokenNeeded"`
+	Rate        float64 `json:"rate"`
+	MaxReplays  int     `json:"maxReplays"`
 }
 
 func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
-	page := overviewPage{AllowActions: s.o.AllowActions, Rate: s.o.Rate, MaxReplays: s.o.MaxReplays}
+	page := overviewPage{AllowActions: s.o.AllowActions, TokenNeeded: s.o.AllowActions || s.o.ReadsNeedToken, Rate: s.o.Rate, MaxReplays: s.o.MaxReplays}
 	for _, name := range s.order {
 		q := s.queues[name]
 		rate, ok := q.sampler.PerMinute()
 		q.mu.Lock()
 		samples := q.sampler.Samples()
-		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight)}
+		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight), ReadRotates: q.rotates}
 		if q.index != nil {
 			ov.Oldest, ov.Newest, ov.Scanned, ov.Groups, ov.ScannedAt = q.index.Oldest, q.index.Newest, q.index.Scanned, len(q.index.groups), q.indexAt
 		}
@@ -463,11 +515,12 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 }
 
 type groupsPage struct {
-	DLQ       string    `json:"dlq"`
-	Scanned   int       `json:"scanned"`
-	ScannedAt time.Time `json:"scannedAt,omitzero"`
-	Groups    []Group   `json:"groups"`
-	Scan      *JobView  `json:"scan,omitempty"`
+	DLQ         string    `json:"dlq"`
+	Scanned     int       `json:"scanned"`
+	ScannedAt   time.Time `json:"scannedAt,omitzero"`
+	Groups      []Group   `json:"groups"`
+	Scan        *JobView  `json:"scan,omitempty"`
+	ReadRotates bool      `json:"readRotates"`
 }
 
 func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
@@ -476,9 +529,9 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.mu.Lock()
-	ix, at, scan := q.index, q.indexAt, q.scan
+	ix, at, scan, rotates := q.index, q.indexAt, q.scan, q.rotates
 	q.mu.Unlock()
-	page := groupsPage{DLQ: q.Name, Groups: []Group{}, ScannedAt: at}
+	page := groupsPage{DLQ: q.Name, Groups: []Group{}, ScannedAt: at, ReadRotates: rotates}
 	if ix != nil {
 		page.Scanned, page.Groups = ix.Scanned, ix.Groups()
 	}
@@ -523,14 +576,14 @@ var errFound = errors.New("found")
 // fetch reads the message with id from q without removing anything: a
 // pass over the DLQ (as peek makes) that stops at the message on a
 // classic DLQ and goes round the whole of a quorum one, which must keep
-// its order.
-func (s *Server) fetch(ctx context.Context, q *queueState, id string) (*msg.Message, error) {
+// its order. rotate allows reading a quorum DLQ (see open).
+func (s *Server) fetch(ctx context.Context, q *queueState, id string, rotate bool) (*msg.Message, error) {
 	release, err := s.claim(q, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	p, err := s.o.Broker.Browse(ctx, q.Name)
+	p, err := s.open(ctx, q, rotate)
 	if err != nil {
 		return nil, err
 	}
@@ -552,6 +605,62 @@ func (s *Server) fetch(ctx context.Context, q *queueState, id string) (*msg.Mess
 		return nil, fmt.Errorf("message %q is not in %s (replayed or purged since the scan?)", id, q.Name)
 	}
 	return found, nil
+}
+
+// open opens q for a pass that removes nothing. Reading a quorum DLQ
+// rotates every message: a copy of each published to the tail and the
+// original acked, the DLQ held for as long as the pass takes. That changes
+// the DLQ, so only a reader allowed to act passes rotate; without it a
+// quorum DLQ is refused before anything is read, and the error says what
+// would allow it. A classic DLQ hands every message back in place and is
+// read either way. (A queue's type is fixed for its life: it changes only
+// by deleting the queue.)
+func (s *Server) open(ctx context.Context, q *queueState, rotate bool) (dlq.Pass, error) {
+	var p dlq.Pass
+	var err error
+	if rotate {
+		p, err = s.o.Broker.Browse(ctx, q.Name)
+	} else {
+		p, err = s.o.Broker.BrowseInPlace(ctx, q.Name)
+	}
+	switch {
+	case errors.Is(err, dlq.ErrRotates):
+		q.setRotates(true)
+		if !s.o.AllowActions {
+			return p, fmt.Errorf("%w; a scan or a message view of it is therefore an action, and the console is read-only: start it with --allow-actions and use its token", err)
+		}
+		return p, fmt.Errorf("%w; a scan or a message view of it is therefore an action: it needs the console's token (the Token box, or the %s header)", err, TokenHeader)
+	case err == nil:
+		q.setRotates(p.Rotate != nil)
+	}
+	return p, err
+}
+
+// rotationStatus is the status of a read refused because it would rotate
+// a quorum DLQ: 401 when the token would allow it, 403 when nothing would.
+func (s *Server) rotationStatus() int {
+	if s.o.AllowActions {
+		return http.StatusUnauthorized
+	}
+	return http.StatusForbidden
+}
+
+// reader tells whether r may read a DLQ that reading rotates — only as an
+// action: with actions allowed and a valid token — and names the reader
+// for the log and the activity list.
+func (s *Server) reader(r *http.Request) (rotate bool, who string) {
+	if s.o.AllowActions {
+		if label, ok := s.token(r.Header.Get(TokenHeader)); ok {
+			return true, label + " from " + r.RemoteAddr
+		}
+	}
+	return false, "from " + r.RemoteAddr
+}
+
+func (q *queueState) setRotates(v bool) {
+	q.mu.Lock()
+	q.rotates = v
+	q.mu.Unlock()
 }
 
 // claim marks q busy with job (nil: a short read) or fails with errBusy.
@@ -587,14 +696,21 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Minute)
 	defer cancel()
-	m, err := s.fetch(ctx, q, id)
+	rotate, who := s.reader(r)
+	m, err := s.fetch(ctx, q, id, rotate)
 	switch {
+	case errors.Is(err, dlq.ErrRotates):
+		httpError(w, s.rotationStatus(), err)
+		return
 	case errors.Is(err, errBusy):
 		httpError(w, http.StatusConflict, err)
 		return
 	case err != nil:
 		httpError(w, http.StatusNotFound, err)
 		return
+	}
+	if rotate {
+		s.o.Log.Info("console: message view", "dlq", q.Name, "message", id, "who", who)
 	}
 	writeJSON(w, http.StatusOK, s.describe(q.Name, m))
 }

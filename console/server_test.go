@@ -117,8 +117,8 @@ func (e *env) fill(kinds []failure) map[string][]string {
 	}
 }
 
-// start runs a console over the DLQ.
-func (e *env) start(allow bool) {
+// start runs a console over the DLQ; set changes its options.
+func (e *env) start(allow bool, set ...func(*console.Options)) {
 	e.t.Helper()
 	o := console.Options{
 		DLQs:         []console.DLQ{{Name: e.DLQ, Queues: []string{e.Work}}},
@@ -130,6 +130,9 @@ func (e *env) start(allow bool) {
 	}
 	if allow {
 		o.Tokens = []console.Token{{Label: "tester", Secret: secret}}
+	}
+	for _, f := range set {
+		f(&o)
 	}
 	c, err := console.New(o)
 	if err != nil {
@@ -163,6 +166,7 @@ func (e *env) call(method, path string, body any, hdr map[string]string, out any
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	req.Header.Set(console.APIHeader, "1")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -195,11 +199,11 @@ type groupsPage struct {
 	Groups  []console.Group `json:"groups"`
 }
 
-// scan rescans the DLQ and waits for the new index.
+// scan rescans the DLQ, with the token, and waits for the new index.
 func (e *env) scan() groupsPage {
 	e.t.Helper()
 	var job console.JobView
-	if code := e.call("POST", e.path("/scan"), nil, nil, &job); code != http.StatusAccepted {
+	if code := e.call("POST", e.path("/scan"), nil, withToken, &job); code != http.StatusAccepted {
 		e.t.Fatalf("scan: %d", code)
 	}
 	e.waitJob(job.ID, console.StateDone)
@@ -449,6 +453,7 @@ func TestLiveExportGroupAsNDJSON(t *testing.T) {
 	b, _ := json.Marshal(map[string]string{"group": exp.ID})
 	req, _ := http.NewRequest("POST", e.srv.URL+e.path("/export"), bytes.NewReader(b))
 	req.Header.Set(console.TokenHeader, secret)
+	req.Header.Set(console.APIHeader, "1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +495,7 @@ func TestSecurityHeadersAndHost(t *testing.T) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("GET", path, nil)
 		req.Host = "127.0.0.1:8080"
+		req.Header.Set(console.APIHeader, "1")
 		h.ServeHTTP(rec, req)
 		hd := rec.Header()
 		if rec.Code != http.StatusOK || !strings.Contains(hd.Get("Content-Security-Policy"), "default-src 'self'") || hd.Get("X-Frame-Options") != "DENY" || hd.Get("X-Content-Type-Options") != "nosniff" {
@@ -499,8 +505,9 @@ func TestSecurityHeadersAndHost(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/api/overview", nil)
 	req.Host = "rebound.evil.example:8080"
+	req.Header.Set(console.APIHeader, "1")
 	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusForbidden {
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "not a loopback name") {
 		t.Errorf("a non-loopback Host: %d, want 403", rec.Code)
 	}
 	rec = httptest.NewRecorder()
@@ -550,7 +557,8 @@ func TestLiveReplayCancelled(t *testing.T) {
 }
 
 // A quorum DLQ under a delivery-limit policy of 2 read by the console four
-// times over (a scan, the message view): every read rotates, so every
+// times over (a scan, the message view, each with the token, as reading a
+// quorum DLQ is an action): every read rotates, so every
 // message is still there afterwards and none has a return counted. (On
 // RabbitMQ 4.x a console that took the quorum DLQ for a classic one
 // returned what it read and lost every message by the third look.)
@@ -562,14 +570,14 @@ func TestLiveQuorumDLQUnderDeliveryLimitKeepsEveryMessage(t *testing.T) {
 	}
 	t.Cleanup(func() { e.rb.Ctl("clear_policy", policy) }) //nolint:errcheck // the node is private to the test run
 	ids := e.fill(threeKinds)
-	e.start(false)
+	e.start(true)
 	for round := range 4 {
 		page := e.scan()
 		if page.Scanned != 9 {
 			t.Fatalf("round %d: scanned %d, want 9", round, page.Scanned)
 		}
 		var m console.MessageView
-		if code := e.call("GET", e.path("/message?id=val-1"), nil, nil, &m); code != http.StatusOK {
+		if code := e.call("GET", e.path("/message?id=val-1"), nil, withToken, &m); code != http.StatusOK {
 			t.Fatalf("round %d: message view: %d", round, code)
 		}
 	}

@@ -139,6 +139,12 @@ type rotating struct {
 // The tool stops rather than spend more.
 var ErrNotKept = errors.New("could not hand the message back to the quorum DLQ (copy not confirmed); it returns to the DLQ when the tool ends, spending one delivery of the queue's delivery limit")
 
+// ErrRotates refuses to read a quorum DLQ for a reader that may look but
+// not change it: nothing can be read from a quorum DLQ without rotating
+// it, which publishes a copy of every message and acks every original,
+// and holds the DLQ for as long as the pass takes.
+var ErrRotates = errors.New("reading it rotates every message (each copied to the tail, confirmed, then the original acked), which changes the queue and holds it while the pass runs")
+
 // Keep hands d (whose message is m) back to the DLQ: nothing to do for a
 // nil Rotation; else the copy now, the ack once it is confirmed.
 func (r *Rotation) Keep(ctx context.Context, d Delivery, m *msg.Message) error {

@@ -50,16 +50,29 @@ func (o *Opener) Depth(ctx context.Context, queue string) (int, error) {
 // tool that could not would have to return what it read, and it refuses
 // instead.
 func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, func(), error) {
+	typ, err := o.queueType(ctx, queue)
+	if err != nil {
+		return nil, nil, err
+	}
+	return o.rotation(ctx, queue, typ)
+}
+
+// queueType is the DLQ's type, one the tools read.
+func (o *Opener) queueType(ctx context.Context, queue string) (broker.QueueType, error) {
 	typ, err := broker.QueueTypeOf(ctx, o.Opts, queue)
 	if err != nil {
-		return nil, nil, fmt.Errorf("DLQ %q: nothing was read: %w", queue, err)
+		return "", fmt.Errorf("DLQ %q: nothing was read: %w", queue, err)
 	}
-	switch typ {
-	case broker.Classic:
+	if typ != broker.Classic && typ != broker.Quorum {
+		return "", fmt.Errorf("DLQ %q is a %s queue: the DLQ tools read classic and quorum queues only, so nothing was read", queue, typ)
+	}
+	return typ, nil
+}
+
+// rotation is Rotation for a DLQ of type typ.
+func (o *Opener) rotation(ctx context.Context, queue string, typ broker.QueueType) (*dlq.Rotation, func(), error) {
+	if typ == broker.Classic {
 		return nil, func() {}, nil
-	case broker.Quorum:
-	default:
-		return nil, nil, fmt.Errorf("DLQ %q is a %s queue: the DLQ tools read classic and quorum queues only, so nothing was read", queue, typ)
 	}
 	pub := broker.NewPublisher(broker.PublisherOptions{
 		Options:        o.Opts,
@@ -75,7 +88,7 @@ func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, fun
 	// permission check as a copy to the DLQ (the default exchange's) and
 	// comes back unroutable, leaving nothing behind.
 	probe := fmt.Sprintf("hopper.publish-check.%d", time.Now().UnixNano())
-	err = pub.PublishTo(ctx, "", probe, &msg.Message{MessageID: "hopper-publish-check", Headers: map[string]any{}})
+	err := pub.PublishTo(ctx, "", probe, &msg.Message{MessageID: "hopper-publish-check", Headers: map[string]any{}})
 	if !errors.Is(err, broker.ErrReturned) {
 		closePub()
 		if err == nil {
@@ -100,7 +113,27 @@ func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, fun
 // meanwhile) must not go back by closing either: Close stops the consumer
 // (broker.Exclusive.Stop) and rotates each of those too, then closes.
 func (o *Opener) Browse(ctx context.Context, queue string) (dlq.Pass, error) {
-	rot, closeRot, err := o.Rotation(ctx, queue)
+	return o.browse(ctx, queue, true)
+}
+
+// BrowseInPlace is Browse for a reader that may look at the DLQ but not
+// change it: a classic DLQ is opened as Browse opens it, its messages
+// handed back in place; a quorum DLQ, which Browse would rotate, is
+// refused before anything is read or published, with an error wrapping
+// dlq.ErrRotates.
+func (o *Opener) BrowseInPlace(ctx context.Context, queue string) (dlq.Pass, error) {
+	return o.browse(ctx, queue, false)
+}
+
+func (o *Opener) browse(ctx context.Context, queue string, rotate bool) (dlq.Pass, error) {
+	typ, err := o.queueType(ctx, queue)
+	if err != nil {
+		return dlq.Pass{}, err
+	}
+	if typ == broker.Quorum && !rotate {
+		return dlq.Pass{}, fmt.Errorf("DLQ %q is a quorum queue: %w; nothing was read", queue, dlq.ErrRotates)
+	}
+	rot, closeRot, err := o.rotation(ctx, queue, typ)
 	if err != nil {
 		return dlq.Pass{}, err
 	}

@@ -363,3 +363,51 @@ func TestQuorumScanCancelled(t *testing.T) {
 		t.Fatalf("after a cancelled pass the DLQ holds %d messages starting %v, want the %d once each, in rotated order", len(ids), ids[:min(5, len(ids))], n)
 	}
 }
+
+// BrowseInPlace refuses a quorum DLQ before reading anything (no consumer,
+// nothing published, every message where it was) and reads a classic one
+// as Browse does, handing every message back in place.
+func TestBrowseInPlace(t *testing.T) {
+	e := newEnv(t)
+	q := e.quorumDLQ(2)
+	want := e.fill(q, "q", 0, 20)
+	p, err := e.opener().BrowseInPlace(context.Background(), q)
+	if !errors.Is(err, dlq.ErrRotates) || p.Source != nil {
+		t.Fatalf("BrowseInPlace of a quorum DLQ: %+v, %v; want dlq.ErrRotates", p, err)
+	}
+	if ready := e.ready(q); ready != len(want) {
+		t.Fatalf("%d ready after the refusal, want %d", ready, len(want))
+	}
+	e.check(q, want)
+
+	classic := fmt.Sprintf("cinplace%d.dlq", seq.Add(1))
+	plan := topology.Plan{Work: topology.Queue{Name: classic, Role: topology.RoleWork, Args: map[string]any{"x-queue-type": "classic"}, Owned: true}, Declare: true}
+	plan.DLQ = plan.Work
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := broker.Apply(ctx, e.opts, &plan, true); err != nil {
+		t.Fatal(err)
+	}
+	want = e.fill(classic, "c", 0, 20)
+	p, err = e.opener().BrowseInPlace(ctx, classic)
+	if err != nil || p.Rotate != nil {
+		t.Fatalf("BrowseInPlace of a classic DLQ: rotates %v, %v", p.Rotate != nil, err)
+	}
+	var shown []string
+	res, err := dlq.Browse(ctx, p.Source, dlq.BrowseOptions{Limit: p.Present, Bound: p.Present}, func(m *msg.Message) error {
+		shown = append(shown, m.MessageID)
+		return nil
+	})
+	p.Close()
+	if err != nil || res.Taken != len(want) || !slices.Equal(shown, want) {
+		t.Fatalf("classic pass: taken %d, shown %v, %v", res.Taken, shown, err)
+	}
+	waitfor.Until(t, 30*time.Second, "the classic DLQ's messages back", func() bool { return e.ready(classic) == len(want) })
+	var back []string
+	for _, m := range e.drain(classic) {
+		back = append(back, m.MessageID)
+	}
+	if !slices.Equal(back, want) {
+		t.Fatalf("classic DLQ after the pass: %v, want %v in order", back, want)
+	}
+}

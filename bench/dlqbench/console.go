@@ -77,12 +77,28 @@ func fillConsole(pub *broker.Publisher, queue, work string, n int, body []byte) 
 
 var consoleListening = regexp.MustCompile(`listening on (http://[^ ]+/)`)
 
+// consoleToken is the bench console's token: a quorum DLQ's scan is an
+// action, since it rotates the DLQ.
+const consoleToken = "dlqbench-console-token-0123456789"
+
 // consoleScan starts `hopper dlq console` on the work queue's DLQ, asks it
 // for a scan through its API, polls the scan's progress until it ends and
 // reads the process's peak RSS from /proc while it runs.
 func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
+	tokens, err := os.CreateTemp("", "dlqbench-console-tokens-")
+	if err != nil {
+		return consoleResult{}, err
+	}
+	defer os.Remove(tokens.Name())
+	_, err = tokens.WriteString("bench:" + consoleToken + "\n")
+	if cerr := tokens.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return consoleResult{}, fmt.Errorf("write the console's token file: %w", err)
+	}
 	cmd := exec.Command(o.hopperBin, "dlq", "console", "--broker-url", url, "--queue", work, "--listen", "127.0.0.1:0",
-		"--scan-on-start=false", "--sample-every", "1h", "--log-format", "text")
+		"--allow-actions", "--token-file", tokens.Name(), "--scan-on-start=false", "--sample-every", "1h", "--log-format", "text")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOPPER_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -119,7 +135,7 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 	hwm := watchHWM(cmd.Process.Pid)
 	defer hwm.stop()
 
-	res, err := http.Post(base+"api/dlqs/"+dlqName+"/scan", "application/json", nil)
+	res, err := consoleCall("POST", base+"api/dlqs/"+dlqName+"/scan")
 	if err != nil {
 		return consoleResult{}, fmt.Errorf("start scan: %w", err)
 	}
@@ -136,7 +152,7 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 			return consoleResult{}, fmt.Errorf("scan still running after 30m: %+v", job)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the scan's progress
-		res, err := http.Get(base + "api/jobs/" + job.ID)
+		res, err := consoleCall("GET", base+"api/jobs/"+job.ID)
 		if err != nil {
 			return consoleResult{}, fmt.Errorf("scan progress: %w", err)
 		}
@@ -156,9 +172,20 @@ func consoleScan(o options, url, work, dlqName string) (consoleResult, error) {
 	var page struct {
 		Groups []console.Group `json:"groups"`
 	}
-	if res, err := http.Get(base + "api/dlqs/" + dlqName + "/groups"); err == nil {
+	if res, err := consoleCall("GET", base+"api/dlqs/"+dlqName+"/groups"); err == nil {
 		json.NewDecoder(res.Body).Decode(&page) //nolint:errcheck // the group count is informational
 		res.Body.Close()
 	}
 	return consoleResult{secs: job.Finished.Sub(job.Started).Seconds(), hwmKB: hwm.peak(), groups: len(page.Groups)}, nil
+}
+
+// consoleCall calls the console's API as its page does, with the token.
+func consoleCall(method, url string) (*http.Response, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(console.APIHeader, "1")
+	req.Header.Set(console.TokenHeader, consoleToken)
+	return http.DefaultClient.Do(req)
 }

@@ -24,15 +24,17 @@ import (
 
 func newDLQConsoleCmd() *cobra.Command {
 	var (
-		cf           configFlags
-		listen       string
-		allowActions bool
-		tokenFile    string
-		traceURL     string
-		rate         float64
-		maxReplays   int
-		sampleEvery  time.Duration
-		scanOnStart  bool
+		cf              configFlags
+		listen          string
+		allowActions    bool
+		readsNeedToken  bool
+		allowRemoteRead bool
+		tokenFile       string
+		traceURL        string
+		rate            float64
+		maxReplays      int
+		sampleEvery     time.Duration
+		scanOnStart     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
@@ -56,19 +58,39 @@ present, as stats makes (a quorum DLQ rotated, a classic one handed back in
 place), keeping headers-derived groups only; bodies are read when a
 message is opened.
 
+A quorum DLQ cannot be read without rotating it: each message is copied to
+the tail, confirmed, then the original acked, and the DLQ is held for as
+long as the pass takes. That changes the DLQ, so its scan and its message
+views are actions: made only with --allow-actions and the token (401
+without it), never by a read-only console (403), which shows its depth
+only. A classic DLQ's messages are handed back in place, so reading it
+needs no token.
+
 Read-only unless --allow-actions. Then a group, or one message, can be
 replayed (the same run as hopper dlq replay: exclusive owner, publish,
 confirm, then ack; --max-replays; paced at the rate given, cancellable),
 exported as JSON Lines (the export format) or purged after typing the
 group's size. Every action needs the token in the X-Hopper-Token header:
 --token-file holds one per line (LABEL:TOKEN, or TOKEN alone), else one is
-generated and printed once at start. Actions are POST only and refused
-from another origin; the page loads nothing from outside the binary.
+generated and printed once at start. Actions are POST only.
+
+Every API call, reads included, needs the header Hopper-Console: 1, which
+the console's page sends on each call (a script sends it too: curl -H
+'Hopper-Console: 1'), and is refused (403) when Sec-Fetch-Site or Origin
+shows another site or origin sent it: another site's page cannot make the
+browser call the console, not even with an <img src>. The page loads
+nothing from outside the binary.
 
 It listens on 127.0.0.1:8089 by default and then answers only to localhost
-names; reach it in Kubernetes with
+names, so that a web page cannot reach it through a DNS name of its own
+pointed at 127.0.0.1; reach it in Kubernetes with
 
   kubectl port-forward deploy/RELEASE-hopper-console 8089
+
+On an address that is not loopback (--listen 0.0.0.0:8089) that check
+cannot hold, and the console refuses to start unless --reads-need-token
+(every API call, reads included, needs the token: 401 without it) or
+--allow-remote-read (whoever reaches the address may read the DLQs).
 
 Exit status 0 after SIGINT or SIGTERM; 64 for a bad flag or an address it
 cannot listen on; 65 for a bad config. A DLQ that does not exist or a broker
@@ -113,20 +135,6 @@ that cannot be reached is shown on the overview, and the console keeps running.`
 				o.MaxReplays = -1 // no cap, as replay's --max-replays 0
 			}
 			stderr := cmd.ErrOrStderr()
-			if allowActions {
-				if tokenFile != "" {
-					if o.Tokens, err = readTokens(tokenFile); err != nil {
-						return usage(fmt.Errorf("--token-file: %w", err))
-					}
-				} else {
-					secret, err := newToken()
-					if err != nil {
-						return err
-					}
-					o.Tokens = []console.Token{{Label: "generated token", Secret: secret}}
-					fmt.Fprintf(stderr, "console: actions allowed with this token (shown once): %s\n", secret)
-				}
-			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return usage(fmt.Errorf("--listen: %w", err))
@@ -134,6 +142,32 @@ that cannot be reached is shown on the overview, and the console keeps running.`
 			host, _, _ := net.SplitHostPort(ln.Addr().String())
 			ip := net.ParseIP(host)
 			o.LoopbackOnly = ip != nil && ip.IsLoopback()
+			if !o.LoopbackOnly && !readsNeedToken && !allowRemoteRead {
+				ln.Close()
+				return usage(fmt.Errorf("--listen %s: %s is not a loopback address; there the console cannot tell a web page that reaches it through a DNS name of its own from the operator's browser, so any page could read dead-letter bodies through it: "+
+					"add --reads-need-token (every API call then needs the token), or --allow-remote-read if whoever reaches this address may read the DLQs", listen, host))
+			}
+			o.ReadsNeedToken = readsNeedToken
+			if allowActions || readsNeedToken {
+				if tokenFile != "" {
+					if o.Tokens, err = readTokens(tokenFile); err != nil {
+						ln.Close()
+						return usage(fmt.Errorf("--token-file: %w", err))
+					}
+				} else {
+					secret, err := newToken()
+					if err != nil {
+						ln.Close()
+						return err
+					}
+					o.Tokens = []console.Token{{Label: "generated token", Secret: secret}}
+					what := "actions allowed with this token"
+					if readsNeedToken {
+						what = "every API call needs this token"
+					}
+					fmt.Fprintf(stderr, "console: %s (shown once): %s\n", what, secret)
+				}
+			}
 			srv, err := console.New(o)
 			if err != nil {
 				ln.Close()
@@ -149,6 +183,9 @@ that cannot be reached is shown on the overview, and the console keeps running.`
 			mode := "read-only"
 			if allowActions {
 				mode = "actions allowed"
+			}
+			if readsNeedToken {
+				mode += ", every call with the token"
 			}
 			fmt.Fprintf(stderr, "console: listening on http://%s/ (%s) for %s\n", ln.Addr(), mode, strings.Join(names, ", "))
 			served := make(chan error, 1)
@@ -175,9 +212,11 @@ that cannot be reached is shown on the overview, and the console keeps running.`
 	cf.user = forBroker
 	cf.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&listen, "listen", "127.0.0.1:8089", "address to serve the console on (host:port); keep it on loopback and reach it through a port-forward")
-	fs.BoolVar(&allowActions, "allow-actions", false, "allow replay, export and purge (with the token); read-only without it")
-	fs.StringVar(&tokenFile, "token-file", "", "file of action tokens, one per line: LABEL:TOKEN or TOKEN (default: one generated and printed at start)")
+	fs.StringVar(&listen, "listen", "127.0.0.1:8089", "address to serve the console on (host:port); keep it on loopback and reach it through a port-forward (elsewhere: --reads-need-token or --allow-remote-read)")
+	fs.BoolVar(&allowActions, "allow-actions", false, "allow replay, export and purge, and the scan and message views of a quorum DLQ (with the token); read-only without it")
+	fs.BoolVar(&readsNeedToken, "reads-need-token", false, "every API call, reads included, needs the token; what lets --listen leave loopback")
+	fs.BoolVar(&allowRemoteRead, "allow-remote-read", false, "start on an address that is not loopback without --reads-need-token: whoever reaches it, and any web page through a DNS name pointed at it, can read the DLQs")
+	fs.StringVar(&tokenFile, "token-file", "", "file of tokens (for actions, and for reads with --reads-need-token), one per line: LABEL:TOKEN or TOKEN (default: one generated and printed at start)")
 	fs.StringVar(&traceURL, "trace-url", "", "trace link template for x-trace-id, e.g. http://jaeger:16686/trace/{traceId}")
 	fs.Float64Var(&rate, "rate", 100, "default replay rate in messages per second (0: no cap); each replay may set its own")
 	fs.IntVar(&maxReplays, "max-replays", 5, "keep messages already replayed this many times (x-replay-count) in the DLQ; 0: no cap")

@@ -34,13 +34,20 @@
 
   async function api(path, opts) {
     const o = opts || {};
-    const headers = { "Accept": "application/json" };
+    // Hopper-Console: 1 on every call: the console answers no API call
+    // without it, so another site's page cannot make the browser call it.
+    const headers = { "Accept": "application/json", "Hopper-Console": "1" };
     if (o.body !== undefined) headers["Content-Type"] = "application/json";
-    if (o.method === "POST") headers["X-Hopper-Token"] = token();
+    // The token goes with every call once typed: actions need it, and so
+    // do the scan and the message view of a quorum DLQ, which reading
+    // rotates.
+    if (token() || o.method === "POST") headers["X-Hopper-Token"] = token();
     const res = await fetch(path, { method: o.method || "GET", headers, body: o.body === undefined ? undefined : JSON.stringify(o.body), credentials: "same-origin" });
     if (o.raw && res.ok) return res;
     let data = null;
     try { data = await res.json(); } catch (e) { data = null; }
+    // 401: the call needs the token; the box to type it in is shown.
+    if (res.status === 401) document.getElementById("token-box").hidden = false;
     if (!res.ok) throw new Error((data && data.error) || (res.status + " " + res.statusText));
     return data;
   }
@@ -66,7 +73,8 @@
       const scanning = scan && scan.state === "running";
       return el("tr", { "data-dlq": d.name },
         el("td", {}, el("a", { class: "dlq-link", href: "#/dlq/" + encodeURIComponent(d.name) }, d.name),
-          el("div", { class: "muted" }, d.queues.length ? "from " + d.queues.join(", ") : "")),
+          el("div", { class: "muted" }, d.queues.length ? "from " + d.queues.join(", ") : ""),
+          d.readRotates ? el("div", { class: "muted rotates" }, rotatesNote()) : null),
         el("td", { class: "num depth" }, d.depthError ? "?" : String(d.depth)),
         el("td", { class: "num rate" }, d.hasRate ? d.perMinute.toFixed(1) : "…"),
         el("td", { class: "oldest" }, when(d.oldest)),
@@ -111,6 +119,12 @@
     return svg;
   }
 
+  // rotatesNote says why a quorum DLQ is read only as an action.
+  function rotatesNote() {
+    return "quorum DLQ: reading it rotates every message, so a scan or a message view is an action" +
+      (state.allowActions ? " (token needed)" : ", and this console is read-only");
+  }
+
   async function rescan(name) {
     try { await api(dlqPath(name) + "/scan", { method: "POST" }); showError(""); refresh(); } catch (e) { showError(e.message); }
   }
@@ -124,7 +138,9 @@
     view.append(el("p", { class: "muted", id: "scan-state" },
       page.scannedAt ? page.scanned + " messages scanned at " + when(page.scannedAt) + ". " : "Not scanned yet. ",
       scanning ? "Scanning: " + page.scan.taken + "/" + page.scan.total + ". " : "",
+      page.scan && page.scan.state === "failed" ? "Last scan failed: " + page.scan.error + " " : "",
       el("button", { class: "rescan", onclick: async () => { await rescan(name); } }, "Rescan")));
+    if (page.readRotates) view.append(el("p", { class: "muted rotates" }, rotatesNote() + "."));
     const rows = page.groups.map((g) => {
       const k = g.key;
       const actions = el("td", { class: "actions" });
@@ -294,8 +310,8 @@
     try {
       state.overview = await api("/api/overview");
       state.allowActions = state.overview.allowActions;
-      document.getElementById("token-box").hidden = !state.allowActions;
-      document.getElementById("mode").textContent = state.allowActions ? "actions allowed (token needed)" : "read-only";
+      document.getElementById("token-box").hidden = !state.overview.tokenNeeded;
+      document.getElementById("mode").textContent = state.allowActions ? "actions allowed (token needed)" : state.overview.tokenNeeded ? "read-only (token needed)" : "read-only";
       if (state.route === "" || state.route === "#/") renderOverview(document.getElementById("view"));
     } catch (e) { showError(e.message); }
   }
@@ -311,7 +327,8 @@
       else if (state.overview) renderOverview(view);
     } catch (e) {
       clear(view);
-      view.append(el("p", { class: "muted" }, "Could not load this page: " + e.message));
+      view.append(el("p", { class: "muted", id: "load-error" }, "Could not load this page: " + e.message),
+        el("button", { id: "retry", onclick: route }, "Try again"));
     }
   }
 

@@ -305,6 +305,7 @@ func (p *proc) api(t *testing.T, method, path string, body any, out any) int {
 		t.Fatal(err)
 	}
 	req.Header.Set(console.TokenHeader, secret)
+	req.Header.Set(console.APIHeader, "1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +476,14 @@ func TestConsoleHostileContentIsText(t *testing.T) {
 	if fp := texts(t, ctx, "#groups tr.group .fp"); len(fp) != 1 || !strings.Contains(fp[0], `<img src=x onerror=`) {
 		t.Errorf("fingerprint not shown as text: %v", fp)
 	}
-	run(t, ctx, "open the hostile message", chromedp.Click(chromedp.CSS(`#groups tr.group a.sample`)), poll(`document.querySelectorAll('#headers tr').length > 5`))
+	// Opening a message of a quorum DLQ rotates it: an action, which the
+	// page says needs the token until it is typed.
+	run(t, ctx, "open the hostile message without the token", chromedp.Click(chromedp.CSS(`#groups tr.group a.sample`)), poll(`document.getElementById('load-error') !== null`))
+	if why := texts(t, ctx, "#load-error"); len(why) != 1 || !strings.Contains(why[0], "quorum") || !strings.Contains(why[0], "token") {
+		t.Errorf("message view of a quorum DLQ without the token: %q, want why it is refused", why)
+	}
+	run(t, ctx, "open the hostile message with the token", chromedp.SendKeys(chromedp.CSS("#token"), secret), chromedp.Click(chromedp.CSS("#retry")),
+		poll(`document.querySelectorAll('#headers tr').length > 5`))
 	pwned, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.pwned === undefined`))
 	if err != nil {
 		t.Fatal(err)

@@ -1166,6 +1166,7 @@ func TestChartNotes(t *testing.T) {
 		{"sidecar mode", []string{"-f", minimal, "--set", "deployment.enabled=false"}, []string{"include \"hopper.sidecar\"", "ConfigMap rel-hopper"}},
 		{"keda", []string{"-f", repoPath(chartDir, "ci", "keda-values.yaml")}, []string{"KEDA 0-8 replica(s)", "KEDA counts:     ready + unacknowledged messages (management API)"}},
 		{"console", []string{"-f", minimal, "--set", "console.enabled=true", "--set", "console.allowActions=true"}, []string{"port-forward deployment/rel-hopper-console 8089", "the token is in its log"}},
+		{"console read-only", []string{"-f", minimal, "--set", "console.enabled=true"}, []string{"DLQ console (read-only: a quorum DLQ shows its depth only)"}},
 		{"subscriptions", []string{"-f", repoPath(chartDir, "ci", "subscriptions-values.yaml")}, []string{"Hopper consumes 2 queue(s)", "KEDA counts:     ready messages only over AMQP", "at http://127.0.0.1:8080/messages/{queue}",
 			`"wms.queue.billing" -> /billing/{routingKey}`, `"wms.queue.shipping" -> (the path of app.url)`}},
 	}

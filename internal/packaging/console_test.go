@@ -49,6 +49,11 @@ func TestChartConsole(t *testing.T) {
 	if !strings.HasPrefix(args, "dlq console --listen 127.0.0.1:8089 ") || !strings.Contains(args, "--trace-url http://jaeger:16686/trace/{traceId}") || strings.Contains(args, "--allow-actions") {
 		t.Errorf("console args %q", args)
 	}
+	// On loopback the console needs no token for reads, and must not be
+	// told that an open address is meant.
+	if strings.Contains(args, "--allow-remote-read") || strings.Contains(args, "--reads-need-token") {
+		t.Errorf("console args %q", args)
+	}
 	// A command line the binary accepts: --help parses every flag.
 	if stdout, stderr, err := runHopper(t, []string{"PATH=" + os.Getenv("PATH")}, append(slices.Clone(c.Args), "--help")...); err != nil || !strings.Contains(stdout, "Usage:\n  hopper dlq console ") {
 		t.Errorf("hopper %s is not a command line hopper accepts: %v\n%s", args, err, stderr)
