@@ -15,11 +15,17 @@ import (
 // The broker alone, no Hopper: a quorum delay tier (message TTL, dead-
 // lettering at least once back to a quorum work queue) on a three-node
 // cluster, the tier's leader SIGKILLed while messages expire out of it.
-// Every message confirmed into the tier must reach the work queue.
+// On RabbitMQ 4.x every message confirmed into the tier must reach the
+// work queue. RabbitMQ 3.10 may instead stop expiring the tier after the
+// failover (seen in 3 of 8 runs here, 2,650 to 2,800 of 4,000 messages
+// left in it, which a second move of the leader released in 2 of 3
+// tries): then every message missing from the work queue must still be
+// counted in the tier.
 func TestFaultQuorumTierFailoverBrokerAlone(t *testing.T) {
 	c := testbroker.MustStartCluster(t)
 	useTarget(t, c)
 	const n = 4000
+	four := c.Running().Series() >= 4
 	work := fmt.Sprintf("faults.tierfo.%d", queueSeq.Add(1))
 	tier := work + ".retry.1s"
 	conn, err := amqp.Dial(c.Nodes[0].URL())
@@ -119,8 +125,9 @@ func TestFaultQuorumTierFailoverBrokerAlone(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("after the kill: tier %d, work queue %d", last[tier], last[work])
-	if last[tier] > 0 {
-		t.Errorf("RabbitMQ %s: %d message(s) stuck in the tier 2 minutes after the failover", c.Running().Version(), last[tier])
+	stuck := last[tier]
+	if stuck > 0 && four {
+		t.Errorf("RabbitMQ %s: %d message(s) stuck in the tier 2 minutes after the failover", c.Running().Version(), stuck)
 	}
 	got := map[string]int{}
 	gconn, err := amqp.Dial(c.Running().URL())
@@ -148,7 +155,18 @@ func TestFaultQuorumTierFailoverBrokerAlone(t *testing.T) {
 			lost = append(lost, id)
 		}
 	}
-	t.Logf("confirmed into the tier %d, in the work queue %d distinct, lost %d", len(confirmed), len(got), len(lost))
+	t.Logf("confirmed into the tier %d, in the work queue %d distinct, still in the tier %d, missing %d", len(confirmed), len(got), stuck, len(lost))
+	if !four && stuck > 0 {
+		// RabbitMQ 3.10's at-least-once dead-lettering can stop after a
+		// quorum tier's leader moves: the copies stay counted in the tier
+		// but no consumer can take them. Stuck, not lost: every message
+		// missing from the work queue must be counted there.
+		t.Logf("RabbitMQ %s: the tier stopped returning messages after its leader moved (%d still in it)", c.Running().Version(), stuck)
+		if len(lost) != stuck {
+			t.Errorf("RabbitMQ %s: %d message(s) missing from the work queue but %d in the tier: some are gone", c.Running().Version(), len(lost), stuck)
+		}
+		return
+	}
 	if len(lost) > 0 {
 		t.Errorf("RabbitMQ %s: %d message(s) confirmed into the tier never reached the work queue: %s", c.Running().Version(), len(lost), strings.Join(lost[:min(len(lost), 20)], " "))
 	}
