@@ -55,11 +55,11 @@ type Sidecar struct {
 	ready, consuming atomic.Bool
 	stopping         atomic.Bool
 	// phase says what the sidecar waits for before it can consume.
-	phase     atomic.Value // string
+	phase atomic.Value // string
 	// notes are what the broker check at start found worth an
 	// operator's look (a quorum queue's delivery limit Hopper cannot
 	// read); /readyz shows them.
-	notes atomic.Value // []string
+	notes     atomic.Value // []string
 	group     atomic.Pointer[broker.Group]
 	breaker   atomic.Pointer[app.Breaker]
 	app       atomic.Pointer[app.Client]
@@ -437,9 +437,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 	}
 	auth, err := app.NewAuth(app.AuthOptions{
-		TokenFile:   cfg.App.Auth.Token.File,
-		TokenHeader: cfg.App.Auth.Token.Header,
-		HMACKeyFile: cfg.App.Auth.HMAC.KeyFile,
+		TokenFile:            cfg.App.Auth.Token.File,
+		TokenHeader:          cfg.App.Auth.Token.Header,
+		HMACKeyFile:          cfg.App.Auth.HMAC.KeyFile,
+		StandardWebhooksFile: cfg.App.Auth.StandardWebhooks.SecretFile,
 		OnReadError: func(err error) {
 			log.Warn("a changed app.auth file could not be read", "event", "APP_AUTH_FILE_UNREADABLE", "error", err.Error())
 		},
