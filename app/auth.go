@@ -162,47 +162,85 @@ func (a *Auth) ReadErrors() int64 {
 // delivery id.
 func (a *Auth) signs() bool { return a != nil && (a.key != nil || a.webhooks != nil) }
 
-// authenticate adds the token and signature headers to a request whose
-// body is set, and returns the size of what it added, for the head's
-// bounds. id is the request's delivery id (DeliveryID or BatchDeliveryID),
-// needed only when the request is signed. Deliver and DeliverBatch both
-// call it, so a batch's whole body is signed as a single message's is.
-func (a *Client) authenticate(req *fasthttp.Request, id string) Head {
+// credentials are what one request is authenticated with, read once so
+// that the room they take in the head (counted before the other headers
+// are placed within the bounds) and the headers added are the same.
+type credentials struct {
+	au    *Auth
+	id    string
+	now   time.Time
+	token string
+	mac   *signing.MAC
+	keys  []*signing.Key
+}
+
+// credentials reads the token and keys for a request with delivery id id
+// (DeliveryID or BatchDeliveryID; needed only when requests are signed)
+// and returns them with the room their headers will take in the head.
+func (a *Client) credentials(id string) (credentials, Head) {
 	au := a.opts.Auth
 	if au == nil {
-		return Head{}
+		return credentials{}, Head{}
 	}
+	c := credentials{au: au, id: id, now: au.now()}
 	var h Head
-	set := func(name string, v []byte) {
-		req.Header.SetBytesV(name, v)
+	add := func(name string, n int) {
 		h.Headers++
-		h.Bytes += len(name) + len(v) + 4
+		h.Bytes += len(name) + n + 4
 	}
-	now := au.now()
 	if au.token != nil {
-		v := au.token.get(now)
+		c.token = au.token.get(c.now)
 		if au.bearer {
-			v = "Bearer " + v
+			c.token = "Bearer " + c.token
 		}
-		req.Header.Set(au.header, v)
-		h.Headers++
-		h.Bytes += line(Header{Name: au.header, Value: v})
-	}
-	if au.key == nil && au.webhooks == nil {
-		return h
+		add(au.header, len(c.token))
 	}
 	var tb [20]byte
-	ts := strconv.AppendInt(tb[:0], now.Unix(), 10)
-	var vb [256]byte
+	ts := len(strconv.AppendInt(tb[:0], c.now.Unix(), 10))
 	if au.key != nil {
-		set(HdrSignature, appendSignature(vb[:0], au.key.get(now), ts, id, req.Body()))
+		c.mac = au.key.get(c.now)
+		add(HdrSignature, len("t=,id=,v1=,v2=")+ts+len(id)+2*hex.EncodedLen(sha256.Size))
 	}
 	if au.webhooks != nil {
-		set(HdrWebhookID, []byte(id))
-		set(HdrWebhookTimestamp, ts)
-		set(HdrWebhookSignature, signing.AppendSignatures(vb[:0], au.webhooks.get(now), id, string(ts), req.Body()))
+		c.keys = au.webhooks.get(c.now)
+		add(HdrWebhookID, len(id))
+		add(HdrWebhookTimestamp, ts)
+		add(HdrWebhookSignature, signing.SignaturesLen(c.keys))
 	}
-	return h
+	return c, h
+}
+
+// authenticate adds the token and signature headers to a request whose
+// body is set. They go in last, with Add: fasthttp's Set looks through
+// the headers already there, so headers put in first would make every
+// later one slower, and none of these can be there already (the token's
+// header may not be one Hopper sets). The Standard Webhooks headers go
+// with the lowercase names the specification spells. Deliver and
+// DeliverBatch both call it, so a batch's whole body is signed as a single
+// message's is.
+func (c *credentials) authenticate(req *fasthttp.Request) {
+	if c.au == nil {
+		return
+	}
+	if c.token != "" {
+		req.Header.Add(c.au.header, c.token)
+	}
+	if c.mac == nil && c.keys == nil {
+		return
+	}
+	var tb [20]byte
+	ts := strconv.AppendInt(tb[:0], c.now.Unix(), 10)
+	var vb [256]byte
+	if c.mac != nil {
+		req.Header.AddBytesV(HdrSignature, appendSignature(vb[:0], c.mac, ts, c.id, req.Body()))
+	}
+	if c.keys != nil {
+		req.Header.DisableNormalizing()
+		req.Header.Add(HdrWebhookID, c.id)
+		req.Header.AddBytesV(HdrWebhookTimestamp, ts)
+		req.Header.AddBytesV(HdrWebhookSignature, signing.AppendSignatures(vb[:0], c.keys, c.id, string(ts), req.Body()))
+		req.Header.EnableNormalizing()
+	}
 }
 
 // Sign is the Hopper-Signature value of a request with body and delivery

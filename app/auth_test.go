@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hopper-sidecar/hopper/batch"
@@ -556,5 +557,50 @@ func TestAuthRotationUnderLoad(t *testing.T) {
 	clock.Advance(recheckEvery)
 	if v := au.token.get(clock.Now()); v != "new-token" {
 		t.Errorf("after the last rotation: %q", v)
+	}
+}
+
+// TestAuthHeadSize: the room counted for the token and signatures before
+// the other headers are placed within the bounds is what they take, for
+// every kind of key, and the Standard Webhooks headers go with the names
+// as the specification spells them.
+func TestAuthHeadSize(t *testing.T) {
+	dir := t.TempDir()
+	hmacLine, _, edLine, _ := webhookKeys(t)
+	secrets := filepath.Join(dir, "webhook-secrets")
+	writeFile(t, secrets, hmacLine+"\n"+edLine+"\n"+hmacLine+"\n")
+	keyFile := filepath.Join(dir, "key")
+	writeFile(t, keyFile, "k3y")
+	tok := filepath.Join(dir, "token")
+	writeFile(t, tok, "t0k3n")
+	for _, id := range []string{"m-1", "h_0123456789abcdef0123456789abcdef", ""} {
+		au, err := NewAuth(AuthOptions{TokenFile: tok, TokenHeader: "X-Api-Key", HMACKeyFile: keyFile, StandardWebhooksFile: secrets})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := NewClient(ClientOptions{URL: "http://127.0.0.1:1/", Auth: au})
+		creds, head := c.credentials(id)
+		req := fasthttp.AcquireRequest()
+		req.SetBodyRaw([]byte(`{"n":1}`))
+		creds.authenticate(req)
+		var got Head
+		names := map[string]bool{}
+		for k, v := range req.Header.All() {
+			if string(k) == "Content-Type" || string(k) == "Content-Length" || string(k) == "User-Agent" || string(k) == "Host" {
+				continue
+			}
+			names[string(k)] = true
+			got.Headers++
+			got.Bytes += len(k) + len(v) + 4
+		}
+		fasthttp.ReleaseRequest(req)
+		if got != head {
+			t.Errorf("id %q: counted %+v, the headers take %+v", id, head, got)
+		}
+		for _, n := range []string{"X-Api-Key", HdrSignature, "webhook-id", "webhook-timestamp", "webhook-signature"} {
+			if !names[n] {
+				t.Errorf("id %q: no header named exactly %q in %v", id, n, names)
+			}
+		}
 	}
 }

@@ -112,7 +112,8 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 	if a.opts.Auth.signs() {
 		id = BatchDeliveryID(ids)
 	}
-	a.authenticate(req, id)
+	creds, _ := a.credentials(id)
+	creds.authenticate(req)
 
 	whole := a.exchange(ctx, span, req, resp)
 	outs, err := batch.Read(whole, resp.Body(), ids, time.Now())

@@ -268,7 +268,7 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
-	head := a.prepare(req, m, in)
+	creds, head := a.prepare(req, m, in)
 	// The CLIENT span's context goes to the app as traceparent, so the app's
 	// own spans join the message's trace.
 	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
@@ -277,13 +277,14 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 		span.SetAttributes(a.spanAttrs...)
 	}
 	a.addHeaders(ctx, req, m, in, head)
+	creds.authenticate(req)
 	return a.exchange(ctx, span, req, resp)
 }
 
 // prepare sets the request line, content type and body of one message's
-// request, and its token and signatures, and returns the room they take
-// in the head.
-func (a *Client) prepare(req *fasthttp.Request, m *msg.Message, in msg.Info) Head {
+// request, and returns its token and keys with the room the head has
+// taken, theirs included.
+func (a *Client) prepare(req *fasthttp.Request, m *msg.Message, in msg.Info) (credentials, Head) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(a.url(in))
 	ct := m.ContentType
@@ -297,11 +298,11 @@ func (a *Client) prepare(req *fasthttp.Request, m *msg.Message, in msg.Info) Hea
 	if a.opts.Auth.signs() {
 		id = DeliveryID(m, in)
 	}
-	auth := a.authenticate(req, id)
+	creds, auth := a.credentials(id)
 	head := a.head(req, ct, len(m.Body))
 	head.Headers += auth.Headers
 	head.Bytes += auth.Bytes
-	return head
+	return creds, head
 }
 
 // addHeaders adds Hopper's headers, the trace context of ctx's span and the

@@ -173,6 +173,23 @@ func decode(s string) ([]byte, error) {
 	return base64.RawStdEncoding.DecodeString(s)
 }
 
+// SignaturesLen is the length of the webhook-signature value
+// AppendSignatures makes with keys.
+func SignaturesLen(keys []*Key) int {
+	n := 0
+	for i, k := range keys {
+		if i > 0 {
+			n++
+		}
+		if k.priv == nil {
+			n += len("v1,") + base64.StdEncoding.EncodedLen(sha256.Size)
+		} else {
+			n += len("v1a,") + base64.StdEncoding.EncodedLen(ed25519.SignatureSize)
+		}
+	}
+	return n
+}
+
 // msgBufs keep the buffers an Ed25519 signature's message is assembled in:
 // Ed25519 signs one contiguous message, a batch's body included.
 var msgBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
