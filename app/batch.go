@@ -108,7 +108,12 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 		req.Header.Set(h.Name, h.Value)
 	}
 	req.SetBodyRaw(*buf)
-	a.authenticate(req)
+	var id string
+	if a.opts.Auth.signs() {
+		id = BatchDeliveryID(ids)
+	}
+	creds, _ := a.credentials(id)
+	creds.authenticate(req)
 
 	whole := a.exchange(ctx, span, req, resp)
 	outs, err := batch.Read(whole, resp.Body(), ids, time.Now())

@@ -268,6 +268,23 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
+	creds, head := a.prepare(req, m, in)
+	// The CLIENT span's context goes to the app as traceparent, so the app's
+	// own spans join the message's trace.
+	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(a.spanAttrs...)
+	}
+	a.addHeaders(ctx, req, m, in, head)
+	creds.authenticate(req)
+	return a.exchange(ctx, span, req, resp)
+}
+
+// prepare sets the request line, content type and body of one message's
+// request, and returns its token and keys with the room the head has
+// taken, theirs included.
+func (a *Client) prepare(req *fasthttp.Request, m *msg.Message, in msg.Info) (credentials, Head) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(a.url(in))
 	ct := m.ContentType
@@ -277,31 +294,31 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	ct = cut(cleanValue(ct), ownValueMax)
 	req.Header.SetContentType(ct)
 	req.SetBodyRaw(m.Body)
-	auth := a.authenticate(req)
-
-	// The CLIENT span's context goes to the app as traceparent, so the app's
-	// own spans join the message's trace.
-	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
-	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(a.spanAttrs...)
+	var id string
+	if a.opts.Auth.signs() {
+		id = DeliveryID(m, in)
 	}
+	creds, auth := a.credentials(id)
+	head := a.head(req, ct, len(m.Body))
+	head.Headers += auth.Headers
+	head.Bytes += auth.Bytes
+	return creds, head
+}
+
+// addHeaders adds Hopper's headers, the trace context of ctx's span and the
+// message's application headers to a prepared request, within the limits
+// of what head leaves.
+func (a *Client) addHeaders(ctx context.Context, req *fasthttp.Request, m *msg.Message, in msg.Info, head Head) {
 	var extra traceHeaders
 	if a.opts.CloudEvents {
 		extra = CloudEventHeaders(extra, m, in)
 	}
 	propagator.Inject(ctx, &extra)
-
-	head := a.head(req, ct, len(m.Body))
-	head.Headers += auth.Headers
-	head.Bytes += auth.Bytes
 	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, head)
 	a.countOmitted(om)
 	for _, h := range hdrs {
 		req.Header.Set(h.Name, h.Value)
 	}
-
-	return a.exchange(ctx, span, req, resp)
 }
 
 // exchange sends a request built by Deliver or DeliverBatch and classifies

@@ -68,7 +68,7 @@ func NewTLS(o TLSOptions) (*tls.Config, error) {
 
 // certPair is a client certificate loaded again when its files change.
 type certPair struct {
-	cert, key *secretFile
+	cert, key *secretFile[string]
 	mu        sync.Mutex
 	pair      *tls.Certificate
 	// loaded are the file contents pair was last built from (or failed
@@ -81,10 +81,10 @@ type certPair struct {
 func newCertPair(certFile, keyFile string, now time.Time) (*certPair, error) {
 	p := &certPair{}
 	var err error
-	if p.cert, err = openSecret(certFile, nil, now); err != nil {
+	if p.cert, err = openSecret(certFile, rawValue, now); err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
 	}
-	if p.key, err = openSecret(keyFile, nil, now); err != nil {
+	if p.key, err = openSecret(keyFile, rawValue, now); err != nil {
 		return nil, fmt.Errorf("client key: %w", err)
 	}
 	p.loadedCert, p.loadedKey = *p.cert.value.Load(), *p.key.value.Load()

@@ -21,7 +21,8 @@ func TestAppAuthKeys(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")
 	key := filepath.Join(dir, "key")
-	for p, v := range map[string]string{tok: "t0k\n", key: "k3y\n"} {
+	whsec := filepath.Join(dir, "webhook-secrets")
+	for p, v := range map[string]string{tok: "t0k\n", key: "k3y\n", whsec: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"} {
 		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +32,7 @@ func TestAppAuthKeys(t *testing.T) {
 	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := config.Load(f, []string{"HOPPER_APP_AUTH_TOKEN_HEADER=X-Api-Key"})
+	cfg, _, err := config.Load(f, []string{"HOPPER_APP_AUTH_TOKEN_HEADER=X-Api-Key", "HOPPER_APP_AUTH_STANDARD_WEBHOOKS_SECRET_FILE=" + whsec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +40,10 @@ func TestAppAuthKeys(t *testing.T) {
 		t.Fatalf("token and hmac both set: %v", err)
 	}
 	a := cfg.App.Auth
-	if a.Token.File != tok || a.Token.Header != "X-Api-Key" || a.HMAC.KeyFile != key {
+	if a.Token.File != tok || a.Token.Header != "X-Api-Key" || a.HMAC.KeyFile != key || a.StandardWebhooks.SecretFile != whsec {
 		t.Errorf("app.auth = %+v", a)
 	}
-	if d := config.Default().App.Auth; d.Token.File != "" || d.HMAC.KeyFile != "" || d.Token.Header != "Authorization" {
+	if d := config.Default().App.Auth; d.Token.File != "" || d.HMAC.KeyFile != "" || d.StandardWebhooks.SecretFile != "" || d.Token.Header != "Authorization" {
 		t.Errorf("default app.auth = %+v, want no files and header Authorization", d)
 	}
 }
@@ -58,6 +59,10 @@ func TestAppAuthValidation(t *testing.T) {
 	}
 	empty := write("empty", "\n")
 	good := write("good", "secret")
+	// A good secret on line 1 and a short one (18 bytes) on line 2.
+	shortSecret := write("short", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\nwhsec_c2hvcnQtc2hvcnQtc2hvcnQh\n")
+	notBase64 := write("not-base64", "whsec_MfKQ9r8GKYqrTwjUPD8ILP!Io2LaLaSw\n")
+	aToken := write("a-token", "t0ken-value-9f3\n")
 	unreadable := write("unreadable", "secret")
 	if err := os.Chmod(unreadable, 0); err != nil {
 		t.Fatal(err)
@@ -76,6 +81,12 @@ func TestAppAuthValidation(t *testing.T) {
 		{"header empty", func(a *config.AppAuth) { a.Token.Header = "" }, `app.auth.token.header: must be an HTTP header name, got ""`},
 		{"header of Hopper's", func(a *config.AppAuth) { a.Token.Header = "Hopper-Signature" }, `app.auth.token.header: "Hopper-Signature" is a header Hopper or HTTP itself sets`},
 		{"header of HTTP's", func(a *config.AppAuth) { a.Token.Header = "content-length" }, `app.auth.token.header: "content-length" is a header`},
+		{"header of Standard Webhooks", func(a *config.AppAuth) { a.Token.Header = "Webhook-Signature" }, `app.auth.token.header: "Webhook-Signature" is a header Hopper or HTTP itself sets`},
+		{"missing webhook secrets", func(a *config.AppAuth) { a.StandardWebhooks.SecretFile = filepath.Join(dir, "none") }, "app.auth.standardWebhooks.secretFile: open " + filepath.Join(dir, "none")},
+		{"empty webhook secrets", func(a *config.AppAuth) { a.StandardWebhooks.SecretFile = empty }, "app.auth.standardWebhooks.secretFile: " + empty + " is empty"},
+		{"webhook secret too short", func(a *config.AppAuth) { a.StandardWebhooks.SecretFile = shortSecret }, "app.auth.standardWebhooks.secretFile: " + shortSecret + ": line 2: the whsec_ secret decodes to 18 bytes; Standard Webhooks secrets are 24 to 64 random bytes"},
+		{"webhook secret not base64", func(a *config.AppAuth) { a.StandardWebhooks.SecretFile = notBase64 }, "app.auth.standardWebhooks.secretFile: " + notBase64 + ": line 1: the whsec_ secret is not standard base64: illegal base64 data at input byte 22"},
+		{"webhook token in the file", func(a *config.AppAuth) { a.StandardWebhooks.SecretFile = aToken }, "app.auth.standardWebhooks.secretFile: " + aToken + ": line 1: not a Standard Webhooks secret: it must start with whsec_ (HMAC-SHA256) or whsk_ (Ed25519)"},
 	} {
 		c := config.Default()
 		c.Queue.Name = "orders"
@@ -83,6 +94,11 @@ func TestAppAuthValidation(t *testing.T) {
 		err := c.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+		for _, secret := range []string{"MfKQ9r8GKYqrTwjUPD8IL", "c2hvcnQtc2hvcnQtc2hvcnQh", "t0ken-value"} {
+			if err != nil && strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: the error %q holds a secret", tc.name, err)
+			}
 		}
 	}
 	if os.Geteuid() != 0 { // root reads a file whatever its mode

@@ -462,8 +462,13 @@ type AppTLS struct {
 type AppAuth struct {
 	// Token is sent with every request.
 	Token TokenAuth `yaml:"token"`
-	// HMAC signs every request body (a batch's whole body).
+	// HMAC signs every request (a batch's whole body) in Hopper's own
+	// Hopper-Signature header.
 	HMAC HMACAuth `yaml:"hmac"`
+	// StandardWebhooks signs every request in the public Standard Webhooks
+	// form (webhook-id, webhook-timestamp, webhook-signature), which
+	// verifier libraries in every common language check.
+	StandardWebhooks StandardWebhooksAuth `yaml:"standardWebhooks"`
 }
 
 // TokenAuth is a token sent with every request.
@@ -475,13 +480,28 @@ type TokenAuth struct {
 	Header string `yaml:"header"`
 }
 
-// HMACAuth signs each request body in Hopper-Signature:
-// "t=<unix seconds>,v1=<lowercase hex HMAC-SHA256 of "<t>.<body>">". The
-// time lets the app refuse a request played again later.
+// HMACAuth signs each request in Hopper-Signature: "t=<unix seconds>,
+// id=<delivery id>,v1=<hex HMAC-SHA256 of "<t>.<body>">,v2=<hex
+// HMAC-SHA256 of "<t>.<id>.<body>">". The time lets the app refuse a
+// request older than its window, and the id (in v2) one played again
+// within it under another message id.
 type HMACAuth struct {
 	// KeyFile holds the key; its bytes are the HMAC key. Default "": no
 	// signature.
 	KeyFile string `yaml:"keyFile"`
+}
+
+// StandardWebhooksAuth signs each request as the Standard Webhooks
+// specification describes: webhook-id (the delivery id, the same on every
+// attempt), webhook-timestamp (Unix seconds) and webhook-signature, one
+// signature of "<id>.<timestamp>.<body>" per secret.
+type StandardWebhooksAuth struct {
+	// SecretFile holds one or more secrets, one a line: whsec_<base64 of
+	// 24 to 64 bytes> signs with HMAC-SHA256 ("v1,<base64>"), whsk_<base64
+	// Ed25519 secret key> with Ed25519 ("v1a,<base64>"). Each one signs
+	// every request, so a key is rotated without a gap: add the new one,
+	// let the app learn it, drop the old one. Default "": not signed.
+	SecretFile string `yaml:"secretFile"`
 }
 
 // Forward bounds the head of a request to the app. A server that refuses a

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/internal/signing"
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -280,12 +281,20 @@ func validateAuth(a AppAuth, add func(path, format string, a ...any)) {
 	case !isToken(h):
 		add("app.auth.token.header", "must be an HTTP header name, got %q", h)
 	case strings.HasPrefix(lower, "hopper-") || strings.HasPrefix(lower, "ce-") ||
-		slices.Contains([]string{"host", "content-type", "content-length", "user-agent", "traceparent", "tracestate", "connection", "transfer-encoding"}, lower):
+		slices.Contains([]string{"host", "content-type", "content-length", "user-agent", "traceparent", "tracestate", "connection", "transfer-encoding",
+			"webhook-id", "webhook-timestamp", "webhook-signature"}, lower):
 		add("app.auth.token.header", "%q is a header Hopper or HTTP itself sets: pick another name", h)
 	}
 	if a.HMAC.KeyFile != "" {
 		if _, err := readSecret(a.HMAC.KeyFile); err != nil {
 			add("app.auth.hmac.keyFile", "%v", err)
+		}
+	}
+	if f := a.StandardWebhooks.SecretFile; f != "" {
+		if s, err := readSecret(f); err != nil {
+			add("app.auth.standardWebhooks.secretFile", "%v", err)
+		} else if _, err := signing.ParseSecrets(s); err != nil {
+			add("app.auth.standardWebhooks.secretFile", "%s: %v", f, err)
 		}
 	}
 }

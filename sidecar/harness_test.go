@@ -264,11 +264,17 @@ func start(t *testing.T, cfg config.Config) *running {
 // startWith is start with a hook to set up the sidecar before it runs.
 func startWith(t *testing.T, cfg config.Config, setup func(*sidecar.Sidecar)) *running {
 	t.Helper()
+	return startLogged(t, cfg, testLogger(t), setup)
+}
+
+// startLogged is startWith logging to log.
+func startLogged(t *testing.T, cfg config.Config, log *slog.Logger, setup func(*sidecar.Sidecar)) *running {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config invalid: %v", err)
 	}
 	r := &running{t: t, cfg: cfg, done: make(chan error, 1)}
-	r.sc = sidecar.New(&r.cfg, testLogger(t))
+	r.sc = sidecar.New(&r.cfg, log)
 	if setup != nil {
 		setup(r.sc)
 	}

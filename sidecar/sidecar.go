@@ -437,9 +437,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 	}
 	auth, err := app.NewAuth(app.AuthOptions{
-		TokenFile:   cfg.App.Auth.Token.File,
-		TokenHeader: cfg.App.Auth.Token.Header,
-		HMACKeyFile: cfg.App.Auth.HMAC.KeyFile,
+		TokenFile:            cfg.App.Auth.Token.File,
+		TokenHeader:          cfg.App.Auth.Token.Header,
+		HMACKeyFile:          cfg.App.Auth.HMAC.KeyFile,
+		StandardWebhooksFile: cfg.App.Auth.StandardWebhooks.SecretFile,
 		OnReadError: func(err error) {
 			log.Warn("a changed app.auth file could not be read", "event", "APP_AUTH_FILE_UNREADABLE", "error", err.Error())
 		},

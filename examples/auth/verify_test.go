@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,12 +55,12 @@ func capture(t *testing.T, keyFile string, offset time.Duration) signed {
 	return s
 }
 
-// verifier runs one of the example programs on a captured request and
-// reports whether it accepted it.
-type verifier func(t *testing.T, keyFile string, s signed) bool
+// verifier runs one of the example verifiers on a captured request and
+// returns the delivery id it vouches for, ok false when it refused it.
+type verifier func(t *testing.T, keyFile string, s signed) (id string, ok bool)
 
 func program(name string, args ...string) verifier {
-	return func(t *testing.T, keyFile string, s signed) bool {
+	return func(t *testing.T, keyFile string, s signed) (string, bool) {
 		t.Helper()
 		bin, err := exec.LookPath(name)
 		if err != nil {
@@ -67,29 +68,50 @@ func program(name string, args ...string) verifier {
 		}
 		cmd := exec.Command(bin, append(args, keyFile, s.signature)...)
 		cmd.Stdin = bytes.NewReader(s.body)
-		out, err := cmd.CombinedOutput()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err = cmd.Run()
 		if _, exit := err.(*exec.ExitError); err != nil && !exit {
 			t.Fatalf("%s: %v", name, err)
 		}
-		t.Logf("%s: %v %s", name, err, out)
-		return err == nil
+		t.Logf("%s: %v %s%s", name, err, stdout.String(), stderr.String())
+		return strings.TrimSpace(stdout.String()), err == nil
 	}
 }
 
-func goVerifier(t *testing.T, keyFile string, s signed) bool {
+func goVerifier(t *testing.T, keyFile string, s signed) (string, bool) {
 	t.Helper()
 	key, err := app.ReadSecret(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = auth.Verify([]byte(key), s.signature, s.body, time.Now())
-	t.Logf("go: %v", err)
-	return err == nil
+	id, err := auth.Verify([]byte(key), s.signature, s.body, time.Now())
+	t.Logf("go: %q %v", id, err)
+	return id, err == nil
+}
+
+// withField is s with one field of its signature replaced, or dropped
+// when value is "".
+func withField(s signed, name, value string) signed {
+	var out []string
+	for _, p := range strings.Split(s.signature, ",") {
+		if k, _, _ := strings.Cut(p, "="); k == name {
+			if value == "" {
+				continue
+			}
+			p = name + "=" + value
+		}
+		out = append(out, p)
+	}
+	s.signature = strings.Join(out, ",")
+	return s
 }
 
 // TestVerifiers: the Python, Node.js and Go verifiers the README shows
-// accept a request Hopper signed, and refuse it under another key, with
-// its body changed, and signed outside the 300 s window either way.
+// accept a request Hopper signed and return its delivery id, and refuse it
+// under another key, with its body changed, with another id (which v1
+// alone would let through), without v2, and signed outside the 300 s
+// window either way.
 func TestVerifiers(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "key")
@@ -100,8 +122,13 @@ func TestVerifiers(t *testing.T) {
 		}
 	}
 	good := capture(t, keyFile, 0)
+	if !strings.Contains(good.signature, ",id=m-1,") {
+		t.Fatalf("signature %q does not name the message id m-1", good.signature)
+	}
 	tampered := good
 	tampered.body = append(bytes.Clone(good.body), ' ')
+	otherID := withField(good, "id", "m-2")
+	v1Only := withField(good, "v2", "")
 	// The window is 300 s; 400 s is well outside it whatever the test's
 	// own pace.
 	old := capture(t, keyFile, -400*time.Second)
@@ -113,19 +140,25 @@ func TestVerifiers(t *testing.T) {
 		"go":     goVerifier,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if !v(t, keyFile, good) {
-				t.Errorf("refused a request Hopper signed: %q", good.signature)
+			if id, ok := v(t, keyFile, good); !ok || id != "m-1" {
+				t.Errorf("refused a request Hopper signed, or gave id %q: %q", id, good.signature)
 			}
-			if v(t, otherKey, good) {
+			if _, ok := v(t, otherKey, good); ok {
 				t.Error("accepted the request under another key")
 			}
-			if v(t, keyFile, tampered) {
+			if _, ok := v(t, keyFile, tampered); ok {
 				t.Error("accepted a changed body")
 			}
-			if v(t, keyFile, old) {
+			if _, ok := v(t, keyFile, otherID); ok {
+				t.Errorf("accepted the request under another id: %q", otherID.signature)
+			}
+			if _, ok := v(t, keyFile, v1Only); ok {
+				t.Errorf("accepted a signature without v2: %q", v1Only.signature)
+			}
+			if _, ok := v(t, keyFile, old); ok {
 				t.Errorf("accepted a request signed 400 s ago: %q", old.signature)
 			}
-			if v(t, keyFile, future) {
+			if _, ok := v(t, keyFile, future); ok {
 				t.Errorf("accepted a request signed 400 s ahead: %q", future.signature)
 			}
 		})

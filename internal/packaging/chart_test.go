@@ -746,15 +746,27 @@ func validateRenderedConfig(t *testing.T, pod *corev1.PodTemplateSpec, c *corev1
 				v = &pod.Spec.Volumes[i]
 			}
 		}
-		if v == nil || v.Secret == nil {
+		if v == nil || v.Secret == nil && v.Projected == nil {
 			continue
 		}
 		dir := filepath.Join(root, m.MountPath)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for _, it := range v.Secret.Items {
-			if err := os.WriteFile(filepath.Join(dir, it.Path), standInSecret(t, it), 0o600); err != nil {
+		files := map[string][]byte{}
+		if v.Secret != nil {
+			for _, it := range v.Secret.Items {
+				files[it.Path] = standInSecret(t, it)
+			}
+		} else {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					files[src.ServiceAccountToken.Path] = []byte("stand-in service-account token")
+				}
+			}
+		}
+		for p, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, p), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}

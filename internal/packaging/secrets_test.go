@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"slices"
@@ -67,7 +68,9 @@ func standInCert(t *testing.T) (cert, key []byte) {
 }
 
 // standInSecret is what a Secret volume's item holds in the stand-in
-// mount: a PEM certificate for *.crt, a PEM key for *.key, text otherwise.
+// mount: a PEM certificate for *.crt, a PEM key for *.key, a Standard
+// Webhooks secret for the secrets of app.auth.standardWebhooks, text
+// otherwise.
 func standInSecret(t *testing.T, it corev1.KeyToPath) []byte {
 	cert, key := standInCert(t)
 	switch {
@@ -75,6 +78,8 @@ func standInSecret(t *testing.T, it corev1.KeyToPath) []byte {
 		return cert
 	case strings.HasSuffix(it.Path, ".key") && it.Path != "key":
 		return key
+	case it.Path == "secrets":
+		return []byte("whsec_" + base64.StdEncoding.EncodeToString([]byte("stand-in for "+it.Key+strings.Repeat(".", 24))) + "\n")
 	}
 	return []byte("stand-in for " + it.Key)
 }
@@ -224,6 +229,7 @@ func TestChartAppSecrets(t *testing.T) {
 	}{
 		{"token", []string{"--set", "app.auth.token.existingSecret=tok"}, []string{"app", "auth", "token", "file"}, "tok", "token"},
 		{"hmac", []string{"--set", "app.auth.hmac.existingSecret=sig", "--set", "app.auth.hmac.key=k"}, []string{"app", "auth", "hmac", "keyFile"}, "sig", "k"},
+		{"standard webhooks", []string{"--set", "app.auth.standardWebhooks.existingSecret=wh"}, []string{"app", "auth", "standardWebhooks", "secretFile"}, "wh", "secrets"},
 		{"tls ca only", []string{"--set", "app.tls.existingSecret=ca"}, []string{"app", "tls", "caFile"}, "ca", "ca.crt"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -245,6 +251,71 @@ func TestChartAppSecrets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChartServiceAccountToken: app.auth.serviceAccountToken mounts a
+// projected token of the pod's ServiceAccount with the audience and
+// lifetime given into the Hopper container only (of the Deployment and of
+// the tool Job), as a folder so the kubelet's renewals reach the file, and
+// makes it app.auth.token.file; without an audience nothing is mounted.
+func TestChartServiceAccountToken(t *testing.T) {
+	check := func(t *testing.T, ms []manifest, audience string, seconds int64, pods int) {
+		t.Helper()
+		cfg := renderedConfig(t, ms)
+		path, _ := dig(cfg, "app", "auth", "token", "file").(string)
+		if path != "/etc/hopper/app-sa-token/token" {
+			t.Fatalf("app.auth.token.file = %q, want the projected token", path)
+		}
+		if h, ok := dig(cfg, "app", "auth", "token", "header").(string); ok && h != "Authorization" {
+			t.Errorf("app.auth.token.header = %q", h)
+		}
+		ps, hoppers := hopperPods(t, ms)
+		if len(ps) != pods {
+			t.Fatalf("%d pods run Hopper, want %d", len(ps), pods)
+		}
+		for i, pod := range ps {
+			m := volumeMountAt(hoppers[i], "/etc/hopper/app-sa-token")
+			if m == nil || !m.ReadOnly || m.SubPath != "" {
+				t.Errorf("container %s: the token folder is mounted %+v; want read-only without subPath", hoppers[i].Name, m)
+				continue
+			}
+			v := volumeOf(pod, hoppers[i], "/etc/hopper/app-sa-token")
+			if v == nil || v.Projected == nil || len(v.Projected.Sources) != 1 || v.Projected.Sources[0].ServiceAccountToken == nil {
+				t.Errorf("container %s: the token volume is %+v, want a projected service-account token", hoppers[i].Name, v)
+				continue
+			}
+			if sat := v.Projected.Sources[0].ServiceAccountToken; sat.Audience != audience || sat.ExpirationSeconds == nil || *sat.ExpirationSeconds != seconds || sat.Path != "token" {
+				t.Errorf("serviceAccountToken %+v, want audience %q, %d s, path token", sat, audience, seconds)
+			}
+			for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+				if c.Name != hoppers[i].Name && slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == m.Name }) {
+					t.Errorf("container %s mounts Hopper's service-account token", c.Name)
+				}
+			}
+		}
+	}
+	minimal := repoPath(chartDir, "ci", "minimal-values.yaml")
+	t.Run("minimal", func(t *testing.T) {
+		t.Parallel()
+		check(t, renderChart(t, "-f", minimal, "--set", "app.auth.serviceAccountToken.audience=orders-api"), "orders-api", 3600, 1)
+	})
+	t.Run("with the tool Job", func(t *testing.T) {
+		t.Parallel()
+		ms := renderChart(t, "-f", repoPath(chartDir, "ci", "full-values.yaml"), "--set", "app.auth.token.existingSecret=",
+			"--set", "app.auth.serviceAccountToken.audience=https://orders.example", "--set", "app.auth.serviceAccountToken.expirationSeconds=7200")
+		check(t, ms, "https://orders.example", 7200, 2)
+	})
+	t.Run("off", func(t *testing.T) {
+		t.Parallel()
+		ms := renderChart(t, "-f", minimal)
+		pods, hoppers := hopperPods(t, ms)
+		if volumeMountAt(hoppers[0], "/etc/hopper/app-sa-token") != nil || slices.ContainsFunc(pods[0].Spec.Volumes, func(v corev1.Volume) bool { return v.Projected != nil }) {
+			t.Error("a service-account token is mounted without app.auth.serviceAccountToken.audience")
+		}
+		if dig(renderedConfig(t, ms), "app", "auth") != nil {
+			t.Error("app.auth is set without any of its values")
+		}
+	})
 }
 
 // TestChartOtelSecrets: the collector's headers come from a Secret through
@@ -308,6 +379,12 @@ func TestChartSecretsReject(t *testing.T) {
 		{"token twice", []string{"--set", "app.auth.token.existingSecret=s", "--set", "config.app.auth.token.file=/x"}, "set app.auth.token.existingSecret or config.app.auth.token.file, not both"},
 		{"hmac twice", []string{"--set", "app.auth.hmac.existingSecret=s", "--set", "config.app.auth.hmac.keyFile=/x"}, "set app.auth.hmac.existingSecret or config.app.auth.hmac.keyFile, not both"},
 		{"token without key", []string{"--set", "app.auth.token.existingSecret=s", "--set", "app.auth.token.key="}, "app.auth.token.key is required"},
+		{"webhook secrets without key", []string{"--set", "app.auth.standardWebhooks.existingSecret=s", "--set", "app.auth.standardWebhooks.key="}, "app.auth.standardWebhooks.key is required with app.auth.standardWebhooks.existingSecret: the Secret's key holding the Standard Webhooks secrets"},
+		{"webhook secrets twice", []string{"--set", "app.auth.standardWebhooks.existingSecret=s", "--set", "config.app.auth.standardWebhooks.secretFile=/x"}, "set app.auth.standardWebhooks.existingSecret or config.app.auth.standardWebhooks.secretFile, not both"},
+		{"service-account token and token Secret", []string{"--set", "app.auth.serviceAccountToken.audience=a", "--set", "app.auth.token.existingSecret=s"}, "set app.auth.serviceAccountToken.audience or app.auth.token.existingSecret, not both"},
+		{"service-account token and token file", []string{"--set", "app.auth.serviceAccountToken.audience=a", "--set", "config.app.auth.token.file=/x"}, "set app.auth.serviceAccountToken.audience or config.app.auth.token.file, not both"},
+		{"service-account token too short", []string{"--set", "app.auth.serviceAccountToken.audience=a", "--set", "app.auth.serviceAccountToken.expirationSeconds=599"}, "expirationSeconds"},
+		{"service-account token unknown key", []string{"--set", "app.auth.serviceAccountToken.path=x"}, "additional properties 'path' not allowed"},
 		{"app tls twice", []string{"--set", "app.tls.existingSecret=s", "--set", "config.app.tls.caFile=/x"}, "set app.tls.existingSecret or config.app.tls.caFile, not both"},
 		{"app tls on http", []string{"--set", "app.tls.existingSecret=s", "--set", "config.app.url=http://127.0.0.1:8080/"}, "app.tls.existingSecret is for an https:// app"},
 		{"app client cert without key", []string{"--set", "app.tls.existingSecret=s", "--set", "app.tls.certKey=tls.crt"}, "app.tls.certKey and keyKey must be given together"},

@@ -27,6 +27,8 @@ deployment.enabled: false it renders no Deployment). Optional helpers:
 {{- define "hopper.tlsSecretDir" -}}/etc/hopper/tls{{- end -}}
 {{- define "hopper.appTokenDir" -}}/etc/hopper/app-token{{- end -}}
 {{- define "hopper.appHmacDir" -}}/etc/hopper/app-hmac{{- end -}}
+{{- define "hopper.appWebhooksDir" -}}/etc/hopper/app-webhooks{{- end -}}
+{{- define "hopper.appSATokenDir" -}}/etc/hopper/app-sa-token{{- end -}}
 {{- define "hopper.appTLSDir" -}}/etc/hopper/app-tls{{- end -}}
 {{- define "hopper.otelCADir" -}}/etc/hopper/otel{{- end -}}
 
@@ -136,11 +138,11 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
        uses it without a restart. */ -}}
 {{- $aa := default (dict) $v.app.auth -}}
 {{- $auth := default (dict) (get $app "auth") -}}
-{{- range $name, $f := dict "token" (list "file" (include "hopper.appTokenDir" $) "token") "hmac" (list "keyFile" (include "hopper.appHmacDir" $) "key") -}}
+{{- range $name, $f := dict "token" (list "file" (include "hopper.appTokenDir" $) "token" "token") "hmac" (list "keyFile" (include "hopper.appHmacDir" $) "key" "HMAC key") "standardWebhooks" (list "secretFile" (include "hopper.appWebhooksDir" $) "secrets" "Standard Webhooks secrets") -}}
 {{- $s := default (dict) (get $aa $name) -}}
 {{- if $s.existingSecret -}}
 {{- if not $s.key -}}
-{{- fail (printf "app.auth.%s.key is required with app.auth.%s.existingSecret: the Secret's key holding the %s" $name $name (ternary "token" "HMAC key" (eq $name "token"))) -}}
+{{- fail (printf "app.auth.%s.key is required with app.auth.%s.existingSecret: the Secret's key holding the %s" $name $name (index $f 3)) -}}
 {{- end -}}
 {{- $sect := default (dict) (get $auth $name) -}}
 {{- if hasKey $sect (index $f 0) -}}
@@ -148,6 +150,22 @@ Fails the render with a clear message on a setting Kubernetes cannot run.
 {{- end -}}
 {{- $_ := set $sect (index $f 0) (printf "%s/%s" (index $f 1) (index $f 2)) -}}
 {{- $_ := set $auth $name $sect -}}
+{{- end -}}
+{{- end -}}
+{{- /* app.auth.serviceAccountToken: a projected token of the pod's
+       ServiceAccount is Hopper's token; the kubelet renews the file and
+       Hopper reads it again. */ -}}
+{{- with $aa.serviceAccountToken -}}
+{{- if .audience -}}
+{{- if dig "token" "existingSecret" "" $aa -}}
+{{- fail "set app.auth.serviceAccountToken.audience or app.auth.token.existingSecret, not both: each is Hopper's token" -}}
+{{- end -}}
+{{- $sect := default (dict) (get $auth "token") -}}
+{{- if hasKey $sect "file" -}}
+{{- fail "set app.auth.serviceAccountToken.audience or config.app.auth.token.file, not both" -}}
+{{- end -}}
+{{- $_ := set $sect "file" (printf "%s/token" (include "hopper.appSATokenDir" $)) -}}
+{{- $_ := set $auth "token" $sect -}}
 {{- end -}}
 {{- end -}}
 {{- if $auth -}}
@@ -416,6 +434,29 @@ Hopper container mounts them.
         path: key
 {{- end }}
 {{- end }}
+{{- with $aa.standardWebhooks }}
+{{- if .existingSecret }}
+- name: hopper-app-webhooks
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0444
+    items:
+      - key: {{ .key }}
+        path: secrets
+{{- end }}
+{{- end }}
+{{- with $aa.serviceAccountToken }}
+{{- if .audience }}
+- name: hopper-app-sa-token
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          audience: {{ .audience | quote }}
+          expirationSeconds: {{ int64 (default 3600 .expirationSeconds) }}
+          path: token
+{{- end }}
+{{- end }}
 {{- with .values.app.tls }}
 {{- if .existingSecret }}
 - name: hopper-app-tls
@@ -656,6 +697,16 @@ httpGet:
 {{- if dig "hmac" "existingSecret" "" $aa }}
 - name: hopper-app-hmac
   mountPath: {{ include "hopper.appHmacDir" . }}
+  readOnly: true
+{{- end }}
+{{- if dig "standardWebhooks" "existingSecret" "" $aa }}
+- name: hopper-app-webhooks
+  mountPath: {{ include "hopper.appWebhooksDir" . }}
+  readOnly: true
+{{- end }}
+{{- if dig "serviceAccountToken" "audience" "" $aa }}
+- name: hopper-app-sa-token
+  mountPath: {{ include "hopper.appSATokenDir" . }}
   readOnly: true
 {{- end }}
 {{- if (default (dict) .values.app.tls).existingSecret }}

@@ -1,0 +1,18 @@
+package app
+
+import (
+	"context"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// BuildRequest builds into req the request Deliver sends for m (body,
+// Hopper's headers, token and signatures, trace context, application
+// headers) without sending it, for the benchmarks.
+func (a *Client) BuildRequest(req *fasthttp.Request, m *msg.Message, in msg.Info) {
+	creds, head := a.prepare(req, m, in)
+	a.addHeaders(context.Background(), req, m, in, head)
+	creds.authenticate(req)
+}
