@@ -790,6 +790,7 @@ func (e *env) latency() (raw, hop []time.Duration, err error) {
 
 // report is everything measured.
 type report struct {
+	broker string // the broker's name and version, for the settings line
 	o       *options
 	paths   map[string]map[string][]runResult // path → kind → runs
 	lat     map[string][]time.Duration        // kind → pooled samples (sorted)
@@ -829,7 +830,8 @@ func (o *options) rawPaths() []string {
 }
 
 func (e *env) bench() (*report, error) {
-	rep := &report{o: e.o, paths: map[string]map[string][]runResult{}, lat: map[string][]time.Duration{}, started: time.Now(), load0: loadAvg()}
+	rep := &report{o: e.o, paths: map[string]map[string][]runResult{}, lat: map[string][]time.Duration{}, started: time.Now(), load0: loadAvg(),
+		broker: "RabbitMQ " + e.b.Version()}
 	kinds := []string{"raw", "hopper"}
 	for _, p := range e.o.paths {
 		switch p {
@@ -953,8 +955,8 @@ func maxHWM(rs []runResult) float64 {
 // print writes the results and the final line; it reports whether every
 // target was met.
 func (rep *report) print(w io.Writer, o *options) bool {
-	fmt.Fprintf(w, "\nhopperbench: backlog %d (retry, dlq, slow: %d) x %d B persistent (classic queue), prefetch %d, workers %d, publish channels %d, %d run(s) per consumer, %d CPUs, %s\n",
-		o.n, o.backlog(modeDLQ), o.size, o.prefetch, o.workers, o.pubChannels, o.runs, runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(w, "\nhopperbench: %s, backlog %d (retry, dlq, slow: %d) x %d B persistent (classic queue), prefetch %d, workers %d, publish channels %d, %d run(s) per consumer, %d CPUs, %s\n",
+		rep.broker, o.n, o.backlog(modeDLQ), o.size, o.prefetch, o.workers, o.pubChannels, o.runs, runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(w, "rates are messages/s of backlog (retry: each message delivered twice); CPU is seconds per 100,000 backlog messages\n")
 	fmt.Fprintf(w, "(cpu: the consumer process; broker: beam.smp; app: this process; others: cores other processes of the machine kept busy meanwhile)\n")
 	fmt.Fprintf(w, "load average at start %s, at end %s\n\n", rep.load0, loadAvg())
