@@ -790,7 +790,7 @@ func (e *env) latency() (raw, hop []time.Duration, err error) {
 
 // report is everything measured.
 type report struct {
-	broker string // the broker's name and version, for the settings line
+	broker  string // the broker's name and version, for the settings line
 	o       *options
 	paths   map[string]map[string][]runResult // path → kind → runs
 	lat     map[string][]time.Duration        // kind → pooled samples (sorted)
