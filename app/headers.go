@@ -287,13 +287,15 @@ func validToken(s string) bool {
 	return true
 }
 
-// SanitizeValue makes a header value safe to send: control characters (CR,
-// LF and NUL among them) become spaces, so a header can never split the
-// request, and the value is cut at maxHeaderValue bytes on a rune boundary.
+// SanitizeValue makes a header value safe to send: control characters other
+// than TAB (CR, LF, NUL and DEL among them) become spaces, so a header can
+// never split the request, and the value is cut at maxHeaderValue bytes on
+// a rune boundary.
 func SanitizeValue(s string) string { return cut(cleanValue(s), maxHeaderValue) }
 
-// cleanValue turns control characters (CR, LF and NUL among them) into
-// spaces, so a header can never split the request.
+// cleanValue turns control characters (CR, LF, NUL and DEL among them) into
+// spaces, so a header can never split the request. TAB is kept: it is legal
+// inside a header value and splits nothing.
 func cleanValue(s string) string {
 	clean := true
 	for i := 0; i < len(s); i++ {

@@ -43,17 +43,31 @@ type Config struct {
 	// Default none.
 	Routes []Route `yaml:"routes,omitempty"`
 	// Filter is an expression a message must make true to be delivered;
-	// the others are settled by OnFiltered without reaching the app.
+	// the messages it makes false are settled by OnFiltered without
+	// reaching the app, those it cannot be evaluated for by OnFilterError.
 	// Default "" (every message is delivered).
 	Filter string `yaml:"filter,omitempty"`
 	// OnFiltered is ack (the message is acked unseen) or dlq (it is
-	// dead-lettered with reason filtered). Default "" (ack).
+	// dead-lettered with reason filtered). It applies only to messages
+	// the filter makes false. Default "" (ack).
 	OnFiltered string `yaml:"onFiltered,omitempty"`
 	// OnBodyError says what a rule that reads a body which is not JSON
-	// does: skip (the rule is false: a route does not match, the filter
-	// does not pass) or dlq (the message is dead-lettered with reason
-	// filter-error). Default "" (skip).
+	// does: skip (the rule decides nothing: a route does not match, a
+	// filter is settled by OnFilterError) or dlq (the message is
+	// dead-lettered with reason filter-error, whichever rule read the
+	// body). Default "" (skip).
 	OnBodyError string `yaml:"onBodyError,omitempty"`
+	// OnFilterError says what becomes of a message the filter cannot be
+	// evaluated for (a run-time error, such as a missing header ordered
+	// against a number, or a body that is not JSON): dlq (dead-lettered
+	// with reason filter-error and the cause, to be replayed once the
+	// filter or the publisher is fixed) or deliver (on to the routes, as
+	// if there were no filter). Such a message is never filtered: a filter
+	// that fails on every message would otherwise settle the whole stream
+	// unseen. dlq keeps from the app what the filter may have been meant
+	// to keep out; deliver suits a filter that only spares the app work.
+	// Default "" (dlq).
+	OnFilterError string `yaml:"onFilterError,omitempty"`
 }
 
 // Route sends the messages its match selects to a path of its own, with
@@ -107,13 +121,14 @@ type Subscription struct {
 	// Partitions split this queue into partitions (see Partitions).
 	// Default topology.partitions.
 	Partitions *Partitions `yaml:"partitions,omitempty"`
-	// Routes, Filter, OnFiltered and OnBodyError are this queue's routing
-	// rules, as the top-level keys of the same names are for the one-queue
-	// form. Default none.
-	Routes      []Route `yaml:"routes,omitempty"`
-	Filter      string  `yaml:"filter,omitempty"`
-	OnFiltered  string  `yaml:"onFiltered,omitempty"`
-	OnBodyError string  `yaml:"onBodyError,omitempty"`
+	// Routes, Filter, OnFiltered, OnBodyError and OnFilterError are this
+	// queue's routing rules, as the top-level keys of the same names are
+	// for the one-queue form. Default none.
+	Routes        []Route `yaml:"routes,omitempty"`
+	Filter        string  `yaml:"filter,omitempty"`
+	OnFiltered    string  `yaml:"onFiltered,omitempty"`
+	OnBodyError   string  `yaml:"onBodyError,omitempty"`
+	OnFilterError string  `yaml:"onFilterError,omitempty"`
 }
 
 // SubscriptionConsumer overrides consumer.* for one subscription; a key left

@@ -39,7 +39,7 @@ func (c *Config) RouteURLs() map[string]string {
 }
 
 func (c *Config) routeSpec(def *retry.Policy) route.Spec {
-	s := route.Spec{Filter: c.Filter, OnFiltered: c.OnFiltered, OnBodyError: c.OnBodyError}
+	s := route.Spec{Filter: c.Filter, OnFiltered: c.OnFiltered, OnBodyError: c.OnBodyError, OnFilterError: c.OnFilterError}
 	for _, r := range c.Routes {
 		rs := route.RouteSpec{Name: r.Name, Match: r.Match}
 		if r.Retry != nil && def != nil {

@@ -16,7 +16,10 @@ func TestRoutesValidation(t *testing.T) {
 		{`routes: [{name: orders, match: 'headers["x-event-type"] == "order"', path: /orders}]
 filter: 'properties.type != "ping"'
 onFiltered: dlq
-onBodyError: dlq`, ""},
+onBodyError: dlq
+onFilterError: deliver`, ""},
+		{`filter: 'true'
+onFilterError: dlq`, ""},
 		{`routes: [{name: a, match: 'routingKey == "a" &&'}]`, "routes[0].match: line 1, column 20: unexpected token EOF"},
 		{`routes: [{name: a, match: 'true'}, {name: b, match: 'routingKey > 3'}]`, "routes[1].match: line 1, column 12: invalid operation: > (mismatched types string and int)"},
 		{`routes: [{name: a, match: 'routingKey'}]`, "routes[0].match: expected bool, but got string"},
@@ -26,6 +29,7 @@ onBodyError: dlq`, ""},
 		{`routes: [{name: a, match: 'true'}, {name: a, match: 'false'}]`, `routes[1].name: "a" is already the name of routes[0]`},
 		{`onFiltered: drop`, `onFiltered: "drop" is not ack or dlq`},
 		{`onBodyError: ack`, `onBodyError: "ack" is not skip or dlq`},
+		{`onFilterError: ack`, `onFilterError: "ack" is not deliver or dlq`},
 		{`routes: [{name: a, match: 'true', retry: {tiers: [], outcomes: {"999": retry}, onExpired: keep}}]`, "routes[0].retry.tiers: at least one delay tier"},
 		{`routes: [{name: a, match: 'true', retry: {outcomes: {"999": retry}}}]`, "routes[0].retry.outcomes"},
 		{`routes: [{name: a, match: 'true', retry: {onExpired: keep}}]`, "routes[0].retry.onExpired: must be dlq or drop"},
@@ -101,12 +105,49 @@ func TestRoutesPerSubscriptionKeyPaths(t *testing.T) {
 	}
 }
 
+// onFilterError is a subscription's own, checked under its key path, and
+// reaches its table: a message the filter cannot be evaluated for is
+// dead-lettered as filter-error by default and delivered with deliver.
+func TestOnFilterErrorPerSubscription(t *testing.T) {
+	c, err := parse(t, `
+app: {url: http://127.0.0.1:8080/}
+subscriptions:
+  - queue: {name: q0}
+    filter: 'headers["x-level"] > 3'
+  - queue: {name: q1}
+    filter: 'headers["x-level"] > 3'
+    onFilterError: deliver
+  - queue: {name: q2}
+    filter: 'true'
+    onFilterError: drop
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, c.Validate(), `subscriptions[2].onFilterError: "drop" is not deliver or dlq`)
+	c.Subscriptions = c.Subscriptions[:2]
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid config rejected: %v", err)
+	}
+	subs := c.SubscriptionConfigs()
+	for i, want := range []string{"filter-error", ""} {
+		tb, err := subs[i].RouteTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := tb.Decide(&msg.Message{}, "k", ""); d.Reason != want {
+			t.Errorf("q%d: decision %+v, want reason %q", i, d, want)
+		}
+	}
+}
+
 func TestTopLevelRoutesRefusedWithSubscriptions(t *testing.T) {
 	c, err := parse(t, routedSubscriptions+`
 routes: [{name: x, match: 'true'}]
 filter: 'true'
 onFiltered: dlq
 onBodyError: dlq
+onFilterError: deliver
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +155,7 @@ onBodyError: dlq
 	mustContain(t, c.Validate(),
 		"routes: with subscriptions, set routes on each subscription",
 		"filter: with subscriptions, set filter on each subscription",
-		"onFiltered: with subscriptions", "onBodyError: with subscriptions")
+		"onFiltered: with subscriptions", "onBodyError: with subscriptions", "onFilterError: with subscriptions")
 }
 
 func TestOneQueueRoutes(t *testing.T) {

@@ -81,7 +81,7 @@ func (c *Config) subscription(s Subscription) Config {
 		e.Topology.Bindings = slices.Clone(s.Bindings)
 	}
 	e.Routes = slices.Clone(s.Routes)
-	e.Filter, e.OnFiltered, e.OnBodyError = s.Filter, s.OnFiltered, s.OnBodyError
+	e.Filter, e.OnFiltered, e.OnBodyError, e.OnFilterError = s.Filter, s.OnFiltered, s.OnBodyError, s.OnFilterError
 	if s.Partitions != nil {
 		e.Topology.Partitions.Count = s.Partitions.Count
 		if s.Partitions.HashOn != "" {
@@ -187,7 +187,7 @@ func (c *Config) validateSubscriptions(topErrs map[string]bool, add func(path, f
 	for _, k := range []struct {
 		key string
 		set bool
-	}{{"routes", len(c.Routes) > 0}, {"filter", c.Filter != ""}, {"onFiltered", c.OnFiltered != ""}, {"onBodyError", c.OnBodyError != ""}} {
+	}{{"routes", len(c.Routes) > 0}, {"filter", c.Filter != ""}, {"onFiltered", c.OnFiltered != ""}, {"onBodyError", c.OnBodyError != ""}, {"onFilterError", c.OnFilterError != ""}} {
 		if k.set {
 			add(k.key, "with subscriptions, set %s on each subscription that needs it, not at the top level", k.key)
 		}

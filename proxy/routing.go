@@ -34,7 +34,7 @@ func (p *Loop) route(e *entry, rt *routing) {
 			level = slog.LevelDebug
 		}
 		if p.log.Enabled(e.ctx, level) {
-			p.log.Log(e.ctx, level, "a routing rule could not be evaluated; it counts as false", "event", "ROUTE_RULE_FAILED",
+			p.log.Log(e.ctx, level, "a routing rule could not be evaluated for the message", "event", "ROUTE_RULE_FAILED",
 				"message_id", e.m.MessageID, "rule", pr.Rule, "kind", pr.Kind, "error", msg.Truncate(pr.Err.Error(), msg.MaxErrorLen))
 		}
 	}
@@ -48,8 +48,8 @@ func (p *Loop) route(e *entry, rt *routing) {
 	p.obs.Routed(rt.d.RouteName())
 }
 
-// leftOut is the verdict on a message the filter left out, or whose rules
-// could not read its body: acked unseen, or dead-lettered with the reason.
+// leftOut is the verdict on a message the filter left out, or that its
+// rules could not judge: acked unseen, or dead-lettered with the reason.
 // The app is not called, so no attempt is spent.
 func (p *Loop) leftOut(e *entry, rd route.Decision) verdict {
 	dec := retry.Decision{Action: retry.Ack, Reason: rd.Reason, Retries: e.st.Retries, Requeues: e.st.Requeues, Crashes: e.st.Crashes}

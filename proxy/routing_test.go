@@ -28,6 +28,15 @@ func (o *routedObserver) RuleFailed(k string) { o.failed = append(o.failed, k) }
 // delivery is held). A delivered message is counted under its route, and
 // its retry policy is the route's.
 func TestRoutedDispatch(t *testing.T) {
+	// The rules that could not be evaluated are counted whatever becomes
+	// of the message.
+	ruleFailures := map[string][]string{
+		"body error dlq":                      {"body"},
+		"filter error":                        {"eval"},
+		"filter error, onFiltered ack":        {"eval"},
+		"filter body error, onBodyError skip": {"body"},
+		"filter error, onFilterError deliver": {"eval"},
+	}
 	cases := []struct {
 		name       string
 		spec       route.Spec
@@ -44,6 +53,19 @@ func TestRoutedDispatch(t *testing.T) {
 			[]string{"publish orders.dlq", "publish orders.dlq", "publish orders.dlq", "ack"}, "filtered", 0, nil},
 		{"body error dlq", route.Spec{Routes: []route.RouteSpec{{Name: "p", Match: `body.p == 1`}}, OnBodyError: "dlq"}, nil, nil,
 			[]string{"publish orders.dlq", "ack"}, "filter-error", 0, nil},
+		// A filter that cannot be evaluated has decided nothing: the
+		// message is dead-lettered as filter-error (the default), never
+		// acked as filtered, or delivered (onFilterError deliver).
+		{"filter error", route.Spec{Filter: `headers["x-level"] > 3`}, nil, nil,
+			[]string{"publish orders.dlq", "ack"}, "filter-error", 0, nil},
+		{"filter error, onFiltered ack", route.Spec{Filter: `headers["x-level"] > 3`, OnFiltered: "ack"}, nil, nil,
+			[]string{"publish orders.dlq", "ack"}, "filter-error", 0, nil},
+		{"filter body error, onBodyError skip", route.Spec{Filter: `body.ok == true`, OnBodyError: "skip"}, nil, nil,
+			[]string{"publish orders.dlq", "ack"}, "filter-error", 0, nil},
+		{"filter error, onFilterError deliver", route.Spec{Filter: `headers["x-level"] > 3`, OnFilterError: "deliver"}, nil, nil,
+			[]string{"publish orders.retry.1s", "ack"}, "", 1, []string{""}},
+		{"filter false", route.Spec{Filter: `headers["x-level"] > 3`}, map[string]any{"x-level": int32(1)}, nil,
+			[]string{"ack"}, "", 0, nil},
 		{"routed with its own policy", route.Spec{Routes: []route.RouteSpec{{Name: "one", Match: `headers.kind == "x"`,
 			Policy: &retry.Policy{Name: "route:one", MaxAttempts: 1, Tiers: []time.Duration{time.Second}, Table: retry.DefaultTable(), ExpiredAction: retry.DLQ}}}},
 			map[string]any{"kind": "x"}, nil, []string{"publish orders.dlq", "ack"}, "max-attempts", 1, []string{"one"}},
@@ -82,6 +104,9 @@ func TestRoutedDispatch(t *testing.T) {
 			if !equal(obs.routed, tc.routed) {
 				t.Fatalf("routed %q, want %q", obs.routed, tc.routed)
 			}
+			if want := ruleFailures[tc.name]; !equal(obs.failed, want) {
+				t.Fatalf("rule failures counted %q, want %q", obs.failed, want)
+			}
 		})
 	}
 }
@@ -118,6 +143,9 @@ func TestFilteredLoggedAtDebug(t *testing.T) {
 	}{
 		{route.Spec{Filter: `"x-tenant" in headers`, OnFiltered: "dlq"}, "RABBITMQ_MESSAGE_FILTERED", slog.LevelDebug},
 		{route.Spec{Filter: `body.ok == true`, OnBodyError: "dlq"}, "RABBITMQ_MESSAGE_FILTER_ERROR", slog.LevelWarn},
+		{route.Spec{Filter: `headers["x-level"] > 3`}, "RABBITMQ_MESSAGE_FILTER_ERROR", slog.LevelWarn},
+		{route.Spec{Filter: `headers["x-level"] > 3`}, "ROUTE_RULE_FAILED", slog.LevelWarn},
+		{route.Spec{Filter: `headers["x-level"] > 3`, OnFilterError: "deliver"}, "ROUTE_RULE_FAILED", slog.LevelWarn},
 	} {
 		p, _, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: 200}, nil)
 		tb, err := route.Compile(tc.spec)

@@ -179,8 +179,9 @@ const (
 	// ReasonFiltered: the subscription's filter left the message out and
 	// onFiltered is dlq.
 	ReasonFiltered = "filtered"
-	// ReasonFilterError: a routing or filter rule needed the body and it
-	// was not JSON, with onBodyError dlq.
+	// ReasonFilterError: the filter could not be evaluated for the message
+	// (onFilterError dlq, the default), or a routing or filter rule needed
+	// the body and it was not JSON, with onBodyError dlq.
 	ReasonFilterError = "filter-error"
 )
 

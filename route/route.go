@@ -10,18 +10,24 @@
 //	  ├─ true ───────────────────────→ routes, first match wins
 //	  │                                  ├─ a route matches → its path (and retry policy)
 //	  │                                  └─ none matches   → the subscription's own path
+//	  │                                     (a route that cannot be evaluated does not match)
 //	  ├─ false ──────────────────────→ filtered: ack (onFiltered ack) or DLQ "filtered"
-//	  └─ body unreadable, onBodyError dlq → DLQ "filter-error"
+//	  └─ cannot be evaluated ────────→ DLQ "filter-error" (onFilterError dlq, the default)
+//	                                   or on to the routes (onFilterError deliver)
+//	any rule, body unreadable, onBodyError dlq → DLQ "filter-error"
 //
-// A rule that reads the body of a message whose body is not JSON (or whose
-// content type says it is something else) cannot be evaluated: with
-// onBodyError skip the rule counts as false (a route does not match, the
-// filter does not pass, so the message is filtered); with onBodyError dlq
-// the message is dead-lettered with reason filter-error before any route
-// is chosen. Any other evaluation error (comparing a missing header with a
-// number, a body field that is not a bool where a bool is wanted) counts
-// as false too, and is reported in the decision so the loop can count and
-// log it: one odd message never stops the others.
+// A rule cannot be evaluated for a message when it fails at run time
+// (ordering a missing header against a number, a body field that is not a
+// bool where a bool is wanted) or when it reads the body and the body is
+// not JSON (or its content type says it is something else). Such a rule
+// has decided nothing about the message, so it never discards it: a route
+// that cannot be evaluated does not match and the next is tried, and a
+// filter that cannot be evaluated never filters. Only a filter that
+// evaluates to false leaves a message out. With onBodyError dlq a message
+// whose body a rule needs and cannot read is dead-lettered with reason
+// filter-error before any route is chosen. Every such rule is reported in
+// the decision so the loop can count and log it: one odd message never
+// stops the others.
 package route
 
 import (
@@ -52,6 +58,12 @@ type Spec struct {
 	OnFiltered string
 	// OnBodyError is "skip" or "dlq" ("" is skip).
 	OnBodyError string
+	// OnFilterError is "dlq" or "deliver" ("" is dlq): what becomes of a
+	// message the filter cannot be evaluated for. A filter often keeps out
+	// what the app must not see, so by default such a message is set aside
+	// in the DLQ, where it can be replayed once the filter or the
+	// publisher is fixed, rather than delivered or acked unseen.
+	OnFilterError string
 }
 
 // RouteSpec is one route.
@@ -79,6 +91,9 @@ type Table struct {
 	filter     *rule
 	filteredTo Outcome
 	bodyDLQ    bool
+	// filterErrDeliver: a message the filter cannot be evaluated for goes
+	// on to the routes instead of the DLQ.
+	filterErrDeliver bool
 	// parse reads a JSON body; tests count its calls.
 	parse func(data []byte, v any) error
 }
@@ -127,6 +142,13 @@ func Compile(s Spec) (*Table, error) {
 		t.bodyDLQ = true
 	default:
 		errs = append(errs, &Error{Key: "onBodyError", Msg: fmt.Sprintf("%q is not skip or dlq", s.OnBodyError)})
+	}
+	switch s.OnFilterError {
+	case "", "dlq":
+	case "deliver":
+		t.filterErrDeliver = true
+	default:
+		errs = append(errs, &Error{Key: "onFilterError", Msg: fmt.Sprintf("%q is not deliver or dlq", s.OnFilterError)})
 	}
 	if strings.TrimSpace(s.Filter) != "" {
 		r, err := compile("filter", s.Filter)
@@ -323,8 +345,8 @@ type Decision struct {
 	Reason string
 	// Err says why a message was dead-lettered with filter-error.
 	Err error
-	// Problems are the rules that could not be evaluated and counted as
-	// false, for the loop to count and log.
+	// Problems are the rules that could not be evaluated, for the loop to
+	// count and log.
 	Problems []Problem
 }
 
@@ -385,21 +407,30 @@ func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
 	defer v.release()
 	var d Decision
 	if t.filter != nil {
-		ok, bodyErr := t.eval(v, t.filter, &d)
-		if bodyErr != nil && t.bodyDLQ {
-			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError, Err: bodyErr, Problems: d.Problems}
-		}
-		if !ok {
+		ok, kind, err := t.eval(v, t.filter, &d)
+		switch {
+		case kind == ProblemBody && t.bodyDLQ:
+			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError, Err: err, Problems: d.Problems}
+		case err != nil && !t.filterErrDeliver:
+			// The filter said neither yes nor no: the message is kept,
+			// out of the app's way, for a replay once the cause is fixed.
+			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError,
+				Err: fmt.Errorf("the filter could not be evaluated: %w", err), Problems: d.Problems}
+		case err != nil:
+			// onFilterError deliver: on to the routes, as without a filter.
+		case !ok:
 			d.Outcome, d.Reason = t.filteredTo, retry.ReasonFiltered
 			return d
 		}
 	}
 	for i := range t.routes {
 		r := &t.routes[i]
-		ok, bodyErr := t.eval(v, &r.rule, &d)
-		if bodyErr != nil && t.bodyDLQ {
-			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError, Err: bodyErr, Problems: d.Problems}
+		ok, kind, err := t.eval(v, &r.rule, &d)
+		if kind == ProblemBody && t.bodyDLQ {
+			return Decision{Outcome: DeadLetter, Reason: retry.ReasonFilterError, Err: err, Problems: d.Problems}
 		}
+		// A route that cannot be evaluated does not match: the message
+		// goes on to the next, and at worst to the subscription's path.
 		if ok {
 			d.Route = r
 			return d
@@ -408,27 +439,28 @@ func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
 	return d
 }
 
-// eval runs one rule. A rule that cannot be evaluated is false, noted in
-// d.Problems; bodyErr is set when what failed is reading the body.
-func (t *Table) eval(v *view, r *rule, d *Decision) (ok bool, bodyErr error) {
+// eval runs one rule. A rule that cannot be evaluated gives false with
+// the problem's kind and error, also noted in d.Problems.
+func (t *Table) eval(v *view, r *rule, d *Decision) (ok bool, kind string, err error) {
 	if r.usesBody {
 		if err := v.body(); err != nil {
 			d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemBody, Err: err})
-			return false, err
+			return false, ProblemBody, err
 		}
 	}
 	out, err := v.vm.Run(r.prog, &v.env)
 	if err != nil {
 		d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemEval, Err: err})
-		return false, nil
+		return false, ProblemEval, err
 	}
 	b, isBool := out.(bool)
 	if !isBool {
 		// A body field used as the whole rule may hold anything.
-		d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemEval, Err: fmt.Errorf("the rule gave %T, not a bool", out)})
-		return false, nil
+		err := fmt.Errorf("the rule gave %T, not a bool", out)
+		d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemEval, Err: err})
+		return false, ProblemEval, err
 	}
-	return b, nil
+	return b, "", nil
 }
 
 // views are reused, each with the machine its rules run on: a message

@@ -167,13 +167,6 @@ func TestBodyErrors(t *testing.T) {
 			}
 		})
 	}
-	t.Run("skip filter means filtered", func(t *testing.T) {
-		tb := mustCompile(t, Spec{Filter: `body.ok == true`})
-		d := tb.Decide(&msg.Message{ContentType: "text/plain", Body: []byte("hi")}, "k", "")
-		if d.Outcome != Ack || d.Reason != retry.ReasonFiltered {
-			t.Fatalf("got %v %q, want filtered", d.Outcome, d.Reason)
-		}
-	})
 	t.Run("JSON content types", func(t *testing.T) {
 		tb := mustCompile(t, Spec{Routes: []RouteSpec{{Name: "p", Match: `body.p == 1`}}})
 		for _, ct := range []string{"", "application/json", "application/json; charset=utf-8", "application/cloudevents+json", "Application/JSON"} {
@@ -215,6 +208,7 @@ func TestCompileErrors(t *testing.T) {
 		{"duplicate name", Spec{Routes: []RouteSpec{{Name: "a", Match: "true"}, {Name: "a", Match: "true"}}}, "routes[1].name", 0, 0, "routes[0]"},
 		{"onFiltered", Spec{OnFiltered: "drop"}, "onFiltered", 0, 0, "ack or dlq"},
 		{"onBodyError", Spec{OnBodyError: "ack"}, "onBodyError", 0, 0, "skip or dlq"},
+		{"onFilterError", Spec{OnFilterError: "ack"}, "onFilterError", 0, 0, "deliver or dlq"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -246,7 +240,7 @@ func TestEveryErrorReported(t *testing.T) {
 // message view: a decision always comes back, never a panic.
 func FuzzEval(f *testing.F) {
 	tb, err := Compile(Spec{
-		Filter:      `properties.type != "skip" || headers["force"] == true`,
+		Filter:      `properties.type != "skip" || headers["force"] == true || headers["n"] > 3`,
 		OnBodyError: "skip",
 		Routes: []RouteSpec{
 			{Name: "a", Match: `headers["n"] > 3`},
@@ -271,6 +265,13 @@ func FuzzEval(f *testing.F) {
 		}
 		if d.Outcome != Deliver && d.Route != nil {
 			t.Fatalf("not delivered but routed to %q", d.Route.Name)
+		}
+		if d.Reason == retry.ReasonFiltered {
+			for _, p := range d.Problems {
+				if p.Rule == "filter" {
+					t.Fatalf("filtered although the filter could not be evaluated: %v", p.Err)
+				}
+			}
 		}
 	})
 }
@@ -305,6 +306,98 @@ func TestHeaderLookups(t *testing.T) {
 		d := tb.Decide(&msg.Message{Type: "s", Headers: h}, "k", "")
 		if got := d.RouteName() == "r"; got != c.want || len(d.Problems) != 0 {
 			t.Errorf("%s: %v (problems %v), want %v", c.rule, got, d.Problems, c.want)
+		}
+	}
+}
+
+// A filter that cannot be evaluated for a message has decided nothing:
+// the message is never settled as filtered. By default it goes to the DLQ
+// with reason filter-error and the cause; with onFilterError deliver it
+// goes on to the routes as if the filter had passed. Only a filter that
+// evaluates to false, without error, filters a message.
+func TestFilterErrorNeverFilters(t *testing.T) {
+	routes := []RouteSpec{{Name: "hdr", Match: `headers.kind == "x"`}}
+	cases := []struct {
+		name   string
+		filter string
+		m      msg.Message
+		kind   string
+	}{
+		{"missing header ordered against a number", `headers["x-level"] > 3`,
+			msg.Message{Headers: map[string]any{"kind": "x"}}, ProblemEval},
+		{"body field not a bool", `body.flag`,
+			msg.Message{Body: []byte(`{"flag":"yes"}`), Headers: map[string]any{"kind": "x"}}, ProblemEval},
+		{"body not JSON", `body.ok == true`,
+			msg.Message{ContentType: "text/plain", Body: []byte("hi"), Headers: map[string]any{"kind": "x"}}, ProblemBody},
+		{"body not JSON, onBodyError skip", `body.ok == true`,
+			msg.Message{Body: []byte(`{"ok":`), Headers: map[string]any{"kind": "x"}}, ProblemBody},
+	}
+	for _, c := range cases {
+		for _, onFiltered := range []string{"", "ack", "dlq"} {
+			t.Run(c.name+"/default/onFiltered="+onFiltered, func(t *testing.T) {
+				tb := mustCompile(t, Spec{Filter: c.filter, OnFiltered: onFiltered, OnBodyError: "skip", Routes: routes})
+				d := tb.Decide(&c.m, "k", "")
+				if d.Outcome != DeadLetter || d.Reason != retry.ReasonFilterError || d.Route != nil {
+					t.Fatalf("got %v %q route %q, want a dead-lettering as filter-error", d.Outcome, d.Reason, d.RouteName())
+				}
+				if d.Err == nil || !strings.Contains(d.Err.Error(), "filter") {
+					t.Fatalf("cause %v, want one naming the filter", d.Err)
+				}
+				if len(d.Problems) != 1 || d.Problems[0].Rule != "filter" || d.Problems[0].Kind != c.kind {
+					t.Fatalf("problems %+v, want one %s problem of the filter", d.Problems, c.kind)
+				}
+			})
+		}
+		t.Run(c.name+"/deliver", func(t *testing.T) {
+			tb := mustCompile(t, Spec{Filter: c.filter, OnFilterError: "deliver", Routes: routes})
+			d := tb.Decide(&c.m, "k", "")
+			if d.Outcome != Deliver || d.Reason != "" || d.RouteName() != "hdr" {
+				t.Fatalf("got %v %q route %q, want delivered through the routes (hdr)", d.Outcome, d.Reason, d.RouteName())
+			}
+			if len(d.Problems) != 1 || d.Problems[0].Rule != "filter" || d.Problems[0].Kind != c.kind {
+				t.Fatalf("problems %+v, want one %s problem of the filter", d.Problems, c.kind)
+			}
+		})
+	}
+	t.Run("onBodyError dlq wins over deliver", func(t *testing.T) {
+		tb := mustCompile(t, Spec{Filter: `body.ok == true`, OnFilterError: "deliver", OnBodyError: "dlq"})
+		d := tb.Decide(&msg.Message{ContentType: "text/plain", Body: []byte("hi")}, "k", "")
+		if d.Outcome != DeadLetter || d.Reason != retry.ReasonFilterError {
+			t.Fatalf("got %v %q, want a dead-lettering as filter-error", d.Outcome, d.Reason)
+		}
+	})
+	t.Run("false without error filters", func(t *testing.T) {
+		for _, on := range []string{"", "deliver", "dlq"} {
+			tb := mustCompile(t, Spec{Filter: `headers["x-level"] > 3`, OnFilterError: on})
+			d := tb.Decide(&msg.Message{Headers: map[string]any{"x-level": int32(1)}}, "k", "")
+			if d.Outcome != Ack || d.Reason != retry.ReasonFiltered || len(d.Problems) != 0 {
+				t.Fatalf("onFilterError %q: got %v %q problems %v, want filtered", on, d.Outcome, d.Reason, d.Problems)
+			}
+			d = tb.Decide(&msg.Message{Headers: map[string]any{"x-level": int32(5)}}, "k", "")
+			if d.Outcome != Deliver || len(d.Problems) != 0 {
+				t.Fatalf("onFilterError %q: got %v problems %v, want delivered", on, d.Outcome, d.Problems)
+			}
+		}
+	})
+}
+
+// A route whose match cannot be evaluated does not match, whatever
+// onFilterError says: the next route is tried and a message none takes
+// goes to the subscription's own path. It is delivered, never dropped.
+func TestRouteErrorFallsThrough(t *testing.T) {
+	for _, on := range []string{"", "deliver", "dlq"} {
+		tb := mustCompile(t, Spec{OnFilterError: on, Routes: []RouteSpec{
+			{Name: "num", Match: `headers["x-level"] > 3`},
+			{Name: "body", Match: `body.kind == "x"`},
+			{Name: "hdr", Match: `headers.kind == "x"`},
+		}})
+		d := tb.Decide(&msg.Message{ContentType: "text/plain", Body: []byte("hi"), Headers: map[string]any{"kind": "x"}}, "k", "")
+		if d.Outcome != Deliver || d.RouteName() != "hdr" || len(d.Problems) != 2 {
+			t.Fatalf("onFilterError %q: got %v route %q problems %v, want hdr after two problems", on, d.Outcome, d.RouteName(), d.Problems)
+		}
+		d = tb.Decide(&msg.Message{ContentType: "text/plain", Body: []byte("hi")}, "k", "")
+		if d.Outcome != Deliver || d.RouteName() != "" {
+			t.Fatalf("onFilterError %q: got %v route %q, want the subscription's own path", on, d.Outcome, d.RouteName())
 		}
 	}
 }

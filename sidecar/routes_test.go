@@ -183,6 +183,96 @@ func TestFilterAndBodyErrorToDLQ(t *testing.T) {
 	}
 }
 
+// A filter that cannot be evaluated never filters a message. With the
+// default onFiltered ack and onBodyError skip, a message the filter errs on
+// (a missing header ordered against a number, a body that is not JSON) is
+// dead-lettered with reason filter-error and the cause, through the
+// confirmed move: never acked unseen. A message the filter makes false is
+// filtered, one it makes true delivered. With onFilterError deliver the
+// messages it errs on reach the app instead.
+func TestFilterErrorNeverAcks(t *testing.T) {
+	t.Run("default", func(t *testing.T) {
+		app := newScriptApp(t)
+		cfg, ex := routedConfig(t, app.URL)
+		cfg.Filter = `headers["x-level"] > 3 && body.ok == true`
+		r := start(t, cfg)
+		q := r.cfg.Queue.Name
+
+		r.publish("no-level", via(ex, "k"), withJSON(`{"ok":true}`))
+		r.publish("text", via(ex, "k"), withHeader("x-level", int32(5)))
+		r.publish("low", via(ex, "k"), withHeader("x-level", int32(1)), withJSON(`{"ok":true}`))
+		r.publish("high", via(ex, "k"), withHeader("x-level", int32(5)), withJSON(`{"ok":true}`))
+		r.settled(2)
+
+		if got := pathsOf(app, "high"); !slices.Equal(got, []string{"/msg"}) {
+			t.Errorf("high reached the app at %v, want [/msg]", got)
+		}
+		for _, id := range []string{"no-level", "text", "low"} {
+			if n := len(app.callsFor(id)); n != 0 {
+				t.Errorf("%s reached the app %d times, want never", id, n)
+			}
+		}
+		dead := r.drain(r.sc.Plan().DLQ.Name)
+		for _, id := range []string{"no-level", "text"} {
+			m, ok := dead[id]
+			if !ok {
+				t.Errorf("%s is not in the DLQ (holds %d): a filter error was settled as filtered", id, len(dead))
+				continue
+			}
+			if reason := msg.DeadLetterReason(m); reason != "filter-error" {
+				t.Errorf("%s dead-lettered as %q, want filter-error", id, reason)
+			}
+			if e := m.String("x-final-error"); !strings.Contains(e, "filter") {
+				t.Errorf("%s's x-final-error %q does not say the filter failed", id, e)
+			}
+		}
+		for name, want := range map[string]float64{
+			"hopper_filtered_total": 1,
+		} {
+			if v := labelled(t, r.sc, name, map[string]string{"queue": q}); v != want {
+				t.Errorf("%s = %v, want %v (low alone)", name, v, want)
+			}
+		}
+		for labels, want := range map[[2]string]float64{
+			{"hopper_route_rule_errors_total", "eval"}: 1,
+			{"hopper_route_rule_errors_total", "body"}: 1,
+		} {
+			if v := labelled(t, r.sc, labels[0], map[string]string{"queue": q, "kind": labels[1]}); v != want {
+				t.Errorf("%s{kind=%q} = %v, want %v", labels[0], labels[1], v, want)
+			}
+		}
+		if v := labelled(t, r.sc, "hopper_dead_lettered_total", map[string]string{"queue": q, "reason": "filter-error"}); v != 2 {
+			t.Errorf("filter-error dead-letterings = %v, want 2", v)
+		}
+	})
+	t.Run("deliver", func(t *testing.T) {
+		app := newScriptApp(t)
+		cfg, ex := routedConfig(t, app.URL)
+		cfg.Filter = `headers["x-level"] > 3`
+		cfg.OnFilterError = "deliver"
+		cfg.Routes = []config.Route{{Name: "orders", Match: `headers.kind == "order"`, Path: "/orders"}}
+		r := start(t, cfg)
+		q := r.cfg.Queue.Name
+
+		r.publish("no-level", via(ex, "k"), withHeader("kind", "order"))
+		r.publish("low", via(ex, "k"), withHeader("x-level", int32(1)))
+		r.settled(0)
+
+		if got := pathsOf(app, "no-level"); !slices.Equal(got, []string{"/orders"}) {
+			t.Errorf("no-level reached the app at %v, want [/orders] (through the routes)", got)
+		}
+		if n := len(app.callsFor("low")); n != 0 {
+			t.Errorf("low reached the app %d times, want never", n)
+		}
+		if v := labelled(t, r.sc, "hopper_filtered_total", map[string]string{"queue": q}); v != 1 {
+			t.Errorf("hopper_filtered_total = %v, want 1 (low alone)", v)
+		}
+		if v := labelled(t, r.sc, "hopper_route_rule_errors_total", map[string]string{"queue": q, "kind": "eval"}); v != 1 {
+			t.Errorf("eval errors = %v, want 1", v)
+		}
+	})
+}
+
 // A route's retry block is its messages' policy: route a allows 2 attempts
 // and retries through a tier of its own (300ms, declared for it), route b
 // has none and keeps the queue's 3 attempts.

@@ -103,7 +103,7 @@ func NewMetrics(src Sources) *Metrics {
 	m.filtered = r.counter("hopper_filtered_total",
 		"Messages the filter left out, acked unseen or dead-lettered with reason filtered (onFiltered).", "queue")
 	m.ruleFailed = r.counter("hopper_route_rule_errors_total",
-		"Routing rules that could not be evaluated for a message and counted as false, by kind: body (not JSON) or eval.", "queue", "kind")
+		"Routing rules that could not be evaluated for a message, by kind: body (not JSON) or eval; a route that cannot be evaluated does not match, a filter that cannot be evaluated filters nothing (onFilterError).", "queue", "kind")
 	m.batchSize = r.histogram("hopper_batch_size",
 		"Messages per batch request to the app (batch delivery only).",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}, "queue")

@@ -107,7 +107,8 @@ type plannedQueue struct {
 }
 
 // printRouting writes a line naming c's routes, in order with their paths,
-// and its filter, when it has routing rules.
+// and its filter with what becomes of the messages it makes false and of
+// those it cannot be evaluated for, when it has routing rules.
 func printRouting(w io.Writer, indent string, c *config.Config) {
 	if !c.Routed() {
 		return
@@ -134,7 +135,11 @@ func printRouting(w io.Writer, indent string, c *config.Config) {
 		if on == "" {
 			on = "ack"
 		}
-		line += fmt.Sprintf("; filter %q, filtered messages: %s", c.Filter, on)
+		onErr := c.OnFilterError
+		if onErr == "" {
+			onErr = "dlq"
+		}
+		line += fmt.Sprintf("; filter %q, filtered messages: %s, filter errors: %s", c.Filter, on, onErr)
 	}
 	fmt.Fprintln(w, line)
 }

@@ -51,7 +51,8 @@ subscriptions:
 }
 
 // A valid config's report names each queue's routes, in order with their
-// paths, and its filter; -o json lists them per queue.
+// paths, and its filter with what becomes of the messages it leaves out and
+// of those it cannot be evaluated for; -o json lists them per queue.
 func TestConfigValidateShowsRoutes(t *testing.T) {
 	file := configFile(t, `
 app: {url: http://127.0.0.1:8080/}
@@ -69,7 +70,7 @@ subscriptions:
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	want := `  queue "routed", 6 delay tier(s), DLQ "routed.dlq"
-    routes: orders → /orders, slow → (queue's path) (own retry policy); filter "\"x-tenant\" in headers", filtered messages: dlq
+    routes: orders → /orders, slow → (queue's path) (own retry policy); filter "\"x-tenant\" in headers", filtered messages: dlq, filter errors: dlq
 `
 	if !strings.Contains(r.stdout, want) {
 		t.Errorf("stdout lacks the routed queue's rules:\n%s\nwant:\n%s", r.stdout, want)
