@@ -51,32 +51,31 @@ func (i *Inspector) Get(queue string) (d *Delivery, ok bool, err error) {
 // Depth is the number of ready messages in a queue (unacked ones are not
 // counted by the broker here).
 func (i *Inspector) Depth(queue string) (int, error) {
-	ch, err := i.s.conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
-	}
-	defer closeQuietly(ch)
-	q, err := declarePassive(ch, queue)
-	if err != nil {
-		return 0, fmt.Errorf("%w: queue %q: %w", ErrTopology, queue, err)
-	}
-	return q.Messages, nil
+	q, err := i.declared(queue)
+	return q.Messages, err
 }
 
 // Consumers is the number of consumers on a queue. On a quorum queue a
 // consumer whose channel ended is removed in the same step as its unacked
 // messages are returned, so 0 also says nothing is still on its way back.
 func (i *Inspector) Consumers(queue string) (int, error) {
+	q, err := i.declared(queue)
+	return q.Consumers, err
+}
+
+// declared is what a passive declare of queue answers, on a channel of its
+// own: a missing queue closes the channel it is asked on.
+func (i *Inspector) declared(queue string) (amqp.Queue, error) {
 	ch, err := i.s.conn.Channel()
 	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
+		return amqp.Queue{}, fmt.Errorf("open channel: %w", err)
 	}
 	defer closeQuietly(ch)
 	q, err := declarePassive(ch, queue)
 	if err != nil {
-		return 0, fmt.Errorf("%w: queue %q: %w", ErrTopology, queue, err)
+		return amqp.Queue{}, fmt.Errorf("%w: queue %q: %w", ErrTopology, queue, err)
 	}
-	return q.Consumers, nil
+	return q, nil
 }
 
 // Purge removes every ready message and returns how many.

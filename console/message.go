@@ -107,28 +107,14 @@ func TraceLink(tmpl, traceID string) string {
 
 func properties(m *msg.Message) []Field {
 	var out []Field
-	add := func(name, v string) {
-		if v != "" {
-			out = append(out, Field{Name: name, Value: v})
+	for _, p := range msg.Properties(m) {
+		out = append(out, Field{Name: p.Name, Value: p.Value})
+	}
+	for _, f := range []Field{{Name: "exchange", Value: m.Exchange}, {Name: "routing-key", Value: m.RoutingKey}} {
+		if f.Value != "" {
+			out = append(out, f)
 		}
 	}
-	add("message-id", m.MessageID)
-	add("correlation-id", m.CorrelationID)
-	add("type", m.Type)
-	add("content-type", m.ContentType)
-	add("content-encoding", m.ContentEncoding)
-	add("app-id", m.AppID)
-	add("user-id", m.UserID)
-	add("reply-to", m.ReplyTo)
-	add("expiration", m.Expiration)
-	if !m.Timestamp.IsZero() {
-		add("timestamp", m.Timestamp.UTC().Format(time.RFC3339))
-	}
-	if m.Priority > 0 {
-		add("priority", fmt.Sprint(m.Priority))
-	}
-	add("exchange", m.Exchange)
-	add("routing-key", m.RoutingKey)
 	return out
 }
 

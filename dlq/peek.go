@@ -57,14 +57,8 @@ func WritePeek(w io.Writer, n int, m *msg.Message, maxBody int, now time.Time) e
 			fmt.Fprintf(&b, "%-17s %s\n", name+":", quoteIfNeeded(v))
 		}
 	}
-	prop("message-id", m.MessageID)
-	prop("correlation-id", m.CorrelationID)
-	prop("type", m.Type)
-	prop("content-type", m.ContentType)
-	prop("content-encoding", m.ContentEncoding)
-	prop("app-id", m.AppID)
-	if !m.Timestamp.IsZero() {
-		prop("timestamp", m.Timestamp.UTC().Format(time.RFC3339))
+	for _, p := range msg.Properties(m) {
+		prop(p.Name, p.Value)
 	}
 	if t, ok := msg.DeadLetterTime(m); ok {
 		prop("in DLQ for", formatAge(now.Sub(t)))

@@ -234,3 +234,19 @@ func TestKeepCopy(t *testing.T) {
 		t.Errorf("properties changed: %+v", cp)
 	}
 }
+
+// The properties a person is shown of a message: the set ones, in one
+// order, whatever tool shows them.
+func TestProperties(t *testing.T) {
+	m := &msg.Message{MessageID: "m1", Type: "order", ContentType: "application/json", UserID: "svc",
+		Expiration: "60000", Priority: 3, Timestamp: time.Date(2026, 11, 25, 1, 2, 3, 0, time.UTC), Exchange: "shop", RoutingKey: "k"}
+	var got []string
+	for _, p := range msg.Properties(m) {
+		got = append(got, p.Name+"="+p.Value)
+	}
+	want := []string{"message-id=m1", "type=order", "content-type=application/json", "user-id=svc", "expiration=60000",
+		"timestamp=2026-11-25T01:02:03Z", "priority=3"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Properties = %v, want %v", got, want)
+	}
+}

@@ -213,3 +213,36 @@ func counterString(s string) int {
 // count this high already means "far past every limit", and keeping it far
 // from the integer limits means that adding one to it never wraps.
 const MaxCount = 1 << 30
+
+// Property is one AMQP property of a message, named as AMQP names it.
+type Property struct{ Name, Value string }
+
+// Properties lists the AMQP properties a message has set, in one fixed
+// order, as text: what a person looking at a message (a DLQ peek, the DLQ
+// console) is shown of it besides its headers and body. Delivery fields
+// (exchange, routing key, redelivered) are not properties and are left to
+// the caller.
+func Properties(m *Message) []Property {
+	var out []Property
+	add := func(name, v string) {
+		if v != "" {
+			out = append(out, Property{Name: name, Value: v})
+		}
+	}
+	add("message-id", m.MessageID)
+	add("correlation-id", m.CorrelationID)
+	add("type", m.Type)
+	add("content-type", m.ContentType)
+	add("content-encoding", m.ContentEncoding)
+	add("app-id", m.AppID)
+	add("user-id", m.UserID)
+	add("reply-to", m.ReplyTo)
+	add("expiration", m.Expiration)
+	if !m.Timestamp.IsZero() {
+		add("timestamp", m.Timestamp.UTC().Format(time.RFC3339))
+	}
+	if m.Priority > 0 {
+		add("priority", strconv.Itoa(int(m.Priority)))
+	}
+	return out
+}
