@@ -142,6 +142,25 @@ func NewAuth(o AuthOptions) (*Auth, error) {
 	return a, nil
 }
 
+// Changed looks at every file again now, whatever its once-a-second turn,
+// reads again those that changed, and reports whether one of them now
+// holds a new value. While the app refuses Hopper's credentials no request
+// goes out to take that turn, and a rotated Secret that lands meanwhile is
+// worth a probe at once (see Refusal).
+func (a *Auth) Changed() bool {
+	changed := false
+	if a.token != nil {
+		changed = a.token.refresh() || changed
+	}
+	if a.key != nil {
+		changed = a.key.refresh() || changed
+	}
+	if a.webhooks != nil {
+		changed = a.webhooks.refresh() || changed
+	}
+	return changed
+}
+
 // ReadErrors is how many times a changed secret file could not be read
 // again (or held nothing usable); the value read before stays in use.
 func (a *Auth) ReadErrors() int64 {
@@ -409,24 +428,27 @@ func (s *secretFile[T]) get(now time.Time) T {
 	return *s.value.Load()
 }
 
-func (s *secretFile[T]) refresh() {
+// refresh reads the file again if it changed, and reports whether it now
+// holds a new value.
+func (s *secretFile[T]) refresh() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fi, err := os.Stat(s.path)
 	if err != nil {
 		s.failed(err)
-		return
+		return false
 	}
 	if os.SameFile(fi, s.seen) && fi.Size() == s.seen.Size() && fi.ModTime().Equal(s.seen.ModTime()) {
-		return
+		return false
 	}
 	v, err := s.read()
 	if err != nil {
 		s.failed(err)
-		return
+		return false
 	}
 	s.seen = fi
 	s.value.Store(&v)
+	return true
 }
 
 // failed counts a re-read that did not give a value and tells OnReadError.

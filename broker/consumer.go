@@ -359,6 +359,11 @@ const (
 	// work queue) keeps failing; taking more would only pile up held
 	// deliveries.
 	PauseMoves = "moves failing"
+	// PauseRefused: the app refuses Hopper's credentials (a 401 to every
+	// request); messages wait in the queue until it accepts a probe. A
+	// reason of its own, so that the breaker closing (the app is up) does
+	// not lift it.
+	PauseRefused = "app refuses Hopper's credentials"
 )
 
 // PauseFor cancels the consumer on the broker and keeps it cancelled,
@@ -385,12 +390,17 @@ func (c *Consumer) Pause() { c.PauseFor(PauseBreaker) }
 // Resume ends the circuit breaker's pause and consumes with the given
 // prefetch (0 keeps the configured one), capped by PrefetchBytes like any
 // other: a paused consumer comes back no larger than the budget allows.
-func (c *Consumer) Resume(prefetch int) {
+func (c *Consumer) Resume(prefetch int) { c.ResumeWith(PauseBreaker, prefetch) }
+
+// ResumeWith drops one reason to pause, as ResumeFor does, and consumes
+// with the given prefetch (0 keeps the configured one) once no other
+// reason holds it, capped by PrefetchBytes like any other.
+func (c *Consumer) ResumeWith(reason string, prefetch int) {
 	if prefetch <= 0 {
 		prefetch = c.opts.Prefetch
 	}
 	c.mu.Lock()
-	delete(c.paused, PauseBreaker)
+	delete(c.paused, reason)
 	c.prefetch = prefetch
 	c.mu.Unlock()
 	c.poke()

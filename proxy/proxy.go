@@ -82,6 +82,14 @@ type Deliverer interface {
 	DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer
 }
 
+// Refusals hears the decisions that say whether the app takes Hopper's
+// requests at all: a pause (the app refused Hopper itself, its
+// credentials) and the decision on each probe request. The decision is the
+// loop's, under each message's own policy, so only the loop can tell.
+type Refusals interface {
+	Judged(out retry.Outcome, pause bool)
+}
+
 // Options configure a Loop. Zero values take the defaults named.
 type Options struct {
 	// Plan names the work, tier and dead-letter queues. Required.
@@ -147,6 +155,10 @@ type Options struct {
 	// DeadlineHeader names an application header with an absolute
 	// deadline. Default "" (none).
 	DeadlineHeader string
+	// Refusals is told of every decision to pause and of the decision on
+	// every probe (retry.Outcome.Probe), before the delivery is settled,
+	// so that consuming pauses before the message goes back. Default nil.
+	Refusals Refusals
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Tracer makes the consumer and producer spans. Default noop.
@@ -646,6 +658,9 @@ func (p *Loop) expire(e *entry) verdict {
 func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict {
 	v := verdict{out: out, latency: latency, called: !out.Refused}
 	v.dec = retry.Decide(e.pol, e.st, out, p.o.Now(), p.o.Rand)
+	if p.o.Refusals != nil && (v.dec.Pause || out.Probe) {
+		p.o.Refusals.Judged(out, v.dec.Pause)
+	}
 	if p.log.Enabled(e.ctx, slog.LevelDebug) {
 		p.log.Debug("delivered", "event", "MESSAGE_DELIVERED", "message_id", e.m.MessageID,
 			"attempt", e.in.Attempt, "status", out.Status, "decision", v.dec.Action.String(),

@@ -19,6 +19,9 @@
 //	  │                                      crashes ≥ MaxCrashes → DLQ "app-crash"
 //	  ├─ app died, others in flight too ──→ return as a suspect, nothing charged:
 //	  │                                      delivered next on its own
+//	  ├─ 401 ─────────────────────────────→ return, nothing charged, and pause
+//	  │                                      consuming: the app refuses Hopper's
+//	  │                                      credentials, not this message
 //	  └─ other 4xx ───────────────────────→ DLQ "non-retriable"
 //
 // The app can override the table with a Hopper-Action response header.
@@ -55,10 +58,17 @@ const (
 	// Return gives the message back to the work queue untouched because the
 	// app could not take it (down, not ready, breaker open). Not an attempt.
 	Return
+	// Pause is an entry of the outcome table, never a decision's action:
+	// the answer says the app refuses Hopper itself (401: the caller's
+	// credentials are wrong), which is the same for every message. The
+	// delivery is given back like a Return, with Decision.Pause set, so
+	// that consuming pauses until the app takes Hopper's requests again,
+	// instead of every message in the queue failing on it in turn.
+	Pause
 )
 
 var actionNames = map[Action]string{
-	Ack: "ack", Drop: "drop", Requeue: "requeue", Retry: "retry", DLQ: "dlq", Return: "return",
+	Ack: "ack", Drop: "drop", Requeue: "requeue", Retry: "retry", DLQ: "dlq", Return: "return", Pause: "pause",
 }
 
 func (a Action) String() string {
@@ -77,7 +87,7 @@ func ParseAction(s string) (Action, error) {
 			return a, nil
 		}
 	}
-	return ActionNone, fmt.Errorf("unknown action %q (want ack, drop, requeue, retry, dlq or return)", s)
+	return ActionNone, fmt.Errorf("unknown action %q (want ack, drop, requeue, retry, dlq, return or pause)", s)
 }
 
 // Kind says how the HTTP exchange with the app ended.
@@ -111,8 +121,9 @@ type Outcome struct {
 	// Error is a short description for logs and the DLQ x-final-error header.
 	Error string
 	// Refused means no request was even attempted: the circuit breaker is
-	// open. The message goes back without the unavailable backoff, since
-	// the consumer is paused and will not see it again soon.
+	// open, or the app is refusing Hopper's credentials. The message goes
+	// back without the unavailable backoff, since the consumer is paused
+	// and will not see it again soon.
 	Refused bool
 	// CutOff means Hopper itself ended the request because it is shutting
 	// down. The app may have done the work, but the message did not fail.
@@ -130,6 +141,11 @@ type Outcome struct {
 	// each goes back marked to be delivered again on its own, where a
 	// message that kills the app is caught alone.
 	CrashSuspect bool
+	// Probe means the request went to an app that had refused Hopper's
+	// credentials, to learn whether it takes them now: the decision on its
+	// answer (a pause again, or anything else) ends the refusal or keeps
+	// it. The decision itself does not depend on it.
+	Probe bool
 }
 
 // Given reports whether the message was taken from Hopper's side: refused
@@ -232,6 +248,11 @@ type Decision struct {
 	// the app has answered it. A Return whose mark changed must be
 	// republished with it.
 	Suspect bool
+	// Pause says the app refused Hopper itself rather than the message
+	// (the outcome table's pause, 401 by default): the delivery goes back
+	// (Action is Return) and consuming pauses until the app accepts a
+	// request again. Nothing is counted: the app never judged the message.
+	Pause bool
 }
 
 // Unlimited as MaxAttempts retries a message for ever (until its deadline).
@@ -302,7 +323,9 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 	}
 	action := p.Table.Lookup(o)
 	if o.Override != "" && o.Kind == Response {
-		if a, err := ParseAction(o.Override); err == nil && a != Return {
+		// Return and pause say something of the app, not of the message:
+		// the app's answer about one message cannot ask for them.
+		if a, err := ParseAction(o.Override); err == nil && a != Return && a != Pause {
 			action = a
 			if a == DLQ {
 				// The app answered and asked for the DLQ: that answer is a
@@ -320,6 +343,10 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 		d.Action, d.Reason = Drop, ReasonAppAction
 	case Return:
 		d.Action = Return
+	case Pause:
+		// The app turned Hopper away before looking at the message: no
+		// attempt, and a crash suspect stays one (it has not run yet).
+		d.Action, d.Pause, d.Suspect = Return, true, st.Suspect
 	case DLQ:
 		// The failed attempt that decided it is counted, so the DLQ copy's
 		// retry count means the same for every reason.

@@ -14,7 +14,8 @@ import (
 // Table maps outcome keys to actions. Keys are an exact status ("425"), a
 // status class ("4xx"), "timeout" or "unavailable". An exact status wins over
 // its class. The table is data so that a team whose apps expect every 4xx
-// to be retried says so in one line of config.
+// to be retried says so in one line of config, and one whose app answers
+// 401 about a message (not about the caller) makes it a message outcome.
 type Table map[string]Action
 
 // Outcome keys that are not status codes.
@@ -31,6 +32,7 @@ func DefaultTable() Table {
 		"2xx":          Ack,
 		"3xx":          Retry,
 		"4xx":          DLQ,
+		"401":          Pause,
 		"408":          Retry,
 		"409":          Retry,
 		"425":          Requeue,
@@ -78,6 +80,14 @@ func ParseTable(raw map[string]string) (Table, error) {
 			errs = append(errs, fmt.Errorf("%q: must be return, never %s (an app that cannot be reached did not fail the message)", k, a))
 			continue
 		}
+		if a == Pause && !pausable(key) {
+			// Pausing stops every message for what one answer said: only a
+			// status that speaks of the caller, never of a message, may do
+			// it. A class would stall the queue on one message's 404, and a
+			// 5xx or a timeout is a message outcome or the breaker's to judge.
+			errs = append(errs, fmt.Errorf("%q: pause must name one 4xx status, such as 401 (the app refusing Hopper itself, the same for every message)", k))
+			continue
+		}
 		if key == KeyCut && a != Retry && a != DLQ {
 			// The app took the message and broke the connection while
 			// healthy: returning it would send it again without limit.
@@ -87,6 +97,12 @@ func ParseTable(raw map[string]string) (Table, error) {
 		t[key] = a
 	}
 	return t, errors.Join(errs...)
+}
+
+// pausable says whether a table key may pause consuming: an exact 4xx
+// status.
+func pausable(key string) bool {
+	return len(key) == 3 && key[0] == '4' && key[1] >= '0' && key[1] <= '9' && key[2] >= '0' && key[2] <= '9'
 }
 
 // Lookup returns the action for an outcome.

@@ -82,7 +82,7 @@ func (s *Sidecar) queueStates() string {
 	for _, sub := range s.subs {
 		state := "consuming"
 		switch {
-		case sub.paused():
+		case sub.paused() || s.refusing():
 			state = "paused: " + strings.Join(s.pauseReasons(sub), ", ")
 		case !sub.consuming():
 			state = "reconnecting"

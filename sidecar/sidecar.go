@@ -62,6 +62,7 @@ type Sidecar struct {
 	notes     atomic.Value // []string
 	group     atomic.Pointer[broker.Group]
 	breaker   atomic.Pointer[app.Breaker]
+	refusal   atomic.Pointer[app.Refusal]
 	app       atomic.Pointer[app.Client]
 	limiter   atomic.Pointer[app.Limiter]
 	pub       atomic.Pointer[broker.Publisher]
@@ -140,6 +141,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		Routes:    routes,
 		Connected: func() bool { g := s.group.Load(); return g != nil && g.Connected() },
 		Paused:    s.Paused,
+		Refusing:  s.refusing,
 		HeadersSkipped: func() int64 {
 			if a := s.app.Load(); a != nil {
 				return a.HeadersSkipped.Load()
@@ -282,10 +284,15 @@ func (s *Sidecar) Consuming() bool {
 }
 
 // Paused reports whether consuming of any queue is paused on purpose (the
-// breaker pauses them all; failing moves pause the queue whose moves fail).
+// breaker and the app refusing Hopper's credentials pause them all; failing
+// moves pause the queue whose moves fail). While the app refuses, consuming
+// counts as paused also when one delivery is let through as a probe.
 func (s *Sidecar) Paused() bool {
 	if !s.consuming.Load() {
 		return false
+	}
+	if s.refusing() {
+		return true
 	}
 	for _, sub := range s.subs {
 		if sub.paused() {
@@ -320,6 +327,16 @@ func (s *Sidecar) pauseReasons(sub *subscription) []string {
 		return nil
 	}
 	out := c.PauseReasons()
+	if r := s.refusal.Load(); r != nil && r.Refusing() {
+		// Also while the consumer runs for a probe: the app still refuses.
+		i := slices.Index(out, broker.PauseRefused)
+		if i < 0 {
+			out, i = append(out, broker.PauseRefused), len(out)
+		}
+		if d := r.Describe(); d != "" {
+			out[i] += " (" + d + ")"
+		}
+	}
 	missing := s.missingQueues(sub)
 	if len(missing) == 0 {
 		return out
@@ -353,6 +370,12 @@ func missingText(queues []string) string {
 		return "queue " + queues[0] + " does not exist"
 	}
 	return "queues " + strings.Join(queues, ", ") + " do not exist"
+}
+
+// refusing reports whether the app refuses Hopper's credentials now.
+func (s *Sidecar) refusing() bool {
+	r := s.refusal.Load()
+	return r != nil && r.Refusing()
 }
 
 // ConcurrencyLimit is the adaptive limit on concurrent requests to the app
@@ -588,6 +611,31 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		go br.Run(ctx)
 		deliverer = br
 	}
+	// Outermost: whether the app takes Hopper's requests at all. An answer
+	// the outcome table makes pause (401 by default) is about Hopper's
+	// credentials, the same for every message; every queue pauses for a
+	// reason of its own beside the breaker's, and a real delivery probes
+	// until one is accepted (see app.Refusal).
+	var credentialsChanged func() bool
+	if auth != nil {
+		credentialsChanged = auth.Changed
+	}
+	ref := app.NewRefusal(deliverer, app.RefusalOptions{
+		Gate:               reasonGate{cs: gates, reason: broker.PauseRefused},
+		CredentialsChanged: credentialsChanged,
+		Logger:             log,
+		OnChange: func(refused bool) {
+			if refused {
+				s.metrics.CredentialsRefused()
+				s.event(tracer, "hopper.app.credentials_refused")
+				return
+			}
+			s.event(tracer, "hopper.app.credentials_accepted")
+		},
+	})
+	s.refusal.Store(ref)
+	go ref.Run(ctx)
+	deliverer = ref
 	// workCtx ends when the grace period does: in-flight HTTP calls are cut
 	// off then and their messages go back to the queue unacked.
 	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -690,10 +738,20 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 			}
 		},
 		DeadlineHeader: cfg.Retry.DeadlineHeader,
+		Refusals:       s.refusals(),
 		Logger:         log,
 		Tracer:         tracer,
 		Observer:       s.metrics.ForQueue(sub.name()),
 	})
+}
+
+// refusals is what the delivery loops tell of the app refusing Hopper
+// (nil before Run has made it).
+func (s *Sidecar) refusals() proxy.Refusals {
+	if r := s.refusal.Load(); r != nil {
+		return r
+	}
+	return nil
 }
 
 // shutdownLoops stops every delivery loop at once and waits for all within
@@ -797,6 +855,28 @@ func (cs consumers) Pause() {
 func (cs consumers) Resume(prefetch int) {
 	for _, c := range cs {
 		c.Resume(prefetch)
+	}
+}
+
+// reasonGate pauses and resumes every queue's consumer for one reason of
+// its own: the app refusing Hopper's credentials holds consuming paused
+// whatever the breaker does, and the breaker closing does not lift it.
+type reasonGate struct {
+	cs     consumers
+	reason string
+}
+
+func (g reasonGate) Pause() {
+	for _, c := range g.cs {
+		c.PauseFor(g.reason)
+	}
+}
+
+// Resume drops the reason and consumes with prefetch, or with each
+// consumer's own configured one when prefetch is 0.
+func (g reasonGate) Resume(prefetch int) {
+	for _, c := range g.cs {
+		c.ResumeWith(g.reason, prefetch)
 	}
 }
 

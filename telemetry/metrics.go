@@ -37,6 +37,7 @@ type Metrics struct {
 	batchSize    *family
 	breaker      *family
 	breakerOpens *series
+	refusals     *series
 	reconnects   *series
 
 	mu     sync.Mutex
@@ -53,9 +54,12 @@ type Sources struct {
 	Queues []string
 	// Tiers are the configured delay tiers: every tier's retry series
 	// exists (at 0) from the first scrape, so rate() alerts see it.
-	Tiers          []time.Duration
-	Connected      func() bool
-	Paused         func() bool
+	Tiers     []time.Duration
+	Connected func() bool
+	Paused    func() bool
+	// Refusing says whether the app refuses Hopper's credentials now
+	// (consuming paused, or one delivery out as a probe).
+	Refusing       func() bool
 	HeadersSkipped func() int64
 	// HeadersOmitted are the application headers the forwarding bounds
 	// left out, by reason; every reason is present from the start.
@@ -109,6 +113,8 @@ func NewMetrics(src Sources) *Metrics {
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}, "queue")
 	m.breaker = r.gauge("hopper_breaker_state", "1 for the circuit breaker's current state.", "state")
 	m.breakerOpens = r.counter("hopper_breaker_opens_total", "Times the circuit breaker opened (the app unavailable).").with()
+	m.refusals = r.counter("hopper_app_credential_refusals_total",
+		"Times the app started refusing Hopper's credentials (a 401, or another status retry.outcomes makes pause), pausing consuming.").with()
 	m.reconnects = r.counter("hopper_broker_reconnects_total", "Consumer reconnects after a lost connection, channel or consumer.").with()
 
 	version := src.Version
@@ -172,7 +178,9 @@ func NewMetrics(src Sources) *Metrics {
 		})
 	}
 	boolGauge("hopper_broker_connected", "1 while the consumer's broker connection is up.", src.Connected)
-	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open, or moves failing).", src.Paused)
+	boolGauge("hopper_consumer_paused", "1 while consuming is paused on purpose (breaker open, moves failing, or the app refusing Hopper's credentials).", src.Paused)
+	boolGauge("hopper_app_credentials_refused",
+		"1 while the app refuses Hopper's credentials: consuming is paused and messages wait in the queue, one delivery at a time going as a probe.", src.Refusing)
 	if src.ConsumerActive != nil {
 		r.labelledGaugeFunc("hopper_consumer_active",
 			"1 while the broker delivers to this pod's consumer of the queue: on a queue with a single active consumer, while this pod is the active one (0 on a standby); on any other, while a consumer is registered.",
@@ -376,6 +384,10 @@ func (m *Metrics) SetBreaker(state string) {
 		m.breaker.with(s).set(v)
 	}
 }
+
+// CredentialsRefused counts the app starting to refuse Hopper's
+// credentials.
+func (m *Metrics) CredentialsRefused() { m.refusals.inc() }
 
 // Reconnected counts a consumer reconnect.
 func (m *Metrics) Reconnected() { m.reconnects.inc() }
