@@ -1,7 +1,8 @@
 // Package auth shows how a Go app checks Hopper's Hopper-Signature header;
 // verify.py and verify.js next to it do the same in Python and Node.js.
 // standardwebhooks/ checks the Standard Webhooks headers with the public
-// specification's own Node.js library.
+// specification's own Node.js library. satoken.go and satoken.py check a
+// Kubernetes service-account token sent as Hopper's bearer token.
 package auth
 
 import (
