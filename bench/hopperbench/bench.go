@@ -72,7 +72,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named); fair, slow, big, batch, deep, keyed, partitions and routes alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named), signed (the happy backlog, Hopper unsigned against Hopper signing every request with a Standard Webhooks secret; never run unless named); fair, slow, big, batch, deep, keyed, partitions, routes and signed alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
@@ -353,6 +353,9 @@ type spec struct {
 	// routed gives Hopper the routes path's routing rules; routedBacklog
 	// publishes the routes path's JSON backlog.
 	routed, routedBacklog bool
+	// signingSecret, when set, is a Standard Webhooks secret file Hopper
+	// signs every request with.
+	signingSecret string
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -376,8 +379,12 @@ func (e *env) hopperConfig(s spec) string {
 		tier = e.o.tier
 	}
 	rules := ""
+	auth := ""
+	if s.signingSecret != "" {
+		auth = signingYAML(s.signingSecret)
+	}
 	if s.routed {
-		rules = routesYAML()
+		rules += routesYAML()
 	}
 	return fmt.Sprintf(`broker:
   urls: [%q]
@@ -389,7 +396,7 @@ topology:
 app:
   url: %q
   healthPath: %s
-%sretry:
+%s%sretry:
   tiers: [%q]
 breaker:
   failures: %d
@@ -398,7 +405,7 @@ admin:
 log:
   level: info
   format: json
-%s`, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, s.consumer.yaml(),
+%s`, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
 		config.FormatDuration(tier), failures, rules)
 }
 
@@ -529,7 +536,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes":
+	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes", "signed":
 		return modeOK, nil
 	case "batch":
 		return modeBatch, nil
@@ -811,6 +818,8 @@ type report struct {
 	keyed map[string][]runResult
 	// routes path: plain or routed (routesWho) → runs
 	routes map[string][]runResult
+	// signed path: plain or signed (signedWho) → runs
+	signed map[string][]runResult
 	// partitions path: one series per partition count and process count
 	partitions []partitionSeries
 }
@@ -822,7 +831,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" && p != "signed" {
 			out = append(out, p)
 		}
 	}
@@ -856,6 +865,12 @@ func (e *env) bench() (*report, error) {
 		case "routes":
 			var err error
 			if rep.routes, err = e.routedness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "signed":
+			var err error
+			if rep.signed, err = e.signedness(); err != nil {
 				return nil, err
 			}
 			continue
@@ -1042,6 +1057,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.routes) > 0 {
 		rep.printRoutes(w, o)
 	}
+	if len(rep.signed) > 0 {
+		rep.printSigned(w, o)
+	}
 	if len(rep.slow) > 0 {
 		rep.printSlow(w, o)
 	}
@@ -1117,6 +1135,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.keyedLines()...)
 		case "routes":
 			out = append(out, rep.routesLine())
+		case "signed":
+			out = append(out, rep.signedLine())
 		case "big":
 			out = append(out, rep.bigLine())
 		case "batch":
