@@ -410,6 +410,21 @@ func (r *running) settled(wantDLQ int) {
 				ok = false
 			}
 		}
+		// The broker's listed counts of a quorum queue can lag behind it
+		// by seconds (0 while it holds messages); a passive declare's
+		// ready count is current.
+		for _, q := range plan.Queues() {
+			if !ok {
+				break
+			}
+			want := 0
+			if q.Name == plan.DLQ.Name {
+				want = wantDLQ
+			}
+			if n, err := r.insp.Depth(q.Name); err != nil || n > want {
+				ok = false
+			}
+		}
 		if ok {
 			return
 		}
