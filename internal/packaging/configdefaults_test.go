@@ -100,9 +100,10 @@ func TestChartValuesConfigShowsDefaults(t *testing.T) {
 // TestChartSchemaTypesFollowConfig checks that values.schema.json gives
 // every key of hopper.config the type Hopper reads it as, so that a key
 // whose type changes (a number that becomes a duration) cannot be refused
-// by the chart while Hopper takes it, or the other way round. Which keys
-// there are is TestChartSchemaMirrorsConfig's; the schema's own bounds,
-// enums and patterns are left to it.
+// by the chart while Hopper takes it, or the other way round; and that a
+// key's enum, where it has one, holds Hopper's default. Which keys there
+// are is TestChartSchemaMirrorsConfig's; the schema's own bounds and
+// patterns are its own.
 func TestChartSchemaTypesFollowConfig(t *testing.T) {
 	var schema map[string]any
 	if err := json.Unmarshal([]byte(readRepoFile(t, chartDir, "values.schema.json")), &schema); err != nil {
@@ -191,6 +192,17 @@ func TestChartSchemaTypesFollowConfig(t *testing.T) {
 			continue // a missing key is TestChartSchemaMirrorsConfig's to report
 		}
 		checked++
+		if enum, ok := resolve(n)["enum"].([]any); ok && k.Default != "" {
+			// Hopper's default must pass: a config stating it (as
+			// examples/hopper.yaml does) is a config the chart must take.
+			var def any
+			if err := yaml.Unmarshal([]byte(k.Default), &def); err != nil {
+				t.Fatalf("default of %s: %v", k.Path, err)
+			}
+			if !slices.Contains(enum, def) {
+				t.Errorf("values.schema.json: config.%s allows only %v, not Hopper's default %s", k.Path, enum, k.Default)
+			}
+		}
 		got := map[string]bool{}
 		types(n, got)
 		for _, w := range want(k.Type) {
