@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO      ?= go
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build deps tools helm test test3 check unit demo vet fmt clean jaeger-check fuzz chromium console-check console-shots
+.PHONY: all build deps tools helm test test3 check unit demo vet fmt clean jaeger-check fuzz chromium console-check console-shots docs
 
 all: build
 
@@ -103,6 +103,13 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum differ from what go mod tidy leaves (run go mod tidy)"; exit 1; }
 	$(GO) vet ./...
+
+## docs: the configuration reference docs/configuration.md, and the key
+## descriptions `hopper config explain` prints (config/docs_gen.go), generated
+## from the config's types, doc comments and defaults (same as
+## `go generate ./config/`); a test in ./config/ fails while either is stale
+docs:
+	$(GO) generate ./config/
 
 clean:
 	rm -rf bin

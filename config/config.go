@@ -14,8 +14,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Config is the whole configuration. Every field has a default (see Default);
-// only queue.name is required.
+// Config is the whole configuration. Every key has a default (see Default)
+// except the work queue's name: queue.name, or a name in each of
+// subscriptions.
 type Config struct {
 	Broker   Broker   `yaml:"broker"`
 	Queue    Queue    `yaml:"queue"`
@@ -29,52 +30,59 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	Admin    Admin    `yaml:"admin"`
 	Log      Log      `yaml:"log"`
-	// Subscriptions, when set, make one sidecar consume several queues, each
-	// with its own bindings, app path, concurrency and retry policy; every
-	// key a subscription leaves unset is taken from the top-level section of
-	// the same name. queue.name must then be empty. Default none: the
-	// top-level queue is the one subscription.
-	Subscriptions []Subscription `yaml:"subscriptions,omitempty"`
 
 	// Routes send the queue's messages to app paths (and retry policies)
-	// of their own, chosen by expressions; the first route whose match is
-	// true wins, and a message no route takes goes to app.url. With
-	// subscriptions each subscription sets its own and these stay empty.
-	// Default none.
+	// of their own, chosen by expressions over routingKey, exchange,
+	// headers, properties and body; the first route whose match is true
+	// wins, and a message no route takes goes to app.url. Each route's
+	// name labels its messages in metrics, traces and logs. With
+	// subscriptions each subscription sets its own and this key stays
+	// empty. Default none.
 	Routes []Route `yaml:"routes,omitempty"`
 	// Filter is an expression a message must make true to be delivered;
-	// the messages it makes false are settled by OnFiltered without
-	// reaching the app, those it cannot be evaluated for by OnFilterError.
-	// Default "" (every message is delivered).
+	// the messages it makes false are settled by onFiltered without
+	// reaching the app (and counted in hopper_filtered_total), those it
+	// cannot be evaluated for by onFilterError. With subscriptions each
+	// subscription sets its own. Default "" (every message is delivered).
 	Filter string `yaml:"filter,omitempty"`
 	// OnFiltered is ack (the message is acked unseen) or dlq (it is
-	// dead-lettered with reason filtered). It applies only to messages
-	// the filter makes false. Default "" (ack).
+	// dead-lettered with reason filtered: publish, confirm, then ack). It
+	// applies only to messages the filter makes false. Default "" (ack).
 	OnFiltered string `yaml:"onFiltered,omitempty"`
 	// OnBodyError says what a rule that reads a body which is not JSON
 	// does: skip (the rule decides nothing: a route does not match, a
-	// filter is settled by OnFilterError) or dlq (the message is
+	// filter is settled by onFilterError) or dlq (the message is
 	// dead-lettered with reason filter-error, whichever rule read the
 	// body). Default "" (skip).
 	OnBodyError string `yaml:"onBodyError,omitempty"`
 	// OnFilterError says what becomes of a message the filter cannot be
 	// evaluated for (a run-time error, such as a missing header ordered
-	// against a number, or a body that is not JSON): dlq (dead-lettered
-	// with reason filter-error and the cause, to be replayed once the
-	// filter or the publisher is fixed) or deliver (on to the routes, as
-	// if there were no filter). Such a message is never filtered: a filter
-	// that fails on every message would otherwise settle the whole stream
-	// unseen. dlq keeps from the app what the filter may have been meant
-	// to keep out; deliver suits a filter that only spares the app work.
-	// Default "" (dlq).
+	// against a number, or a body that is not JSON with onBodyError skip):
+	// dlq (dead-lettered with reason filter-error and the cause in
+	// x-final-error, to be replayed once the filter or the publisher is
+	// fixed) or deliver (on to the routes, as if there were no filter).
+	// Such a message is never filtered: a filter that fails on every
+	// message would otherwise settle the whole stream unseen. dlq keeps
+	// from the app what the filter may have been meant to keep out;
+	// deliver suits a filter that only spares the app work. Default ""
+	// (dlq).
 	OnFilterError string `yaml:"onFilterError,omitempty"`
+
+	// Subscriptions, when set, make one sidecar consume several queues,
+	// each with its own bindings, app path, concurrency, retry policy and
+	// routing rules; every key a subscription leaves unset is taken from
+	// the top-level section of the same name (routes, filter and the on*
+	// keys excepted: those are the subscription's own, and the top-level
+	// ones must stay empty). queue.name must then be empty too. Default
+	// none: the top-level queue is the one subscription.
+	Subscriptions []Subscription `yaml:"subscriptions,omitempty"`
 }
 
 // Route sends the messages its match selects to a path of its own, with
 // the retry policy of its own when it has one.
 type Route struct {
-	// Name labels the route in metrics, traces and logs. Required, unique
-	// within the subscription.
+	// Name labels the route in metrics (the route label), traces and logs.
+	// Required, unique within the subscription.
 	Name string `yaml:"name"`
 	// Match is an expression over routingKey, exchange, headers,
 	// properties and body that is true for the messages the route takes.
@@ -91,22 +99,33 @@ type Route struct {
 }
 
 // RouteRetry is a route's retry policy; a key left out is the
-// subscription's retry.* key.
+// subscription's retry key of the same name.
 type RouteRetry struct {
-	MaxAttempts *Attempts         `yaml:"maxAttempts,omitempty"`
-	Tiers       []Duration        `yaml:"tiers,omitempty"`
-	Outcomes    map[string]string `yaml:"outcomes,omitempty"`
-	OnExpired   string            `yaml:"onExpired,omitempty"`
+	// MaxAttempts is the attempt at which the route's failing messages
+	// are dead-lettered, or "unlimited". Default retry.maxAttempts.
+	MaxAttempts *Attempts `yaml:"maxAttempts,omitempty"`
+	// Tiers are the route's delay tiers, increasing; each delay has a tier
+	// queue of its own. Default retry.tiers.
+	Tiers []Duration `yaml:"tiers,omitempty"`
+	// Outcomes override entries of the outcome table for the route's
+	// messages, laid over retry.outcomes. Default none.
+	Outcomes map[string]string `yaml:"outcomes,omitempty"`
+	// OnExpired is dlq or drop for the route's messages past their
+	// deadline. Default retry.onExpired.
+	OnExpired string `yaml:"onExpired,omitempty"`
 }
 
 // Subscription is one queue consumed by the sidecar. Unset keys inherit the
 // top-level ones: queue.type and queue.deliveryLimit from queue, bindings
 // from topology.bindings, consumer.* from consumer, retry.* from retry.
 type Subscription struct {
-	// Queue names the work queue. queue.name is required and unique across
-	// subscriptions; type "" and deliveryLimit 0 inherit.
+	// Queue names the subscription's work queue, with the keys of the
+	// top-level queue section. name is required and unique across
+	// subscriptions; type "" and deliveryLimit 0 inherit queue.type and
+	// queue.deliveryLimit, arguments given replace queue.arguments whole.
 	Queue Queue `yaml:"queue,omitempty"`
-	// Bindings route messages from exchanges to this queue. Default
+	// Bindings route messages from exchanges to this queue, as
+	// topology.bindings do for the top-level queue. Default
 	// topology.bindings.
 	Bindings []Binding `yaml:"bindings,omitempty"`
 	// Path replaces the path (and query) of app.url for this queue's
@@ -114,29 +133,43 @@ type Subscription struct {
 	// port stay app.url's: one sidecar serves one app. Default app.url's own
 	// path.
 	Path string `yaml:"path,omitempty"`
-	// Consumer sets this queue's concurrency. Default consumer.*.
+	// Consumer sets this queue's concurrency; a key left out inherits the
+	// consumer key of the same name.
 	Consumer SubscriptionConsumer `yaml:"consumer,omitempty"`
-	// Retry sets this queue's retry policy. Default retry.*.
+	// Retry sets this queue's retry policy; a key left out inherits the
+	// retry key of the same name.
 	Retry SubscriptionRetry `yaml:"retry,omitempty"`
-	// Partitions split this queue into partitions (see Partitions).
-	// Default topology.partitions.
+	// Partitions split this queue into partitions, as
+	// topology.partitions does for the top-level queue: count is taken as
+	// given, a hashOn left out inherits. Default topology.partitions.
 	Partitions *Partitions `yaml:"partitions,omitempty"`
-	// Routes, Filter, OnFiltered, OnBodyError and OnFilterError are this
-	// queue's routing rules, as the top-level keys of the same names are
-	// for the one-queue form. Default none.
-	Routes        []Route `yaml:"routes,omitempty"`
-	Filter        string  `yaml:"filter,omitempty"`
-	OnFiltered    string  `yaml:"onFiltered,omitempty"`
-	OnBodyError   string  `yaml:"onBodyError,omitempty"`
-	OnFilterError string  `yaml:"onFilterError,omitempty"`
+	// Routes are this queue's routes, as the top-level routes are for the
+	// one-queue form. Default none.
+	Routes []Route `yaml:"routes,omitempty"`
+	// Filter is this queue's filter, as the top-level filter is for the
+	// one-queue form. Default "" (every message is delivered).
+	Filter string `yaml:"filter,omitempty"`
+	// OnFiltered is ack or dlq for the messages this queue's filter makes
+	// false, as the top-level onFiltered. Default "" (ack).
+	OnFiltered string `yaml:"onFiltered,omitempty"`
+	// OnBodyError is skip or dlq for this queue's rules that read a body
+	// which is not JSON, as the top-level onBodyError. Default "" (skip).
+	OnBodyError string `yaml:"onBodyError,omitempty"`
+	// OnFilterError is dlq or deliver for the messages this queue's filter
+	// cannot be evaluated for, as the top-level onFilterError. Default ""
+	// (dlq).
+	OnFilterError string `yaml:"onFilterError,omitempty"`
 }
 
 // SubscriptionConsumer overrides consumer.* for one subscription; a key left
 // out inherits.
 type SubscriptionConsumer struct {
-	Prefetch *int  `yaml:"prefetch,omitempty"`
-	Workers  *int  `yaml:"workers,omitempty"`
-	Ordered  *bool `yaml:"ordered,omitempty"`
+	// Prefetch overrides consumer.prefetch.
+	Prefetch *int `yaml:"prefetch,omitempty"`
+	// Workers overrides consumer.workers.
+	Workers *int `yaml:"workers,omitempty"`
+	// Ordered overrides consumer.ordered.
+	Ordered *bool `yaml:"ordered,omitempty"`
 	// OrderingKey overrides consumer.orderingKey.
 	OrderingKey *string `yaml:"orderingKey,omitempty"`
 	// PrefetchBytes overrides consumer.prefetchBytes.
@@ -148,49 +181,70 @@ type SubscriptionConsumer struct {
 // SubscriptionBatch overrides consumer.batch for one subscription; a key
 // left out inherits.
 type SubscriptionBatch struct {
-	MaxMessages *int      `yaml:"maxMessages,omitempty"`
-	MaxBytes    *int      `yaml:"maxBytes,omitempty"`
-	MaxWait     *Duration `yaml:"maxWait,omitempty"`
+	// MaxMessages overrides consumer.batch.maxMessages.
+	MaxMessages *int `yaml:"maxMessages,omitempty"`
+	// MaxBytes overrides consumer.batch.maxBytes.
+	MaxBytes *int `yaml:"maxBytes,omitempty"`
+	// MaxWait overrides consumer.batch.maxWait.
+	MaxWait *Duration `yaml:"maxWait,omitempty"`
 }
 
 // SubscriptionRetry overrides retry.* for one subscription; a key left out
 // inherits. Outcomes are laid over the top-level retry.outcomes, as a
 // policy's are.
 type SubscriptionRetry struct {
-	MaxAttempts    *Attempts         `yaml:"maxAttempts,omitempty"`
-	Tiers          []Duration        `yaml:"tiers,omitempty"`
-	Outcomes       map[string]string `yaml:"outcomes,omitempty"`
-	OnExpired      string            `yaml:"onExpired,omitempty"`
-	DeadlineHeader *string           `yaml:"deadlineHeader,omitempty"`
-	Policies       []Policy          `yaml:"policies,omitempty"`
-	MaxCrashes     *int              `yaml:"maxCrashes,omitempty"`
+	// MaxAttempts overrides retry.maxAttempts.
+	MaxAttempts *Attempts `yaml:"maxAttempts,omitempty"`
+	// Tiers override retry.tiers.
+	Tiers []Duration `yaml:"tiers,omitempty"`
+	// Outcomes are laid over retry.outcomes, entry by entry.
+	Outcomes map[string]string `yaml:"outcomes,omitempty"`
+	// OnExpired overrides retry.onExpired.
+	OnExpired string `yaml:"onExpired,omitempty"`
+	// DeadlineHeader overrides retry.deadlineHeader.
+	DeadlineHeader *string `yaml:"deadlineHeader,omitempty"`
+	// MaxCrashes overrides retry.maxCrashes.
+	MaxCrashes *int `yaml:"maxCrashes,omitempty"`
+	// Policies, when given, replace retry.policies whole.
+	Policies []Policy `yaml:"policies,omitempty"`
 }
 
 // Broker is the RabbitMQ connection.
 type Broker struct {
-	// URLs are tried in turn (a cluster). Default amqp://guest:guest@127.0.0.1:5672/.
+	// URLs are the broker's addresses, tried in turn on every connect and
+	// reconnect (the nodes of a cluster); amqps:// connects with TLS
+	// (broker.tls). Default [amqp://guest:guest@127.0.0.1:5672/].
 	URLs []string `yaml:"urls"`
 	// PasswordFile, when set, holds the password (a mounted secret); it
-	// replaces the password in every URL so that URLs can live in plain config.
+	// replaces the password in every URL so that URLs can live in plain
+	// config. Passwords are never logged. Default "".
 	PasswordFile string `yaml:"passwordFile"`
-	// UsernameFile, when set, holds the user name, like PasswordFile.
+	// UsernameFile, when set, holds the user name (a mounted secret); it
+	// replaces the user name in every URL. Default "".
 	UsernameFile string `yaml:"usernameFile"`
-	// Heartbeat is the AMQP heartbeat interval. Default 10s.
+	// Heartbeat is the AMQP heartbeat interval, which sets how soon a dead
+	// connection is noticed, by the broker and by Hopper. Default 10s.
 	Heartbeat Duration `yaml:"heartbeat"`
-	// ConnectTimeout bounds one dial. Default 10s.
+	// ConnectTimeout bounds one dial and AMQP handshake. Default 10s.
 	ConnectTimeout Duration `yaml:"connectTimeout"`
-	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
-	// between connection attempts. Defaults 500ms and 30s.
+	// ReconnectMin is the first step of the jittered exponential backoff
+	// between connection attempts; the step doubles after each failed
+	// attempt, up to reconnectMax. Default 500ms.
 	ReconnectMin Duration `yaml:"reconnectMin"`
+	// ReconnectMax is the largest step of the backoff between connection
+	// attempts. Default 30s.
 	ReconnectMax Duration `yaml:"reconnectMax"`
 	// ConfirmTimeout bounds the wait for a publisher confirm when moving a
 	// message; past it the move counts as failed and is retried. Default 15s.
 	ConfirmTimeout Duration `yaml:"confirmTimeout"`
-	// MoveRetryMin and MoveRetryMax bound the jittered exponential backoff
+	// MoveRetryMin is the first step of the jittered exponential backoff
 	// between attempts of a move that failed (refused, returned, not
-	// confirmed). The delivery is held meanwhile and the app is not called
-	// again. Defaults 1s and 30s.
+	// confirmed); the step doubles after each failed attempt, up to
+	// moveRetryMax. The delivery is held meanwhile and the app is not
+	// called again. Default 1s.
 	MoveRetryMin Duration `yaml:"moveRetryMin"`
+	// MoveRetryMax is the largest step of the backoff between attempts of
+	// a failed move. Default 30s.
 	MoveRetryMax Duration `yaml:"moveRetryMax"`
 	// MoveHoldMax is how long a delivery whose move keeps failing is held
 	// before it is given back to the work queue. It must stay under the
@@ -198,51 +252,66 @@ type Broker struct {
 	// closes the channel. Default 10m.
 	MoveHoldMax Duration `yaml:"moveHoldMax"`
 	// PublishChannels is the number of confirm-mode channels moves are
-	// spread over; each carries up to 256 publishes awaiting their confirm.
-	// Default 8.
+	// spread over, 1 to 256; each carries up to 256 publishes awaiting
+	// their confirm. Default 8.
 	PublishChannels int `yaml:"publishChannels"`
-	// TLS applies to amqps:// URLs.
+	// TLS applies to amqps:// URLs. Default: the system's roots, no client
+	// certificate.
 	TLS TLS `yaml:"tls"`
 }
 
 // TLS configures amqps:// connections.
 type TLS struct {
-	CAFile     string `yaml:"caFile"`
-	CertFile   string `yaml:"certFile"`
-	KeyFile    string `yaml:"keyFile"`
+	// CAFile holds the PEM certificates the broker's certificate must
+	// chain to. Default "": the system's roots.
+	CAFile string `yaml:"caFile"`
+	// CertFile holds the PEM client certificate, for a broker that asks
+	// for one; given with keyFile. Default "".
+	CertFile string `yaml:"certFile"`
+	// KeyFile holds the client certificate's PEM key. Default "".
+	KeyFile string `yaml:"keyFile"`
+	// ServerName is the name the broker's certificate must be valid for,
+	// when it is not the URL's host. Default "": the URL's host.
 	ServerName string `yaml:"serverName"`
-	// InsecureSkipVerify disables certificate checks (tests only).
+	// InsecureSkipVerify disables the checks of the broker's certificate.
+	// For tests only: anyone between Hopper and the broker could read and
+	// change every message. Default false.
 	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
 }
 
 // Queue names the work queue.
 type Queue struct {
-	// Name of the work queue. Required.
+	// Name is the work queue's name, at most 200 bytes so that the tier
+	// queue names made from it fit. Required, unless subscriptions are set
+	// (then it stays empty).
 	Name string `yaml:"name"`
 	// Type is classic or quorum; it applies to the queues Hopper declares
 	// and decides how a message the app could not take is returned: a
 	// nack on a classic queue, a confirmed republish on a quorum queue.
 	// Default classic.
 	Type string `yaml:"type"`
-	// DeliveryLimit is the x-delivery-limit for a declared quorum work queue.
-	// Default 0 (not set).
+	// DeliveryLimit is the x-delivery-limit of a declared quorum work
+	// queue. Default 0 (not set: the broker's own applies, 20 on RabbitMQ
+	// 4).
 	DeliveryLimit int `yaml:"deliveryLimit"`
 	// Arguments are further x-arguments of the work queue that Hopper does
-	// not model itself (x-max-priority, x-max-length, x-overflow,
-	// x-message-ttl, x-queue-leader-locator...), passed to the broker as
-	// given: integers as 64-bit integers, strings and booleans as they
-	// are. They apply when Hopper declares the work queue and are checked
-	// against it when topology.declare is false. The keys Hopper sets
-	// itself (x-queue-type, x-dead-letter-*, x-delivery-limit,
-	// x-single-active-consumer, x-expires) are refused here. In a
-	// subscription, a map given replaces the top-level one whole. Default
-	// none.
+	// not model itself (x-max-priority, 1 to 255 and classic queues only,
+	// x-max-length, x-max-length-bytes, x-overflow, x-message-ttl,
+	// x-queue-leader-locator, x-queue-mode, x-queue-version, or any other
+	// x- key), passed to the broker as given: integers as 64-bit integers,
+	// strings and booleans as they are. They apply when Hopper declares the
+	// work queue and are checked against it when topology.declare is
+	// false. The keys Hopper sets itself (x-queue-type, x-dead-letter-*,
+	// x-delivery-limit, x-single-active-consumer, x-expires) are refused
+	// here. In a subscription, a map given replaces the top-level one
+	// whole. Default none.
 	Arguments map[string]Argument `yaml:"arguments,omitempty"`
 	// SingleActiveConsumer declares the work queue with
 	// x-single-active-consumer: the broker delivers to one consumer at a
 	// time, across every pod, and hands over to another only when that
 	// one goes away, so messages are processed in queue order by one pod
-	// while the others wait as standbys. A new broker consumer joins the
+	// while the others wait as standbys (each pod's role shows on /readyz
+	// and in hopper_consumer_active). A new broker consumer joins the
 	// back of the line, so on such a queue the prefetch never follows the
 	// concurrency limit (consumer.prefetch, or twice the workers, fixes
 	// it). Default false.
@@ -329,27 +398,31 @@ func ParseArgument(s string) Argument {
 	return Argument{v: s}
 }
 
-// Topology names the queues around the work queue.
+// Topology names the queues around the work queue: a delay tier queue per
+// retry delay and the dead-letter queue, and the exchanges that feed it.
 type Topology struct {
-	// Declare makes run declare the topology at start; when false run only
+	// Declare makes hopper run declare the topology (work queue, delay
+	// tiers, DLQ, exchanges and bindings) at start; when false run only
 	// verifies it and fails on a mismatch. Default true.
 	Declare bool `yaml:"declare"`
-	// RetryQueue is the tier queue name template: {queue} and {delay}.
-	// Default "{queue}.retry.{delay}".
+	// RetryQueue is the name template of the delay tier queues: {queue} is
+	// the work queue's name, {delay} the tier's delay (5s, 2m). It must
+	// hold {delay}, and {queue} when partitions are on. Default
+	// "{queue}.retry.{delay}".
 	RetryQueue string `yaml:"retryQueue"`
-	// DLQ is the dead-letter queue name template. Default "{queue}.dlq".
+	// DLQ is the name template of the dead-letter queue; {queue} is the
+	// work queue's name. Default "{queue}.dlq".
 	DLQ string `yaml:"dlq"`
-	// DLQMaxLength caps the DLQ with overflow=reject-publish; a refused
-	// dead-lettering leaves the message in the work queue. Default 0 (no cap).
+	// DLQMaxLength caps the DLQ at this many messages (x-max-length with
+	// overflow reject-publish): a full DLQ refuses a dead-lettering, which
+	// leaves the message in the work queue. Default 0 (no cap).
 	DLQMaxLength int `yaml:"dlqMaxLength"`
 	// Bindings route messages from exchanges to the work queue. Hopper
 	// declares the exchanges and bindings with the rest of the topology.
 	// With partitions on they bind the exchanges to the partitions'
 	// hash exchange instead, so publishers keep publishing where they did.
-	Bindings []Binding `yaml:"bindings"`
-	// Partitions split the work queue into queues of their own behind a
-	// consistent-hash exchange, each consumed by one replica at a time.
-	// Default count 0: off.
+	// Default none.
+	Bindings   []Binding  `yaml:"bindings"`
 	Partitions Partitions `yaml:"partitions"`
 	// PartitionOf is set only on the effective config of one partition
 	// queue (see Config.Consumed): the work queue name the partitions
@@ -357,17 +430,16 @@ type Topology struct {
 	PartitionOf string `yaml:"-"`
 }
 
-// Partitions split a work queue Q into Count queues Q.p0 … Q.p{Count-1},
-// bound with equal weight to a consistent-hash exchange named
-// Q.partitions (RabbitMQ's rabbitmq_consistent_hash_exchange plugin). The
-// exchange sends every message of one key to the same partition; each
-// partition is declared single-active-consumer, so one replica at a time
-// delivers its messages, in order, while the partitions spread over the
-// replicas. Every partition has its own delay tiers and all share the DLQ
-// named from Q.
+// Partitions split a work queue Q into count queues Q.p0, Q.p1 and so on,
+// bound with equal weight to a consistent-hash exchange named Q.partitions
+// (RabbitMQ's rabbitmq_consistent_hash_exchange plugin). The exchange sends
+// every message of one key to the same partition; each partition is
+// declared single-active-consumer, so one replica at a time delivers its
+// messages, in order, while the partitions spread over the replicas. Every
+// partition has its own delay tiers and all share the DLQ named from Q.
 type Partitions struct {
-	// Count is the number of partition queues, 1 to MaxPartitions.
-	// Default 0: off, the work queue is consumed as it is.
+	// Count is the number of partition queues, 1 to 64. Default 0: off,
+	// the work queue is consumed as it is.
 	Count int `yaml:"count"`
 	// HashOn is what the exchange hashes to pick a partition: routingKey,
 	// or header:NAME for the value of the message header NAME. Default
@@ -401,20 +473,24 @@ func PartitionExchange(q string) string { return q + ".partitions" }
 
 // Binding binds the work queue to one exchange.
 type Binding struct {
-	// Exchange is the exchange's name (not the default exchange ""). Names
-	// starting with "amq." are the broker's own exchanges: checked, never
-	// declared.
+	// Exchange is the exchange's name. Required; not the default exchange
+	// "", which already routes by queue name. Names starting with amq. are
+	// the broker's own exchanges: checked, never declared.
 	Exchange string `yaml:"exchange"`
-	// Type is topic, direct, fanout or headers.
+	// Type is the exchange's type: topic, direct, fanout or headers.
+	// Required.
 	Type string `yaml:"type"`
 	// Durable exchanges survive a broker restart. Default true.
 	Durable *bool `yaml:"durable"`
 	// RoutingKeys bind a topic or direct exchange, one binding per key
-	// (topic patterns may use * and #).
+	// (topic patterns may use * and #): at least one for those exchanges,
+	// none for the others.
 	RoutingKeys []string `yaml:"routingKeys"`
-	// Headers bind a headers exchange: the message headers to match.
+	// Headers bind a headers exchange: the message headers to match, by
+	// name. Names starting with x- are never matched by the broker.
 	Headers map[string]string `yaml:"headers"`
-	// Match is all (every header must match) or any. Default all.
+	// Match is all (every header must match) or any (one is enough), for
+	// a headers exchange. Default all.
 	Match string `yaml:"match"`
 }
 
@@ -423,93 +499,90 @@ func (b Binding) IsDurable() bool { return b.Durable == nil || *b.Durable }
 
 // App is the application Hopper delivers to.
 type App struct {
-	// URL receives one POST per message; its path may hold {routingKey} and
-	// {queue}. Default http://127.0.0.1:8080/.
+	// URL receives one POST per message; its path may hold {routingKey}
+	// and {queue}, filled in for each message. An https:// URL is
+	// configured by app.tls. Default http://127.0.0.1:8080/.
 	URL string `yaml:"url"`
 	// Timeout bounds one request. It must stay well under the broker's
-	// consumer_timeout (30m). Default 30s.
+	// consumer_timeout (30m): less than half of it. Default 30s.
 	Timeout Duration `yaml:"timeout"`
-	// HealthPath is polled (GET, 2xx) before consuming; when empty a TCP
-	// connect to the app's address is the check. Default "".
+	// HealthPath is the app's health check, a path Hopper GETs (2xx:
+	// healthy) before consuming and while the breaker is open; when empty a
+	// TCP connect to the app's address is the check. Default "".
 	HealthPath string `yaml:"healthPath"`
 	// UnavailableBackoff is how long a worker waits after the app could not
 	// be reached before returning the message, so a down app is not spun on.
 	// Default 1s.
 	UnavailableBackoff Duration `yaml:"unavailableBackoff"`
-	// MaxBodyBytes is the largest response body Hopper reads. Default 65536.
+	// MaxBodyBytes is the largest response body Hopper reads, in bytes; a
+	// larger one does not change the outcome, which the status decides.
+	// Default 65536.
 	MaxBodyBytes int `yaml:"maxBodyBytes"`
 	// CloudEvents adds CloudEvents binary-mode headers (ce-specversion,
 	// ce-id, ce-source, ce-type, ce-subject, ce-time) for apps written for
 	// Knative eventing. Default false.
-	CloudEvents bool `yaml:"cloudEvents"`
-	// Forward bounds each request's head so that every common app server
-	// accepts it; application headers past the bounds are left out,
-	// counted, and the app told how many in Hopper-Headers-Omitted.
-	Forward Forward `yaml:"forward"`
-	// Auth lets the app tell Hopper's requests from anyone else's: a token,
-	// a signature of the body, or both, from files mounted from Secrets.
-	// Default: neither.
-	Auth AppAuth `yaml:"auth"`
-	// TLS configures connections to an https:// app: a private CA and a
-	// client certificate for an app that asks for one. Default: the
-	// system's roots, no client certificate.
-	TLS AppTLS `yaml:"tls"`
+	CloudEvents bool    `yaml:"cloudEvents"`
+	Forward     Forward `yaml:"forward"`
+	Auth        AppAuth `yaml:"auth"`
+	TLS         AppTLS  `yaml:"tls"`
 }
 
-// AppTLS is TLS to an https:// app. The client certificate and key are read
-// again when they change (looked at no more than once a second, when a
+// AppTLS configures connections to an https:// app, deliveries and health
+// checks alike: a private CA, and a client certificate for an app that
+// asks for one (mutual TLS). The client certificate and key are read again
+// when they change (looked at no more than once a second, when a
 // connection is made), so a renewed certificate is used on the next new
-// connection without a restart; the CA is read at start.
+// connection without a restart; the CA is read at start. Default: the
+// system's roots, no client certificate.
 type AppTLS struct {
 	// CAFile holds the PEM certificates the app's certificate must chain
 	// to. Default "": the system's roots.
 	CAFile string `yaml:"caFile"`
-	// CertFile holds the PEM client certificate (mutual TLS). Default "".
+	// CertFile holds the PEM client certificate; given with keyFile.
+	// Default "".
 	CertFile string `yaml:"certFile"`
-	// KeyFile holds its PEM key; given with certFile. Default "".
+	// KeyFile holds the client certificate's PEM key; given with certFile.
+	// Default "".
 	KeyFile string `yaml:"keyFile"`
 }
 
-// AppAuth is how requests to the app prove they come from Hopper. Each
-// file is read at start and again when it changes (looked at no more than
-// once a second), so a rotated Secret is picked up without a restart; a
-// trailing newline in a file is not part of its secret.
+// AppAuth lets the app tell Hopper's requests from anyone else's: a token,
+// a signature of the body, or both, each from a file (a mounted Secret).
+// Each file is read at start and again when it changes (looked at no more
+// than once a second), so a rotated Secret is picked up without a restart;
+// a trailing newline in a file is not part of its secret. Default: neither.
 type AppAuth struct {
-	// Token is sent with every request.
-	Token TokenAuth `yaml:"token"`
-	// HMAC signs every request (a batch's whole body) in Hopper's own
-	// Hopper-Signature header.
-	HMAC HMACAuth `yaml:"hmac"`
-	// StandardWebhooks signs every request in the public Standard Webhooks
-	// form (webhook-id, webhook-timestamp, webhook-signature), which
-	// verifier libraries in every common language check.
+	Token            TokenAuth            `yaml:"token"`
+	HMAC             HMACAuth             `yaml:"hmac"`
 	StandardWebhooks StandardWebhooksAuth `yaml:"standardWebhooks"`
 }
 
-// TokenAuth is a token sent with every request.
+// TokenAuth sends a token, read from a file, with every request.
 type TokenAuth struct {
 	// File holds the token. Default "": no token.
 	File string `yaml:"file"`
 	// Header carries the token: Authorization gets "Bearer <token>", any
-	// other header the token as it is. Default Authorization.
+	// other header the token as it is. It may not be a header Hopper or
+	// HTTP itself sets. Default Authorization.
 	Header string `yaml:"header"`
 }
 
-// HMACAuth signs each request in Hopper-Signature: "t=<unix seconds>,
-// id=<delivery id>,v1=<hex HMAC-SHA256 of "<t>.<body>">,v2=<hex
-// HMAC-SHA256 of "<t>.<id>.<body>">". The time lets the app refuse a
-// request older than its window, and the id (in v2) one played again
-// within it under another message id.
+// HMACAuth signs every request (a batch's whole body) in Hopper's own
+// Hopper-Signature header: "t=<unix seconds>,id=<delivery id>,v1=<hex
+// HMAC-SHA256 of "<t>.<body>">,v2=<hex HMAC-SHA256 of "<t>.<id>.<body>">".
+// The time lets the app refuse a request older than its window, and the id
+// (in v2) one played again within it under another message id.
 type HMACAuth struct {
 	// KeyFile holds the key; its bytes are the HMAC key. Default "": no
 	// signature.
 	KeyFile string `yaml:"keyFile"`
 }
 
-// StandardWebhooksAuth signs each request as the Standard Webhooks
-// specification describes: webhook-id (the delivery id, the same on every
-// attempt), webhook-timestamp (Unix seconds) and webhook-signature, one
-// signature of "<id>.<timestamp>.<body>" per secret.
+// StandardWebhooksAuth signs every request in the public Standard Webhooks
+// form, which verifier libraries in every common language check:
+// webhook-id (the delivery id, the same on every attempt),
+// webhook-timestamp (Unix seconds) and webhook-signature, one signature of
+// "<id>.<timestamp>.<body>" per secret.
 type StandardWebhooksAuth struct {
 	// SecretFile holds one or more secrets, one a line: whsec_<base64 of
 	// 24 to 64 bytes> signs with HMAC-SHA256 ("v1,<base64>"), whsk_<base64
@@ -519,24 +592,28 @@ type StandardWebhooksAuth struct {
 	SecretFile string `yaml:"secretFile"`
 }
 
-// Forward bounds the head of a request to the app. A server that refuses a
-// head (431) refuses every attempt of the message the same way, so the
-// bounds sit under the smallest common server limits: Python's http.server
-// takes 100 headers, Node.js a 16 KiB head, Tomcat, Jetty and Netty 8 KiB.
-// Hopper's own headers are always sent; the message's application headers
-// fill what is left, in the order of their names, until one does not fit.
+// Forward bounds the head of each request to the app, so that every common
+// app server accepts it. A server that refuses a head (431) refuses every
+// attempt of the message the same way, so the bounds sit under the
+// smallest common server limits: Python's http.server takes 100 headers,
+// Node.js a 16 KiB head, Tomcat, Jetty and Netty 8 KiB. Hopper's own
+// headers are always sent; the message's application headers fill what is
+// left, in the order of their names, until one does not fit. Those left
+// out are counted, and the app told how many in Hopper-Headers-Omitted.
 type Forward struct {
 	// MaxHeaders bounds the request's header lines, counting Hopper's own,
 	// trace context, CloudEvents attributes, Host, User-Agent,
-	// Content-Type and Content-Length with the application headers.
-	// Default 90.
+	// Content-Type and Content-Length with the application headers; at
+	// least 32. Default 90.
 	MaxHeaders int `yaml:"maxHeaders"`
 	// MaxHeaderBytes bounds the request head in bytes: request line,
-	// header lines and the blank line after them. Default 7168 (7 KiB).
+	// header lines and the blank line after them; at least 2048. Default
+	// 7168 (7 KiB).
 	MaxHeaderBytes int `yaml:"maxHeaderBytes"`
 	// MaxValueBytes is the longest application header value, in bytes,
-	// that is forwarded; a longer one is left out whole rather than cut, so
-	// the app never takes a cut value for the message's. Default 4096.
+	// that is forwarded, at most maxHeaderBytes; a longer one is left out
+	// whole rather than cut, so the app never takes a cut value for the
+	// message's. Default 4096.
 	MaxValueBytes int `yaml:"maxValueBytes"`
 }
 
@@ -549,57 +626,69 @@ const (
 	MinForwardHeaderBytes = 2048
 )
 
-// Consumer sets concurrency.
+// Consumer sets how many messages are taken from the broker ahead of the
+// app and how many are at the app at once.
 type Consumer struct {
-	// Prefetch is the AMQP QoS. Default 0: it follows the concurrency
-	// limit (see Concurrency). A number fixes it.
+	// Prefetch is the AMQP prefetch (QoS): how many unacked messages the
+	// broker sends ahead. Default 0: it follows the concurrency limit,
+	// about twice the limit, from 20 up to twice the workers. A number
+	// from 1 to 65535 fixes it.
 	Prefetch int `yaml:"prefetch"`
-	// Workers is the most concurrent deliveries. Default 0: = prefetch when
-	// prefetch is set; 512 when prefetch follows the limit (64 without the
-	// limiter).
+	// Workers is the most deliveries at the app at once (with batching,
+	// the most requests), at most 32767 and no more than a set prefetch.
+	// Default 0: the prefetch when it is set (with batching, the prefetch
+	// over consumer.batch.maxMessages); otherwise 512 while the limiter is
+	// on, 64 with the limiter off or on a single-active-consumer queue.
 	Workers int `yaml:"workers"`
-	// PrefetchBytes bounds the message bytes a following prefetch may
-	// hold: the consumer keeps its prefetch at most PrefetchBytes over the
-	// size of recent bodies (1 until it has seen one, at least 1), so an
-	// app that keeps up with large messages does not draw hundreds of
-	// them into memory. Applies to a prefetch Hopper picks: one that follows
-	// the limit, and a single-active-consumer queue's.
-	// In a container with a memory limit, hopper run lowers it to fit
-	// (FitPrefetchBytes). Default 64 MiB; 0 bounds nothing.
+	// PrefetchBytes bounds the message bytes a queue's unsettled
+	// deliveries may take when Hopper picks the prefetch (it follows the
+	// limit, or the queue is single-active-consumer): the consumer keeps
+	// its prefetch at most prefetchBytes over the size of recent bodies (1
+	// until it has seen one, at least 1), whatever prefetch the limit or
+	// the breaker asks for, so an app that keeps up with large messages
+	// does not draw hundreds of them into memory. In a container with a
+	// memory limit, hopper run lowers it to a quarter of what the limit
+	// leaves after 32 MiB, shared by the queues it bounds; the budgets'
+	// sum plus 64 MiB, fitted under the container's limit, is the Go
+	// runtime's soft memory limit unless GOMEMLIMIT is set. Default
+	// 67108864 (64 MiB); 0 bounds nothing.
 	PrefetchBytes int `yaml:"prefetchBytes"`
 	// Ordered delivers one message at a time (prefetch 1, one worker), and
 	// retries in place: a failed message is held and delivered again after
-	// its tier's delay, so no later message overtakes it.
+	// its tier's delay, so no later message overtakes it. With several
+	// replicas it needs queue.singleActiveConsumer. Default false.
 	Ordered bool `yaml:"ordered"`
 	// OrderingKey names where a message's ordering key comes from:
 	// routingKey, type, header:NAME, or messageId:SEP (the message id up to
 	// the first SEP). Messages with the same key are delivered one at a
 	// time, in queue order, and retried in place; different keys run in
 	// parallel up to the workers. A message without the key is unordered.
-	// Default "" (no key).
+	// Not with consumer.ordered or batching. Default "" (no key).
 	OrderingKey string `yaml:"orderingKey"`
-	// Batch delivers several messages in one request, with a result per
-	// message. Off unless batch.maxMessages is above 1.
-	Batch Batch `yaml:"batch"`
+	Batch       Batch  `yaml:"batch"`
 }
 
-// Batch sets batch delivery: one request carries up to MaxMessages
+// Batch sets batch delivery: one request carries up to maxMessages
 // messages and the app answers a result for each. A batch is sent when it
-// holds MaxMessages, or MaxBytes of bodies, or its oldest message has
-// waited MaxWait, whichever comes first. With batching on, workers and the
-// concurrency limit count requests, not messages, and the prefetch is
-// scaled by MaxMessages so that full batches can form.
+// holds maxMessages, or maxBytes of bodies, or its oldest message has
+// waited maxWait, whichever comes first. With batching on, workers and the
+// concurrency limit count requests, not messages, a prefetch Hopper picks
+// is scaled by maxMessages so that full batches can form, and a fixed
+// consumer.prefetch must be at least maxMessages. Off unless maxMessages
+// is above 1.
 type Batch struct {
-	// MaxMessages is the most messages in one request. Default 1: every
-	// message goes in a request of its own (batching off).
+	// MaxMessages is the most messages in one request, 1 to 1000; above 1
+	// turns batch delivery on. The app URL may then not hold {routingKey}.
+	// Default 1: every message goes in a request of its own (batching
+	// off).
 	MaxMessages int `yaml:"maxMessages"`
 	// MaxBytes bounds the message bodies of one batch, in bytes. A single
-	// message larger than it goes alone. Default 1 MiB.
+	// message larger than it goes alone. Default 1048576 (1 MiB).
 	MaxBytes int `yaml:"maxBytes"`
 	// MaxWait is how long the oldest message of a batch may wait for the
-	// batch to fill. Default 0s: a batch is sent with what is at hand as
-	// soon as a worker is free, so batches grow only while the app is
-	// busy.
+	// batch to fill, up to 5m. Default 0s: a batch is sent with what is at
+	// hand as soon as a worker is free, so batches grow only while the app
+	// is busy.
 	MaxWait Duration `yaml:"maxWait"`
 }
 
@@ -614,54 +703,79 @@ const DefaultBatchMaxBytes = 1 << 20
 
 // Retry is the default retry policy and the per-message policies.
 type Retry struct {
-	// MaxAttempts: the attempt at which a failing message is dead-lettered,
-	// or "unlimited". Default 10.
+	// MaxAttempts is the attempt at which a failing message is
+	// dead-lettered (reason max-attempts) instead of retried again, or
+	// "unlimited". Default 10.
 	MaxAttempts Attempts `yaml:"maxAttempts"`
-	// Tiers are the delay tiers. Default [1s, 5s, 30s, 2m, 10m, 30m].
+	// Tiers are the delay tiers, increasing, from 1ms to 596h: attempt n
+	// waits out tier n, and every attempt past the last tier the last one.
+	// Each delay has a tier queue of its own. Default [1s, 5s, 30s, 2m,
+	// 10m, 30m].
 	Tiers []Duration `yaml:"tiers"`
-	// Outcomes override entries of the outcome table (README, "The outcome
-	// table"), for example
-	// {"4xx": retry}.
+	// Outcomes override entries of the outcome table (the README's "The
+	// outcome table"): an outcome (a status like 418, a class like 4xx,
+	// timeout, unavailable or cut) to an action (ack, drop, requeue,
+	// retry, dlq or return), for example {"4xx": retry}; from the
+	// environment, 4xx=retry. Default none.
 	Outcomes map[string]string `yaml:"outcomes"`
-	// OnExpired is dlq or drop for messages past their deadline. Default dlq.
+	// OnExpired is dlq or drop for messages past their deadline: the AMQP
+	// expiration counted from first receipt, or the time in
+	// deadlineHeader. A retry whose delay would end past the deadline
+	// expires the message at once. Default dlq.
 	OnExpired string `yaml:"onExpired"`
 	// DeadlineHeader names an application header holding an absolute
-	// deadline (RFC 3339 or Unix milliseconds). Default "".
+	// deadline (RFC 3339 or Unix milliseconds). Default "": messages have
+	// no deadline.
 	DeadlineHeader string `yaml:"deadlineHeader"`
-	// Policies are matched in order; the first match wins over the defaults.
-	Policies []Policy `yaml:"policies"`
 	// MaxCrashes is the number of times a message may be in flight when the
 	// app dies (the request cut, then the health check failing) before it
 	// goes to the DLQ as app-crash; 0 never does. Default 3.
 	MaxCrashes int `yaml:"maxCrashes"`
+	// Policies are retry policies for the messages their match selects,
+	// tried in order; the first that matches wins over the retry keys
+	// above, which are the default policy. Default none.
+	Policies []Policy `yaml:"policies"`
 }
 
 // Policy is a retry policy for the messages its match selects. Unset fields
 // inherit from the retry section.
 type Policy struct {
-	Name        string            `yaml:"name"`
-	Match       Match             `yaml:"match"`
-	MaxAttempts *Attempts         `yaml:"maxAttempts,omitempty"`
-	Tiers       []Duration        `yaml:"tiers,omitempty"`
-	Outcomes    map[string]string `yaml:"outcomes,omitempty"`
-	OnExpired   string            `yaml:"onExpired,omitempty"`
+	// Name names the policy. Required, unique.
+	Name string `yaml:"name"`
+	// Match selects the policy's messages. Required: at least one of
+	// routingKey, type and header.
+	Match Match `yaml:"match"`
+	// MaxAttempts overrides retry.maxAttempts.
+	MaxAttempts *Attempts `yaml:"maxAttempts,omitempty"`
+	// Tiers override retry.tiers.
+	Tiers []Duration `yaml:"tiers,omitempty"`
+	// Outcomes are laid over retry.outcomes, entry by entry.
+	Outcomes map[string]string `yaml:"outcomes,omitempty"`
+	// OnExpired overrides retry.onExpired.
+	OnExpired string `yaml:"onExpired,omitempty"`
 }
 
-// Match selects messages; every field set must match.
+// Match selects messages; every key set must match.
 type Match struct {
-	// RoutingKey is an AMQP topic pattern on the original routing key.
+	// RoutingKey is an AMQP topic pattern on the original routing key (*
+	// one word, # zero or more).
 	RoutingKey string `yaml:"routingKey,omitempty"`
 	// Type is a glob on the AMQP type property.
 	Type string `yaml:"type,omitempty"`
-	// Header is "name" (present) or "name=value".
+	// Header is "name" (the application header is present) or
+	// "name=value" (its string form is value).
 	Header string `yaml:"header,omitempty"`
 }
 
-// Requeue governs 425 Too Early.
+// Requeue governs 425 Too Early: the app asks for the message again later,
+// without spending an attempt.
 type Requeue struct {
-	// MinHold and MaxHold bound the jittered hold before a requeue; a longer
-	// Retry-After goes through a tier. Defaults 1s and 5s.
+	// MinHold is the shortest hold before a requeue, when the app sends no
+	// Retry-After: the hold is jittered between minHold and maxHold.
+	// Default 1s.
 	MinHold Duration `yaml:"minHold"`
+	// MaxHold is the longest hold before a requeue; a longer Retry-After
+	// goes through a delay tier instead. Default 5s.
 	MaxHold Duration `yaml:"maxHold"`
 	// MaxRequeues caps requeues; past it the message is dead-lettered with
 	// reason too-early. Default 100.
@@ -679,7 +793,8 @@ type Breaker struct {
 	// Hopper asks the health check, which alone then decides. Default 5.
 	Failures int `yaml:"failures"`
 	// OpenTimeout is the least time it stays open; after it, a passing
-	// health check lets deliveries through again. Default 5s.
+	// health check lets deliveries through again, the concurrency ramping
+	// up. Default 5s.
 	OpenTimeout Duration `yaml:"openTimeout"`
 	// ProbeInterval is how often the app's health check runs while open,
 	// and the least time between two checks asked for by failing messages.
@@ -694,29 +809,34 @@ type Limiter struct {
 	// Enabled turns it on. Default true.
 	Enabled bool `yaml:"enabled"`
 	// LatencyTolerance is how many times its usual latency the app may take
-	// before that counts as overload. Default 3: at 2 a busy machine's own
-	// queueing (app, broker and Hopper sharing its cores) read as overload
-	// and held the limit below what the app could take.
+	// before that counts as overload; at least 1. Default 3: at 2 a busy
+	// machine's own queueing (app, broker and Hopper sharing its cores)
+	// read as overload and held the limit below what the app could take.
 	LatencyTolerance float64 `yaml:"latencyTolerance"`
 }
 
-// Shutdown governs SIGTERM.
+// Shutdown governs SIGTERM and SIGINT: Hopper stops taking messages at
+// once and lets those in flight finish.
 type Shutdown struct {
-	// Grace is how long in-flight deliveries may finish. Default 25s.
+	// Grace is how long in-flight deliveries may finish; the requests still
+	// running then are cut off and their messages given back to the queue.
+	// Default 25s.
 	Grace Duration `yaml:"grace"`
 }
 
-// Admin is the HTTP admin endpoint (health, later metrics).
+// Admin is the HTTP admin endpoint: /livez (also /healthz), /readyz and
+// /metrics.
 type Admin struct {
-	// Listen address; "" disables it. Default ":9090".
+	// Listen is the endpoint's address; "" disables it. Default ":9090".
 	Listen string `yaml:"listen"`
 }
 
-// Log configures log/slog.
+// Log configures Hopper's log, written to standard error.
 type Log struct {
-	// Level: debug, info, warn, error. Default info.
+	// Level is debug, info, warn or error; debug logs every delivery.
+	// Default info.
 	Level string `yaml:"level"`
-	// Format: json or text. Default json.
+	// Format is json or text. Default json.
 	Format string `yaml:"format"`
 }
 

@@ -278,8 +278,8 @@ func envKeys(v reflect.Value, path string, out map[string]reflect.Value, paths m
 	}
 }
 
-// EnvVars lists every HOPPER_* variable with its key path, sorted; the
-// README's config reference is checked against it.
+// EnvVars lists every HOPPER_* variable with its key path; the
+// configuration reference (Reference) names each key's variable from it.
 func EnvVars() map[string]string {
 	cfg := Default()
 	vals, paths := map[string]reflect.Value{}, map[string]string{}

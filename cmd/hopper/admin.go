@@ -14,7 +14,7 @@ import (
 )
 
 func newConfigCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Check configuration"}
+	cmd := &cobra.Command{Use: "config", Short: "Check configuration and describe its keys"}
 	var cf configFlags
 	var output string
 	validate := &cobra.Command{
@@ -82,7 +82,7 @@ it came from one (source), and the message.`,
 	}
 	cf.register(validate.Flags())
 	validate.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.AddCommand(validate)
+	cmd.AddCommand(validate, newExplainCmd())
 	return cmd
 }
 

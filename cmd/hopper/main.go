@@ -142,20 +142,22 @@ const (
 	forPlan
 )
 
-// flagKeys are the config keys with flags of their own, and the kinds of
-// command that use each.
-var flagKeys = []struct {
-	flag, key, usage string
-	users            flagUser
-}{
-	{"queue", "queue.name", "work queue to consume (queue.name)", forRun | forBroker | forPlan},
-	{"app-url", "app.url", "URL the app receives messages on (app.url)", forRun},
-	{"broker-url", "broker.urls", "broker URL(s), comma-separated (broker.urls)", forRun | forBroker},
-	{"prefetch", "consumer.prefetch", "AMQP prefetch, 0 = follows the concurrency limit (consumer.prefetch)", forRun},
-	{"workers", "consumer.workers", "most concurrent deliveries, 0 = prefetch if set, else 512 (consumer.workers)", forRun},
-	{"admin-listen", "admin.listen", "admin HTTP address for /healthz and /readyz (admin.listen)", forRun},
-	{"log-level", "log.level", "debug, info, warn or error (log.level)", forRun | forBroker},
-	{"log-format", "log.format", "json or text (log.format)", forRun | forBroker},
+// flagUsers are the kinds of command that use each of config.Flags (by
+// flag name); a flag not listed here is run's (and config validate's) only.
+var flagUsers = map[string]flagUser{
+	"queue":      forRun | forBroker | forPlan,
+	"broker-url": forRun | forBroker,
+	"log-level":  forRun | forBroker,
+	"log-format": forRun | forBroker,
+}
+
+// usedBy says whether the commands of kind user have flag f.
+func usedBy(f config.Flag, user flagUser) bool {
+	users, ok := flagUsers[f.Name]
+	if !ok {
+		users = forRun
+	}
+	return users&user != 0
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
@@ -164,11 +166,10 @@ func (f *configFlags) register(fs *pflag.FlagSet) {
 		user = forRun
 	}
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("HOPPER_CONFIG"), "YAML config file (env HOPPER_CONFIG)")
-	for _, k := range flagKeys {
-		if k.users&user == 0 {
-			continue
+	for _, k := range config.Flags() {
+		if usedBy(k, user) {
+			fs.String(k.Name, "", k.Usage+" ("+k.Key+")")
 		}
-		fs.String(k.flag, "", k.usage)
 	}
 	fs.StringArrayVar(&f.set, "set", nil, "set any key: --set retry.maxAttempts=5 (repeatable)")
 }
@@ -190,11 +191,11 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	for _, w := range warnings {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: environment variable %s matches no config key\n", w)
 	}
-	for _, k := range flagKeys {
-		fl := cmd.Flags().Lookup(k.flag)
+	for _, k := range config.Flags() {
+		fl := cmd.Flags().Lookup(k.Name)
 		if fl != nil && fl.Changed {
-			if err := config.SetKey(&cfg, k.key, fl.Value.String()); err != nil {
-				errs = append(errs, fmt.Errorf("--%s: %w", k.flag, err))
+			if err := config.SetKey(&cfg, k.Key, fl.Value.String()); err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %w", k.Name, err))
 			}
 		}
 	}
