@@ -284,7 +284,7 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 	for {
 		var es []*entry
 		for _, d := range ds {
-			if d.settled.Load() {
+			if d.settled.Load() || p.lost(d) {
 				continue
 			}
 			e := p.begin(ctx, d, nil)
@@ -299,7 +299,7 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 			return nil, batchVerdict{}
 		}
 		v := p.send(ctx, es)
-		if !(splitting && v.whole.Refused && p.holdable(since)) || !p.wait(bo.Next()) {
+		if !(splitting && v.whole.Refused && p.holdable(since)) || !p.waitHeld(bo.Next(), entriesHeld(es)) {
 			// A refusal at shutdown goes back as a single refusal would.
 			return es, v
 		}
@@ -378,8 +378,12 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 	for i, e := range es {
 		vd := p.judge(e, v.entries[i], v.latency)
 		if p.unavailable(vd.dec, vd.out) && !waited {
-			p.wait(p.o.UnavailableBackoff)
+			p.waitHeld(p.o.UnavailableBackoff, entriesHeld(es[i:]))
 			waited = true
+		}
+		if p.lost(e.d.(*settleOnce)) {
+			p.endUnsettled(es[i:i+1], "channel-closed")
+			continue
 		}
 		if vd.dec.Action == retry.Ack {
 			p.finish(e, vd, since, false)
@@ -430,6 +434,11 @@ func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.
 			v = unsplit(v)
 		}
 		for i, e := range es {
+			if p.lost(e.d.(*settleOnce)) {
+				// Back in the queue already, ahead of what follows it.
+				p.endUnsettled(es[i:i+1], "channel-closed")
+				continue
+			}
 			vd := p.judge(e, v.entries[i], v.latency)
 			again := p.finish(e, vd, since, false)
 			e.span.End()
@@ -464,6 +473,34 @@ func (p *Loop) endUnsettled(es []*entry, why string) {
 			e.span.SetAttributes(keyDecision.String("none"), keyBatchAgain.String(why))
 		}
 		e.span.End()
+	}
+}
+
+// lost says whether d's channel is closed, and the first time it finds so
+// counts it and marks d settled: the broker has put the message back (and
+// redelivers it), so nothing Hopper could still do with d would count,
+// and another request with it would only reach the app with a message
+// that can no longer be settled.
+func (p *Loop) lost(d *settleOnce) bool {
+	if alive(d.Delivery) {
+		return false
+	}
+	if d.settled.CompareAndSwap(false, true) {
+		p.Stats.SettleFailed.Add(1)
+	}
+	return true
+}
+
+// entriesHeld says whether any of es can still be settled: while one
+// can, a wait for them goes on.
+func entriesHeld(es []*entry) func() bool {
+	return func() bool {
+		for _, e := range es {
+			if alive(e.d) {
+				return true
+			}
+		}
+		return false
 	}
 }
 

@@ -38,6 +38,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -435,7 +436,9 @@ func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since ti
 }
 
 // settleOnce remembers whether a delivery was acked or nacked, so that a
-// panic after its settle does not settle it a second time.
+// panic after its settle does not settle it a second time. A batch also
+// counts as settled a delivery whose channel closed (lost): the broker has
+// it back.
 type settleOnce struct {
 	Delivery
 	settled atomic.Bool
@@ -771,7 +774,7 @@ func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in m
 	}
 	// The next attempt's span follows this one, as it would after a move.
 	propagator.Inject(ctx, headerCarrier(m.Headers))
-	if !p.wait(wait) {
+	if !p.waitHeld(wait, func() bool { return alive(d) }) {
 		in.Retries, in.Requeues, in.Crashes = dec.Retries, dec.Requeues, dec.Crashes
 		p.giveBack(ctx, d, m, in)
 		return heldThenGivenBack
@@ -1059,6 +1062,12 @@ func unpinnedDeadline(m *msg.Message, in msg.Info) bool {
 // instead, the one way left to keep it, and it reports false: the new
 // history was not kept.
 func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) bool {
+	if !alive(d) {
+		// The broker has put the message back already: a copy would be a
+		// second one.
+		p.settleFailed(m, "return", errChannelClosed)
+		return false
+	}
 	if err := p.publish(ctx, p.o.Plan.Work.Name, msg.ReturnCopy(m, in), "return"); err != nil {
 		p.moveFailed("return")
 		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
@@ -1087,6 +1096,44 @@ func (p *Loop) settleFailed(m *msg.Message, what string, err error) {
 	p.Stats.SettleFailed.Add(1)
 	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
 		"op", what, "message_id", m.MessageID, "error", err.Error())
+}
+
+// errChannelClosed is why a delivery whose channel closed is not settled.
+var errChannelClosed = errors.New("the delivery's channel is closed; the broker redelivers the message")
+
+// channelCheck is how often a wait for held deliveries looks at their
+// channel.
+const channelCheck = 50 * time.Millisecond
+
+// waitHeld sleeps d while deliveries are held for it, cut short by
+// shutdown (false) and when held says none of them can be settled any
+// more (true): their channel closed, the broker has put them back and
+// redelivers them, and they must not keep a worker from those copies for
+// the rest of a retry delay. Whoever goes on after the wait checks each
+// delivery's channel before using it, as every attempt does.
+func (p *Loop) waitHeld(d time.Duration, held func() bool) bool {
+	if !held() {
+		return true
+	}
+	if d <= channelCheck {
+		return p.wait(d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(channelCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-p.stopping:
+			return false
+		case <-tick.C:
+			if !held() {
+				return true
+			}
+		}
+	}
 }
 
 // wait sleeps d, cut short by shutdown. It reports whether it slept fully.
