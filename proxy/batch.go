@@ -390,9 +390,12 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 			e.span.End()
 			continue
 		}
+		sd := e.d.(*settleOnce)
+		sd.moving = make(chan struct{})
 		moves.Add(1)
 		go func() {
 			defer moves.Done()
+			defer close(sd.moving)
 			defer func() {
 				// This goroutine is past the batch's own recovery.
 				if r := recover(); r != nil {
@@ -515,6 +518,23 @@ func unsettled(ds []*settleOnce) []*settleOnce {
 	return out
 }
 
+// movesUnderWay is the number of ds whose move, started beside the
+// goroutine handling their batch, has not ended.
+func movesUnderWay(ds []*settleOnce) int {
+	n := 0
+	for _, d := range ds {
+		if d.moving == nil {
+			continue
+		}
+		select {
+		case <-d.moving:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 func deliveries(ds []*settleOnce) []Delivery {
 	out := make([]Delivery, len(ds))
 	for i, d := range ds {
@@ -528,12 +548,28 @@ func deliveries(ds []*settleOnce) []Delivery {
 // belongs to is unknown, and delivered on its own, the one at fault is
 // dead-lettered with reason hopper-error. The panic is logged with its
 // stack and counted.
+//
+// A message whose move was under way when the panic came (a batch's moves
+// run beside the loop that concludes it) is settled by that move once its
+// copy is confirmed; returned as well, it would be in two queues and its
+// delivery settled twice. So the recovery first waits for those moves, and
+// returns only what none of them settled.
 func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	r := recover()
 	if r == nil {
 		return
 	}
-	if left := unsettled(ds); len(left) == 1 {
+	if n := movesUnderWay(ds); n > 0 {
+		p.log.Warn("internal error while handling a batch; waiting for the moves under way before returning the rest", "event", "BATCH_RECOVERY_WAITING",
+			"size", len(ds), "moves", n, "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen))
+		for _, d := range ds {
+			if d.moving != nil {
+				<-d.moving
+			}
+		}
+	}
+	left := unsettled(ds)
+	if len(left) == 1 {
 		// Alone, the message is the cause: set aside as a single
 		// delivery's would be.
 		p.internalError(ctx, left[0], r)
@@ -541,9 +577,9 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	}
 	p.Stats.InternalErrors.Add(1)
 	p.obs.InternalError()
-	p.log.Error("internal error while handling a batch; its messages go back to be delivered each on its own", "event", "HOPPER_INTERNAL_ERROR",
-		"size", len(ds), "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen), "stack", string(debug.Stack()))
-	for _, d := range ds {
+	p.log.Error("internal error while handling a batch; its messages not settled go back to be delivered each on its own", "event", "HOPPER_INTERNAL_ERROR",
+		"size", len(ds), "returned", len(left), "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen), "stack", string(debug.Stack()))
+	for _, d := range left {
 		if d.settled.Load() {
 			continue
 		}

@@ -445,6 +445,10 @@ type settleOnce struct {
 	// ordered deliveries must keep their place in line; leaving it is
 	// reported.
 	ordered bool
+	// moving, when not nil, is closed once the move a batch started for
+	// the delivery beside the goroutine handling the batch has ended. Set
+	// and first read by that goroutine.
+	moving chan struct{}
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
