@@ -49,47 +49,52 @@ func (p *Loop) collect(ctx context.Context) {
 	defer p.wg.Done()
 	defer close(p.batches)
 	var (
-		cur   []Delivery
+		cur   formed
 		bytes int
 		// next is a delivery that did not fit in cur: it starts the next
 		// batch, and nothing more is taken until cur has gone.
-		next    Delivery
+		next    job
 		in      = p.pending
 		timer   *time.Timer
 		expired <-chan time.Time
 		waited  bool
 	)
-	add := func(d Delivery) {
-		if len(cur) == 0 && p.o.BatchWait > 0 {
-			timer = time.NewTimer(p.o.BatchWait)
-			expired = timer.C
+	add := func(j job) {
+		if len(cur.ds) == 0 {
+			// Deliveries come in the order they were received: the first
+			// is the one unacked longest.
+			cur.since = j.since
+			if p.o.BatchWait > 0 {
+				timer = time.NewTimer(p.o.BatchWait)
+				expired = timer.C
+			}
 		}
-		cur = append(cur, d)
-		bytes += len(d.Message().Body)
-		if mayCrash(d.Message()) {
+		cur.ds = append(cur.ds, j.d)
+		bytes += len(j.d.Message().Body)
+		if mayCrash(j.d.Message()) {
 			// It goes in a request of its own, now: nothing it could
 			// wait for would join it.
 			waited = true
 		}
 	}
 	for {
-		ready := len(cur) > 0 && (waited || p.o.Batch.Full(len(cur), bytes) ||
+		ready := len(cur.ds) > 0 && (waited || p.o.Batch.Full(len(cur.ds), bytes) ||
 			p.o.BatchWait <= 0 && p.sending.Load() == 0)
-		var out chan []Delivery
+		var out chan formed
 		if ready {
 			// What has arrived meanwhile joins it first: deliveries come
 			// in bursts, as acks free the prefetch.
 		fill:
-			for in != nil && !p.o.Batch.Full(len(cur), bytes) {
+			for in != nil && !p.o.Batch.Full(len(cur.ds), bytes) {
 				select {
-				case d, ok := <-in:
+				case j, ok := <-in:
 					if !ok {
 						break fill // closed: the select below sees it again
 					}
-					if p.o.Batch.Fits(len(cur), bytes, len(d.Message().Body)) {
-						add(d)
+					if p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
+						add(j)
 					} else {
-						next, in = d, nil
+						next, in = j, nil
 					}
 				default:
 					break fill
@@ -98,50 +103,49 @@ func (p *Loop) collect(ctx context.Context) {
 			// A worker waiting takes it; else a new worker, while fewer
 			// than Workers run.
 			p.sending.Add(1)
+			var handed bool
 			select {
 			case p.batches <- cur:
-				cur = nil
+				handed = true
 			default:
-				if p.spawnBatch(ctx, cur) {
-					cur = nil
-				}
+				handed = p.spawnBatch(ctx, cur)
 			}
-			if cur != nil {
+			if !handed {
 				p.sending.Add(-1) // not handed yet
 			}
-			if cur == nil {
-				bytes, expired, waited = 0, nil, false
+			if handed {
+				cur, bytes, expired, waited = formed{}, 0, nil, false
 				if timer != nil {
 					timer.Stop()
 				}
-				if next != nil {
+				if next.d != nil {
 					add(next)
-					next, in = nil, p.pending
+					next, in = job{}, p.pending
 				}
 				continue
 			}
 			out = p.batches
 		}
 		select {
-		case d, ok := <-in:
+		case j, ok := <-in:
 			if !ok {
-				p.giveBackAll(ctx, append(cur, next))
+				p.giveBackAll(ctx, append(cur.ds, next.d))
 				return
 			}
-			if p.o.Batch.Fits(len(cur), bytes, len(d.Message().Body)) {
-				add(d)
+			if p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
+				add(j)
 			} else {
-				next, in = d, nil
+				next, in = j, nil
 			}
 		case out <- cur:
 			p.sending.Add(1)
-			cur, bytes, expired, waited = nil, 0, nil, false
+			cur, bytes, expired, waited = formed{}, 0, nil, false
 			if timer != nil {
 				timer.Stop()
 			}
-			if next != nil {
+			if next.d != nil {
 				add(next)
-				next, in = nil, p.pending
+				next, in = job{}, p.pending
 			}
 		case <-expired:
 			expired, waited = nil, true
@@ -149,6 +153,14 @@ func (p *Loop) collect(ctx context.Context) {
 			// No batch at the app any more: a partial one may go.
 		}
 	}
+}
+
+// formed is a batch as the collector hands it to a worker: its
+// deliveries, in the order received, and when the first of them was
+// received, from which the batch's holds are bounded.
+type formed struct {
+	ds    []Delivery
+	since time.Time
 }
 
 // mayCrash says whether a message carries a crash count or the
@@ -161,14 +173,14 @@ func mayCrash(m *msg.Message) bool {
 }
 
 // spawnBatch starts a batch worker with b unless Workers already run.
-func (p *Loop) spawnBatch(ctx context.Context, b []Delivery) bool {
+func (p *Loop) spawnBatch(ctx context.Context, b formed) bool {
 	if !p.claimWorker() {
 		return false
 	}
 	go func() {
 		defer p.wg.Done()
 		for ok := true; ok; b, ok = <-p.batches {
-			p.handleBatch(ctx, b)
+			p.handleBatch(ctx, b.ds, b.since)
 			if p.sending.Add(-1) == 0 {
 				select {
 				case p.idle <- struct{}{}:
@@ -197,8 +209,11 @@ func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
 // go together, a message that must go alone goes by itself, in the order
 // received. A panic on the way is recovered: what is not yet settled goes
 // back marked as a crash suspect, to be delivered on its own, where the
-// single-message path sets the one that fails aside.
-func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
+// single-message path sets the one that fails aside. The batch's first
+// message was received at since: the batch has been unacked from then on
+// (also while it filled and waited for a worker), and its holds (an
+// in-place retry, a split) are bounded from there.
+func (p *Loop) handleBatch(ctx context.Context, ds []Delivery, since time.Time) {
 	sds := make([]*settleOnce, 0, len(ds))
 	for _, d := range ds {
 		if p.ready(ctx, d) {
@@ -206,7 +221,6 @@ func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
 		}
 	}
 	defer p.recoverBatch(ctx, sds)
-	since := p.o.Now()
 	run := 0
 	for i, d := range sds {
 		if !mayCrash(d.Message()) {

@@ -125,7 +125,7 @@ func handleBatchAsync(p *Loop, ds []Delivery) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.handleBatch(context.Background(), ds)
+		p.handleBatch(context.Background(), ds, p.o.Now())
 	}()
 	return done
 }

@@ -278,7 +278,7 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 		js[i] = &journal{}
 		ds[i] = &chanDelivery{m: bm, j: js[i], ch: ch}
 	}
-	p.handleBatch(context.Background(), ds)
+	p.handleBatch(context.Background(), ds, p.o.Now())
 
 	if n := p.Stats.InternalErrors.Load(); n != 0 {
 		t.Fatalf("%d internal errors (recovered panics) on a batch", n)
