@@ -253,17 +253,31 @@ func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time
 }
 
 // deliverSplit delivers ds in one request and settles each message from
-// the answer. A request that failed as a whole without an answer is split
-// in halves, each delivered the same way, down to single messages: the
-// message at fault ends up alone and is the only one charged. The halves
-// go one after the other, while every message is held unacked; a split
-// stops when the hold would reach MoveHoldMax, or at shutdown, and the
-// failure is then each message's outcome. splitting says ds is a half:
-// while the breaker refuses it (the app died under the whole), it waits
-// for the app rather than give up on the split.
+// the answer. A request that failed as a whole without an answer is split,
+// down to single messages, so that the message at fault ends up alone and
+// is the only one charged. A cut (the connection broken, the app dying, an
+// answer that is not HTTP) comes at once: the batch is split in halves,
+// one after the other, each delivered the same way, which finds the
+// message in few requests and keeps one of them at the app at a time. A
+// timeout costs the app's whole timeout at every level of halving, every
+// message held meanwhile: so a batch that timed out sends each of its
+// messages again alone, all at once (deliverAlone), and only the message
+// that hangs waits for a second timeout. Every message is held unacked
+// meanwhile; a split stops when the hold would reach half of MoveHoldMax,
+// or at shutdown, and the failure is then each message's outcome.
+// splitting says ds is a part of a split: while the breaker refuses it
+// (the app died under the whole), it waits for the app rather than give
+// up on the split.
 func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) {
 	es, v := p.deliverOnce(ctx, ds, since, splitting)
 	if es == nil {
+		return
+	}
+	if len(es) > 1 && batch.Splits(v.whole) && p.holdable(since) && v.whole.Kind == retry.Timeout {
+		p.endUnsettled(es, "split")
+		p.log.Info("batch timed out as a whole; delivering each of its messages alone, at once", "event", "BATCH_SPLIT",
+			"size", len(es), "alone", len(es), "error", msg.Truncate(v.whole.Error, msg.MaxErrorLen))
+		p.deliverAlone(ctx, ds, since)
 		return
 	}
 	if len(es) > 1 && batch.Splits(v.whole) && p.holdable(since) {
@@ -279,6 +293,23 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 		v = unsplit(v)
 	}
 	p.conclude(ctx, es, v, since)
+}
+
+// deliverAlone delivers each message of ds not settled yet in a request of
+// its own, all at once, and returns when all are settled. A panic while
+// delivering one is recovered there and charged to that message alone.
+func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Time) {
+	var wg sync.WaitGroup
+	for _, d := range unsettled(ds) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			alone := []*settleOnce{d}
+			defer p.recoverBatch(ctx, alone)
+			p.deliverSplit(ctx, alone, since, true)
+		}()
+	}
+	wg.Wait()
 }
 
 // batchVerdict is what came of one batch request.

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,5 +132,58 @@ func TestBatchUnsplitCrashChargesNobody(t *testing.T) {
 		if _, charged := m.Headers[msg.HeaderCrashCount]; charged || m.Headers[msg.HeaderCrashSuspect] == nil {
 			t.Errorf("%s went back with headers %v: want the suspect mark and no crash count", m.MessageID, m.Headers)
 		}
+	}
+}
+
+// TestBatchTimeoutSendsEachAlone: a batch that times out as a whole has a
+// message that makes the app hang, and halving it would cost a timeout
+// per level, all its messages held meanwhile. Each message goes again
+// alone, all at once: the hanging one is the only one to time out again,
+// and the others are answered while it hangs.
+func TestBatchTimeoutSendsEachAlone(t *testing.T) {
+	var mu sync.Mutex
+	answered := 0
+	neighbours := make(chan struct{}) // closed once m2's three neighbours are answered
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	app := &batchApp{answer: func(ids []string) batch.Answer {
+		if !slices.Contains(ids, "m2") {
+			mu.Lock()
+			if answered++; answered == 3 {
+				close(neighbours)
+			}
+			mu.Unlock()
+			return each(ids, retry.Outcome{Kind: retry.Response, Status: 200})
+		}
+		if len(ids) == 1 {
+			// Alone, m2 hangs until its neighbours have been answered.
+			select {
+			case <-neighbours:
+			case <-stop:
+			}
+		}
+		return each(ids, retry.Outcome{Kind: retry.Timeout, Error: "timeout"})
+	}}
+	p, pub := newBatchLoop(t, app, 4, time.Hour)
+	for i := range 4 {
+		p.Handle(&fakeDelivery{m: &msg.Message{MessageID: "m" + string(rune('0'+i)), Headers: map[string]any{}}, j: pub.j, alive: true})
+	}
+	settledAll(t, pub.j, 4)
+	app.mu.Lock()
+	got := slices.Clone(app.requests)
+	app.mu.Unlock()
+	slices.SortFunc(got, func(a, b []string) int { return cmp.Compare(strings.Join(a, " "), strings.Join(b, " ")) })
+	want := [][]string{{"m0"}, {"m0", "m1", "m2", "m3"}, {"m1"}, {"m2"}, {"m3"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+	mu.Lock()
+	n := answered
+	mu.Unlock()
+	if n != 3 {
+		t.Errorf("%d neighbours answered, want 3", n)
+	}
+	if !slices.Equal(pub.to, []string{"orders.retry.1s"}) || pub.got[0].MessageID != "m2" {
+		t.Errorf("published to %v: want m2 alone to its tier", pub.to)
 	}
 }

@@ -198,7 +198,7 @@ func TestSplitBatchWaitEndsWhenChannelCloses(t *testing.T) {
 	ch := &fakeChannel{}
 	app := &channelApp{answer: func(n int, ids []string) batch.Answer {
 		if n == 1 {
-			return each(ids, retry.Outcome{Kind: retry.Timeout, Error: "timeout"})
+			return each(ids, retry.Outcome{Kind: retry.Cut, Error: "connection reset"})
 		}
 		if n == 3 {
 			ch.closed.Store(true)
