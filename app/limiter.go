@@ -106,9 +106,18 @@ func (l *Limiter) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 }
 
 // DeliverBatch is Deliver for a batch request: it takes one slot, so the
-// limit counts requests, whatever their size.
+// limit counts requests, whatever their size; a part of a split batch
+// takes none.
 func (l *Limiter) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
 	var a batch.Answer
+	if r.Split {
+		// A part of a split goes on the slot of the request it came from
+		// (batch.Request.Split).
+		start := time.Now()
+		a = l.next.DeliverBatch(ctx, r)
+		l.Observe(batchSignal(r.Len())(a.Whole), time.Since(start))
+		return batch.Classified(a, a.Whole, r.Len())
+	}
 	whole := l.around(ctx, r.Infos[0].Queue, batchSignal(r.Len()), func(ctx context.Context) retry.Outcome {
 		a = l.next.DeliverBatch(ctx, r)
 		return a.Whole

@@ -192,6 +192,32 @@ func TestLimiterBatchTimeoutIsNotOverload(t *testing.T) {
 	}
 }
 
+// The parts of a split batch go on the slot of the request they came
+// from: one goes through while every slot is taken, and its timeout, alone,
+// still counts.
+func TestLimiterLetsSplitPartsThrough(t *testing.T) {
+	timeout := retry.Outcome{Kind: retry.Timeout, Error: "timeout"}
+	l := NewLimiter(deliverFunc(func(context.Context, *msg.Message, msg.Info) retry.Outcome { return timeout }), LimiterOptions{Max: 2})
+	for range 2 {
+		if err := l.acquire(context.Background(), "q"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part := &batch.Request{Messages: []*msg.Message{{MessageID: "m"}}, Infos: []msg.Info{{Queue: "q", Attempt: 1}},
+		Traces: []trace.SpanContext{{}}, Split: true}
+	for range 4 {
+		if a := l.DeliverBatch(context.Background(), part); a.Whole.Kind != retry.Timeout {
+			t.Fatalf("part answered %+v, want the app's timeout", a.Whole)
+		}
+	}
+	if l.InFlight() != 2 {
+		t.Errorf("in flight %d, want the 2 slots taken before, no more", l.InFlight())
+	}
+	if l.Limit() >= 2 {
+		t.Errorf("limit %d after parts of one message timed out, want it lower", l.Limit())
+	}
+}
+
 // After an outage the limit restarts small and doubles per round trip.
 func TestLimiterSlowStart(t *testing.T) {
 	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 64}), serve: 10 * time.Millisecond}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -295,21 +294,28 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 	p.conclude(ctx, es, v, since)
 }
 
-// deliverAlone delivers each message of ds not settled yet in a request of
-// its own, all at once, and returns when all are settled. A panic while
-// delivering one is recovered there and charged to that message alone.
+// deliverAlone sends each message of ds not settled yet in a request of
+// its own, all at once, beside the worker, which goes on without waiting
+// for them: the neighbours are answered within a round trip, and the
+// message that hangs waits out its second timeout without keeping a
+// worker, or a slot of the concurrency limit (batch.Request.Split), from
+// the rest of the queue. Each is counted in flight, and Shutdown waits for
+// it, until it is settled; a panic while delivering one is recovered there
+// and charged to that message alone.
 func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Time) {
-	var wg sync.WaitGroup
 	for _, d := range unsettled(ds) {
-		wg.Add(1)
+		d.away = make(chan struct{})
+		p.wg.Add(1)
+		p.inFlight(1)
 		go func() {
-			defer wg.Done()
+			defer p.wg.Done()
+			defer p.inFlight(-1)
+			defer close(d.away)
 			alone := []*settleOnce{d}
 			defer p.recoverBatch(ctx, alone)
 			p.deliverSplit(ctx, alone, since, true)
 		}()
 	}
-	wg.Wait()
 }
 
 // batchVerdict is what came of one batch request.
@@ -343,7 +349,7 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 		if len(es) == 0 {
 			return nil, batchVerdict{}
 		}
-		v := p.send(ctx, es)
+		v := p.send(ctx, es, splitting)
 		if !(splitting && v.whole.Refused && p.holdable(since)) || !p.waitHeld(bo.Next(), entriesHeld(es)) {
 			// A refusal at shutdown goes back as a single refusal would.
 			return es, v
@@ -355,10 +361,12 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 // send makes the batch request of es: one CONSUMER span for the batch,
 // linked to each message's attempt span, under which the CLIENT span of
 // the request runs; each entry carries its own attempt's trace context to
-// the app.
-func (p *Loop) send(ctx context.Context, es []*entry) batchVerdict {
+// the app. split says es are part of a batch that failed as a whole
+// (batch.Request.Split).
+func (p *Loop) send(ctx context.Context, es []*entry, split bool) batchVerdict {
 	r := &batch.Request{
 		Alone:    len(es) == 1 && batch.Alone(es[0].in),
+		Split:    split,
 		Messages: make([]*msg.Message, len(es)),
 		Infos:    make([]msg.Info, len(es)),
 		Traces:   make([]trace.SpanContext, len(es)),
@@ -412,14 +420,16 @@ func unsplit(v batchVerdict) batchVerdict {
 }
 
 // conclude decides and settles each message of a batch from its outcome.
-// Acks are made in order, at once; the moves (a copy published and
-// confirmed before the ack) run side by side, so that a batch with several
-// failed messages waits for about one confirm, not one after the other. A
-// return of messages the app could not take waits the unavailable backoff
-// once for the batch.
+// Acks are made in order, at once. The moves (a copy published and
+// confirmed before the ack, a 425's hold before it, a return) run beside
+// the worker, which goes on with the next batch without waiting for them:
+// a hold or a slow confirm keeps only its own message, not the batch's
+// worker, as it would keep only that message's worker without batching.
+// Each move is counted in flight, and Shutdown waits for it, until it has
+// settled its message. A return of messages the app could not take waits
+// the unavailable backoff once for the batch.
 func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
 	waited := false
-	var moves sync.WaitGroup
 	for i, e := range es {
 		vd := p.judge(e, v.entries[i], v.latency)
 		if p.unavailable(vd.dec, vd.out) && !waited {
@@ -437,21 +447,22 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 		}
 		sd := e.d.(*settleOnce)
 		sd.moving = make(chan struct{})
-		moves.Add(1)
+		p.wg.Add(1)
+		p.inFlight(1)
 		go func() {
-			defer moves.Done()
+			defer p.wg.Done()
+			defer p.inFlight(-1)
 			defer close(sd.moving)
 			defer func() {
 				// This goroutine is past the batch's own recovery.
 				if r := recover(); r != nil {
-					p.internalError(ctx, e.d.(*settleOnce), r)
+					p.internalError(ctx, sd, r)
 				}
 			}()
 			defer e.span.End()
 			p.finish(e, vd, since, false)
 		}()
 	}
-	moves.Wait()
 }
 
 // deliverOrdered delivers ds as batches in queue order. The messages up to
@@ -563,21 +574,32 @@ func unsettled(ds []*settleOnce) []*settleOnce {
 	return out
 }
 
-// movesUnderWay is the number of ds whose move, started beside the
-// goroutine handling their batch, has not ended.
+// movesUnderWay is the number of ds whose move, or request of its own
+// (deliverAlone), started beside the goroutine handling their batch, has
+// not ended.
 func movesUnderWay(ds []*settleOnce) int {
 	n := 0
 	for _, d := range ds {
-		if d.moving == nil {
-			continue
-		}
-		select {
-		case <-d.moving:
-		default:
-			n++
+		if c := d.besides(); c != nil {
+			select {
+			case <-c:
+			default:
+				n++
+			}
 		}
 	}
 	return n
+}
+
+// besides is closed when what was started for d beside the goroutine
+// handling its batch has ended: its request of its own, or its move; nil
+// when nothing was. Only that goroutine may ask.
+func (d *settleOnce) besides() chan struct{} {
+	if d.away != nil {
+		// Sent away: its own goroutine moves it, and says when done.
+		return d.away
+	}
+	return d.moving
 }
 
 func deliveries(ds []*settleOnce) []Delivery {
@@ -595,10 +617,11 @@ func deliveries(ds []*settleOnce) []Delivery {
 // stack and counted.
 //
 // A message whose move was under way when the panic came (a batch's moves
-// run beside the loop that concludes it) is settled by that move once its
-// copy is confirmed; returned as well, it would be in two queues and its
-// delivery settled twice. So the recovery first waits for those moves, and
-// returns only what none of them settled.
+// run beside the loop that concludes it), or that was sent in a request of
+// its own beside the worker, is settled by that move or request; returned
+// as well, it would be in two queues and its delivery settled twice. So
+// the recovery first waits for those, and returns only what none of them
+// settled.
 func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	r := recover()
 	if r == nil {
@@ -608,8 +631,8 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 		p.log.Warn("internal error while handling a batch; waiting for the moves under way before returning the rest", "event", "BATCH_RECOVERY_WAITING",
 			"size", len(ds), "moves", n, "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen))
 		for _, d := range ds {
-			if d.moving != nil {
-				<-d.moving
+			if c := d.besides(); c != nil {
+				<-c
 			}
 		}
 	}

@@ -120,12 +120,14 @@ func onChannel(ch *fakeChannel, j *journal, n int) []Delivery {
 }
 
 // handleBatchAsync runs handleBatch in a worker of its own and returns a
-// channel closed when it has returned.
+// channel closed when it has returned and what it left running beside it
+// has ended.
 func handleBatchAsync(p *Loop, ds []Delivery) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		p.handleBatch(context.Background(), ds, p.o.Now())
+		p.wg.Wait() // the moves and requests the batch left running beside it
 	}()
 	return done
 }

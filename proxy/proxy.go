@@ -548,6 +548,10 @@ type settleOnce struct {
 	// the delivery beside the goroutine handling the batch has ended. Set
 	// and first read by that goroutine.
 	moving chan struct{}
+	// away, when not nil, is closed once the delivery, sent in a request
+	// of its own beside the worker of its batch (deliverAlone), is done
+	// with. Set by that worker, closed by the goroutine sending it.
+	away chan struct{}
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
