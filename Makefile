@@ -170,6 +170,8 @@ bench: deps
 ## batch (the same with batches of up to 16 answered entry by entry),
 ## ordered and ordered-quorum (40 ordering keys through the same app mix, a hopper SIGKILL,
 ## a broker restart and an app crash: per key, the first 2xx of each message in publish order),
+## ordered-batch (an ordered queue in batches, every broker connection closed while a batch's
+## head is held in place: nothing of the closed channel sent again, the last 2xx in order),
 ## single-active-consumer (two processes, the active one SIGKILLed) and partitions (three processes on
 ## four partitions, one SIGKILLed),
 ## outage, cluster (quorum leader's node SIGKILLed, another stopped), poison-burst,
