@@ -199,7 +199,7 @@ dlq-bench: deps build
 .PHONY: bench-readme
 
 ## bench-readme: make bench and make dlq-bench in one go (BENCHFLAGS and DLQBENCHFLAGS
-## as there; output also in bench.log), then, when both succeeded, the README's
+## as there; output also in bench.log), then, when both succeeded, docs/performance.md's
 ## performance table rewritten from their summary lines by bench/benchtable
 ## (quick form: make bench-readme BENCHFLAGS="--n 20000 --runs 1" DLQBENCHFLAGS="--n 20000")
 BENCH_README_CMD = make bench-readme$(if $(strip $(BENCHFLAGS)), BENCHFLAGS="$(strip $(BENCHFLAGS))")$(if $(strip $(DLQBENCHFLAGS)), DLQBENCHFLAGS="$(strip $(DLQBENCHFLAGS))")
@@ -208,4 +208,4 @@ bench-readme: .SHELLFLAGS := -o pipefail -c
 bench-readme: deps build
 	CGO_ENABLED=0 $(GO) build -o bin/hopperbench ./bench/hopperbench
 	{ bin/hopperbench $(BENCHFLAGS) && $(GO) run ./bench/dlqbench --hopper-bin bin/hopper $(DLQBENCHFLAGS); } 2>&1 | tee bench.log
-	$(GO) run ./bench/benchtable --readme README.md --command '$(BENCH_README_CMD)' < bench.log
+	$(GO) run ./bench/benchtable --readme docs/performance.md --command '$(BENCH_README_CMD)' < bench.log

@@ -246,3 +246,57 @@ func rel(p string) string {
 	}
 	return r
 }
+
+var (
+	eventRE = regexp.MustCompile(`"event", "([A-Z][A-Z_]+)"`)
+	alertRE = regexp.MustCompile(`- alert: ([A-Za-z]+)`)
+)
+
+// TestOperationsNamesEveryEventAndAlert: every log event the code writes
+// and every alert of the chart's rules is explained on the operations page,
+// so that an operator who meets one finds it there.
+func TestOperationsNamesEveryEventAndAlert(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(data)
+	found := map[string]string{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".cache" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.Contains(path, "/bench/") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range eventRE.FindAllStringSubmatch(string(src), -1) {
+			found[m[1]] = rel(path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile(filepath.Join(root, "charts", "hopper", "templates", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range alertRE.FindAllStringSubmatch(string(rules), -1) {
+		found[m[1]] = "charts/hopper/templates/prometheusrule.yaml"
+	}
+	if len(found) < 20 {
+		t.Fatalf("found only %d events and alerts: the scan is broken", len(found))
+	}
+	for name, where := range found {
+		if !strings.Contains(page, "`"+name+"`") {
+			t.Errorf("%s (from %s) is not explained in docs/operations.md", name, where)
+		}
+	}
+}
