@@ -473,7 +473,7 @@ func (b *Breaker) around(ctx context.Context, suspect bool, call func(context.Co
 	case o.Kind == retry.Timeout:
 		done(errNoVerdict) // a slow answer says nothing about the app being up
 		b.messageFailed(ctx)
-	case failedMessage(o):
+	case assess(o).FailedMessage():
 		done(nil) // the app answered: it is up
 		b.messageFailed(ctx)
 	default:
@@ -540,10 +540,4 @@ func (b *Breaker) messageFailed(ctx context.Context) {
 			b.trip()
 		}
 	}()
-}
-
-// failedMessage says whether an answer is a failed message: 5xx, 429,
-// timeout or garbage. A 4xx is the app working.
-func failedMessage(o retry.Outcome) bool {
-	return o.Kind == retry.Timeout || o.Status >= 500 || o.Status == 429 || o.Status == 0
 }
