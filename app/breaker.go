@@ -166,17 +166,25 @@ type Breaker struct {
 type breakerState int
 
 const (
-	closed breakerState = iota
-	open
-	halfOpen
-	trial
+	// stateClosed: requests go to the app.
+	stateClosed breakerState = iota
+	// stateOpen: the app is down; requests are refused and consuming is
+	// paused until the open timeout has passed.
+	stateOpen
+	// stateHalfOpen: the open timeout has passed; one request at a time
+	// may go to the app (one already queued, or held in place), consuming
+	// still paused.
+	stateHalfOpen
+	// stateTrial: half-open after the probe's passing health check, with
+	// consuming resumed at prefetch 1.
+	stateTrial
 )
 
 func (s breakerState) String() string {
 	switch s {
-	case open:
+	case stateOpen:
 		return "open"
-	case halfOpen, trial:
+	case stateHalfOpen, stateTrial:
 		return "half-open"
 	}
 	return "closed"
@@ -233,8 +241,8 @@ func (b *Breaker) State() string {
 // currentLocked is the state now: an open breaker whose timeout has passed
 // moves to half-open.
 func (b *Breaker) currentLocked() breakerState {
-	if b.state == open && b.now().After(b.openUntil) {
-		b.setState(halfOpen)
+	if b.state == stateOpen && b.now().After(b.openUntil) {
+		b.setState(stateHalfOpen)
 	}
 	return b.state
 }
@@ -247,16 +255,16 @@ func (b *Breaker) setState(to breakerState) {
 		return
 	}
 	b.state = to
-	if to != trial {
+	if to != stateTrial {
 		// Trial goes on with half-open's request: its answer still
 		// closes the breaker.
 		b.generation++
 		b.unavailable, b.out = 0, false
 	}
 	switch to {
-	case open:
+	case stateOpen:
 		b.openUntil = b.now().Add(b.o.OpenTimeout)
-	case closed:
+	case stateClosed:
 		b.failing = 0
 	}
 	b.changes = append(b.changes, change{from: from, to: to})
@@ -297,14 +305,14 @@ func (b *Breaker) observe(ctx context.Context, c change) {
 		b.o.OnState(c.to.String())
 	}
 	switch c.to {
-	case open:
+	case stateOpen:
 		b.log.Warn("circuit breaker open: app unavailable; consumer paused, messages stay in the queue",
 			"event", "BREAKER_OPEN", "failures", b.o.Failures)
 		b.o.Gate.Pause()
 		b.startProbe(ctx)
-	case halfOpen:
+	case stateHalfOpen:
 		b.log.Info("circuit breaker half-open: the open timeout has passed; one delivery at a time once the health check passes", "event", "BREAKER_HALF_OPEN")
-	case trial:
+	case stateTrial:
 		// Half-open lets one request through and refuses the rest: resume
 		// with prefetch 1, or the broker would push deliveries that are
 		// refused at once and returned, round and round. The close
@@ -313,7 +321,7 @@ func (b *Breaker) observe(ctx context.Context, c change) {
 			b.o.Limiter.Reset(1)
 		}
 		b.o.Gate.Resume(1)
-	case closed:
+	case stateClosed:
 		b.log.Info("circuit breaker closed: app answering", "event", "BREAKER_CLOSED")
 		// Every close resumes with the full prefetch, whoever closed it:
 		// the probe's first delivery, or one that was queued (or held in
@@ -361,10 +369,10 @@ func (b *Breaker) probe(ctx context.Context) {
 func (b *Breaker) probeOnce(ctx context.Context) bool {
 	b.mu.Lock()
 	switch b.currentLocked() {
-	case open:
+	case stateOpen:
 		b.mu.Unlock()
 		return false
-	case closed, trial:
+	case stateClosed, stateTrial:
 		b.probing = false
 		b.mu.Unlock()
 		return true
@@ -376,10 +384,10 @@ func (b *Breaker) probeOnce(ctx context.Context) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
-	case open:
+	case stateOpen:
 		return false // opened again while the check ran: go on
-	case halfOpen:
-		b.setState(trial)
+	case stateHalfOpen:
+		b.setState(stateTrial)
 	}
 	b.probing = false
 	return true
@@ -392,9 +400,9 @@ func (b *Breaker) allow() (uint64, string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.currentLocked() {
-	case open:
+	case stateOpen:
 		return 0, "circuit breaker open: app unavailable", false
-	case halfOpen, trial:
+	case stateHalfOpen, stateTrial:
 		if b.out {
 			return 0, "circuit breaker half-open: one delivery at a time until the app answers", false
 		}
@@ -414,16 +422,16 @@ func (b *Breaker) done(gen uint64, v appVerdict) {
 	switch {
 	case v == noVerdict:
 		b.out = false // the next request gets to answer
-	case s == closed && v == appUp:
+	case s == stateClosed && v == appUp:
 		b.unavailable = 0
-	case s == closed:
+	case s == stateClosed:
 		if b.unavailable++; b.unavailable >= b.o.Failures {
-			b.setState(open)
+			b.setState(stateOpen)
 		}
 	case v == appUp:
-		b.setState(closed)
+		b.setState(stateClosed)
 	default:
-		b.setState(open)
+		b.setState(stateOpen)
 	}
 }
 
@@ -433,11 +441,11 @@ func (b *Breaker) trip() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.currentLocked() {
-	case closed:
-		b.setState(open)
-	case halfOpen, trial:
+	case stateClosed:
+		b.setState(stateOpen)
+	case stateHalfOpen, stateTrial:
 		if !b.out {
-			b.setState(open)
+			b.setState(stateOpen)
 		}
 	}
 }
