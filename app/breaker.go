@@ -41,7 +41,9 @@ type BreakerOptions struct {
 	// from 1); without it the breaker resumes with prefetch 1 until the
 	// first answer closes it. Default nil.
 	Limiter *Limiter
-	// Clock defaults to the wall clock.
+	// Clock paces the probe and the health checks asked for by failing
+	// messages. The open timeout is measured on the wall clock whatever
+	// Clock is. Defaults to the wall clock.
 	Clock  Clock
 	Logger *slog.Logger
 	// OnState is told every state change ("closed", "open", "half-open").

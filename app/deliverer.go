@@ -31,8 +31,8 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
-// Clock is the time the breaker waits on. Tests inject one they move by
-// hand instead of sleeping.
+// Clock is the time the breaker and the pacer wait on. Tests inject one
+// they move by hand instead of sleeping.
 type Clock interface {
 	Now() time.Time
 	After(d time.Duration) <-chan time.Time
