@@ -226,12 +226,15 @@ const (
 	Overloaded
 )
 
-// SignalOf classifies an outcome for the limiter.
+// SignalOf classifies an outcome for the limiter. Only overload takes
+// concurrency away: a failed message that is not overload (a 500, a
+// garbled answer) is the app answering in time, and its latency counts
+// like any answer's.
 func SignalOf(o retry.Outcome) Signal {
-	switch {
-	case o.Given(), o.Kind == retry.Unavailable:
+	switch assess(o) {
+	case NoAnswer:
 		return Ignore
-	case o.Kind == retry.Timeout, o.Status == 429, o.Status == 503:
+	case Overload:
 		return Overloaded
 	}
 	return Answered
