@@ -18,14 +18,14 @@ import (
 )
 
 // handleSince runs one delivery through deliver → decide → settle; an ordered
-// one (InPlace, or a message with an ordering key) repeats the delivery in
-// place while it is held. A panic on the way is recovered here, so one
-// message can never take the process (and with it every other message)
-// down. The delivery was received at since: it is unacked from then on
-// (also while it waited behind its key), and its holds are bounded from
-// there.
-func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since time.Time) {
-	ordered := p.o.InPlace || keyed
+// one (InPlace, or inLine: its dispatcher keeps it in a line, as a key's
+// messages are) repeats the delivery in place while it is held. A panic on
+// the way is recovered here, so one message can never take the process
+// (and with it every other message) down. The delivery was received at
+// since: it is unacked from then on (also while it waited in its line),
+// and its holds are bounded from there.
+func (p *Loop) handleSince(ctx context.Context, d Delivery, inLine bool, since time.Time) {
+	ordered := p.o.InPlace || inLine
 	sd := &settleOnce{Delivery: d, ordered: ordered}
 	defer p.recoverDelivery(ctx, sd)
 	var rt routing

@@ -189,8 +189,8 @@ type Stats struct {
 	OrderBroken atomic.Int64
 }
 
-// Loop is the delivery loop: a pool of workers that take deliveries from
-// the consumer, send each to the app, decide and settle.
+// Loop is the delivery loop: it takes deliveries from the consumer, sends
+// each to the app, decides and settles.
 type Loop struct {
 	o   Options
 	log *slog.Logger
@@ -198,7 +198,6 @@ type Loop struct {
 	// tracing is false when tr records nothing.
 	tracing bool
 	obs     Observer
-	work    chan job
 	wg      sync.WaitGroup
 	Stats   Stats
 
@@ -207,34 +206,25 @@ type Loop struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 
-	// Workers start as deliveries need them, up to Workers, and then stay:
-	// a ceiling of hundreds for a slow app costs an app that never needs
-	// them nothing. A delivery goes to a worker waiting on hand, else to a
-	// new worker, else into work for the next worker that is free. ctx is
-	// Start's, for the workers.
-	hand    chan job
-	ctx     context.Context
-	running atomic.Int64
+	// disp groups the deliveries on their way to the app: each on its
+	// own (pool), one at a time per ordering key (lanes), or in batches
+	// (collector). It is chosen once, by New.
+	disp dispatcher
+}
 
-	// With batching, Handle queues deliveries on pending, collect forms
-	// them into batches and hands each on batches to a batch worker.
-	pending chan job
-	batches chan formed
-	// sending counts batches handed to the workers and not yet done; idle
-	// tells the collector it fell to 0.
-	sending atomic.Int64
-	idle    chan struct{}
-
-	// With an ordering key, lanes holds the deliveries waiting behind the
-	// one of their key being delivered; the worker that finishes a
-	// delivery goes on with the next of its key.
-	lanesMu sync.Mutex
-	lanes   *order.Lanes[job]
-	// laneWake wakes boundLanes when a delivery starts to wait behind its
-	// key while no wake-up is set for the first to reach its bound
-	// (laneTimed false; under lanesMu).
-	laneWake  chan struct{}
-	laneTimed bool
+// dispatcher takes the deliveries Handle receives and has each settled by
+// the loop's core: one by one (handleSince), or per message of a batch
+// once the app's answer is read (handleBatch). It owns the workers and
+// whatever waits for them.
+type dispatcher interface {
+	// start launches what runs beside the workers; ctx bounds in-flight
+	// work.
+	start(ctx context.Context)
+	// handle takes a delivery; it blocks only while the queue in front of
+	// the workers is full.
+	handle(j job)
+	// stop closes that queue at shutdown: what is queued is given back.
+	stop()
 }
 
 // job is a delivery as Handle received it, with its ordering key ("" for
@@ -276,7 +266,7 @@ func New(o Options) *Loop {
 	}
 	// Every line names the queue: a sidecar may run a loop per queue.
 	log = log.With("queue", o.Plan.Work.Name)
-	p := &Loop{o: o, log: log, work: make(chan job, o.Queue), hand: make(chan job), stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
+	p := &Loop{o: o, log: log, stopping: make(chan struct{}), tr: o.Tracer, obs: o.Observer}
 	if p.tr == nil {
 		p.tr = noop.NewTracerProvider().Tracer("hopper")
 	}
@@ -285,14 +275,13 @@ func New(o Options) *Loop {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
-	if o.OrderingKey.Set() {
-		p.lanes = order.NewLanes[job]()
-		p.laneWake = make(chan struct{}, 1)
-	}
-	if p.batching() {
-		p.pending = make(chan job, o.Queue)
-		p.batches = make(chan formed)
-		p.idle = make(chan struct{}, 1)
+	switch {
+	case o.Batch.MaxMessages > 1:
+		p.disp = newCollector(p)
+	case o.OrderingKey.Set():
+		p.disp = newLanes(p)
+	default:
+		p.disp = newPool(p, func(ctx context.Context, j job) { p.handleSince(ctx, j.d, false, j.since) })
 	}
 	return p
 }
@@ -300,54 +289,22 @@ func New(o Options) *Loop {
 // Start readies the loop; Handle starts workers as deliveries need them.
 // ctx bounds in-flight work: cancelling it is the end of the shutdown grace
 // period.
-func (p *Loop) Start(ctx context.Context) {
-	p.ctx = ctx
-	if p.batching() {
-		p.wg.Add(1)
-		go p.collect(ctx)
-	}
-	if p.lanes != nil {
-		p.wg.Add(1)
-		go p.boundLanes(ctx)
-	}
-}
+func (p *Loop) Start(ctx context.Context) { p.disp.start(ctx) }
 
 // Handle hands a delivery to the workers. It is called by the consumer.
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
-	j := job{d: d, since: p.o.Now()}
-	if p.pending != nil {
-		p.pending <- j
-		return
+	p.disp.handle(job{d: d, since: p.o.Now()})
+}
+
+// Keys reports, with an ordering key, how many keys have a delivery at
+// the app (or held in place) and how many deliveries wait behind them.
+func (p *Loop) Keys() (busy, waiting int) {
+	if l, ok := p.disp.(interface{ keys() (int, int) }); ok {
+		return l.keys()
 	}
-	if p.lanes != nil {
-		if k, ok := p.o.OrderingKey.Key(d.Message()); ok {
-			j.key = k
-			p.lanesMu.Lock()
-			free := p.lanes.Add(k, j)
-			wake := !free && !p.laneTimed
-			p.laneTimed = p.laneTimed || wake
-			p.lanesMu.Unlock()
-			if wake {
-				select {
-				case p.laneWake <- struct{}{}:
-				default: // woken already
-				}
-			}
-			if !free {
-				return // it waits behind its key
-			}
-		}
-	}
-	select {
-	case p.hand <- j: // a worker was waiting for one
-		return
-	default:
-	}
-	if !p.spawn(j) {
-		p.work <- j // every worker busy: the next one free takes it
-	}
+	return 0, 0
 }
 
 // Shutdown stops taking work and waits for the workers: in-flight
@@ -357,10 +314,7 @@ func (p *Loop) Handle(d Delivery) {
 func (p *Loop) Shutdown(ctx context.Context) bool {
 	p.stopOnce.Do(func() {
 		close(p.stopping)
-		close(p.work)
-		if p.pending != nil {
-			close(p.pending)
-		}
+		p.disp.stop()
 	})
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
