@@ -30,6 +30,21 @@ func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
 	}
 }
 
+// member is a delivery of a batch, settled once as every delivery is,
+// with what the batch started for it beside the goroutine handling the
+// batch, which the batch's recovery waits for (besides).
+type member struct {
+	settleOnce
+	// moving, when not nil, is closed once the move a batch started for
+	// the delivery beside the goroutine handling the batch has ended. Set
+	// and first read by that goroutine.
+	moving chan struct{}
+	// away, when not nil, is closed once the delivery, sent in a request
+	// of its own beside the worker of its batch (deliverAlone), is done
+	// with. Set by that worker, closed by the goroutine sending it.
+	away chan struct{}
+}
+
 // handleBatch delivers a batch: runs of messages that may share a request
 // go together, a message that must go alone goes by itself, in the order
 // received. A panic on the way is recovered: what is not yet settled goes
@@ -39,10 +54,10 @@ func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
 // (also while it filled and waited for a worker), and its holds (an
 // in-place retry, a split) are bounded from there.
 func (p *Loop) handleBatch(ctx context.Context, ds []Delivery, since time.Time) {
-	sds := make([]*settleOnce, 0, len(ds))
+	sds := make([]*member, 0, len(ds))
 	for _, d := range ds {
 		if p.ready(ctx, d) {
-			sds = append(sds, &settleOnce{Delivery: d, ordered: p.o.InPlace})
+			sds = append(sds, &member{settleOnce: settleOnce{Delivery: d, ordered: p.o.InPlace}})
 		}
 	}
 	defer p.recoverBatch(ctx, sds)
@@ -64,7 +79,7 @@ func (p *Loop) handleBatch(ctx context.Context, ds []Delivery, since time.Time) 
 
 // deliverRun delivers messages that go together, as one batch or, when it
 // fails as a whole, as halves of it; an ordered loop keeps their order.
-func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time) {
+func (p *Loop) deliverRun(ctx context.Context, ds []*member, since time.Time) {
 	if len(ds) == 0 {
 		return
 	}
@@ -93,7 +108,7 @@ func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time
 // splitting says ds is a part of a split: while the breaker refuses it
 // (the app died under the whole), it waits for the app rather than give
 // up on the split.
-func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) {
+func (p *Loop) deliverSplit(ctx context.Context, ds []*member, since time.Time, splitting bool) {
 	es, v := p.deliverOnce(ctx, ds, since, splitting)
 	if es == nil {
 		return
@@ -128,7 +143,7 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 // the rest of the queue. Each is counted in flight, and Shutdown waits for
 // it, until it is settled; a panic while delivering one is recovered there
 // and charged to that message alone.
-func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Time) {
+func (p *Loop) deliverAlone(ctx context.Context, ds []*member, since time.Time) {
 	for _, d := range unsettled(ds) {
 		d.away = make(chan struct{})
 		p.wg.Add(1)
@@ -137,7 +152,7 @@ func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Ti
 			defer p.wg.Done()
 			defer p.inFlight(-1)
 			defer close(d.away)
-			alone := []*settleOnce{d}
+			alone := []*member{d}
 			defer p.recoverBatch(ctx, alone)
 			p.deliverSplit(ctx, alone, since, true)
 		}()
@@ -156,7 +171,7 @@ type batchVerdict struct {
 // attempts sent, in order, and the answer; nil when nothing was sent.
 // While splitting, a request the breaker refuses is tried again after a
 // growing pause, as long as the messages may be held.
-func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) ([]*entry, batchVerdict) {
+func (p *Loop) deliverOnce(ctx context.Context, ds []*member, since time.Time, splitting bool) ([]*entry, batchVerdict) {
 	bo := backoff.Backoff{Min: max(p.o.UnavailableBackoff/8, minUnavailableHold), Max: max(p.o.UnavailableBackoff, minUnavailableHold)}
 	for {
 		var es []*entry
@@ -262,7 +277,7 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 			p.waitHeld(p.o.UnavailableBackoff, entriesHeld(es[i:]))
 			waited = true
 		}
-		if p.lost(e.d.(*settleOnce)) {
+		if p.lost(e.d.(*member)) {
 			p.endUnsettled(es[i:i+1], "channel-closed")
 			continue
 		}
@@ -271,7 +286,7 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 			e.span.End()
 			continue
 		}
-		sd := e.d.(*settleOnce)
+		sd := e.d.(*member)
 		sd.moving = make(chan struct{})
 		p.wg.Add(1)
 		p.inFlight(1)
@@ -282,7 +297,7 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 			defer func() {
 				// This goroutine is past the batch's own recovery.
 				if r := recover(); r != nil {
-					p.internalError(ctx, sd, r)
+					p.internalError(ctx, &sd.settleOnce, r)
 				}
 			}()
 			defer e.span.End()
@@ -297,7 +312,7 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 // after it are not settled on this answer: they go again with it, in the
 // next request, so none is acked ahead of it. A batch that failed as a
 // whole without an answer is split: its first half goes next, alone.
-func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.Time) {
+func (p *Loop) deliverOrdered(ctx context.Context, ds []*member, since time.Time) {
 	size := len(ds)
 	for len(ds) > 0 {
 		sub := ds[:min(size, len(ds))]
@@ -319,7 +334,7 @@ func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.
 			v = unsplit(v)
 		}
 		for i, e := range es {
-			if p.lost(e.d.(*settleOnce)) {
+			if p.lost(e.d.(*member)) {
 				// Back in the queue already, ahead of what follows it.
 				p.endUnsettled(es[i:i+1], "channel-closed")
 				continue
@@ -366,7 +381,7 @@ func (p *Loop) endUnsettled(es []*entry, why string) {
 // redelivers it), so nothing Hopper could still do with d would count,
 // and another request with it would only reach the app with a message
 // that can no longer be settled.
-func (p *Loop) lost(d *settleOnce) bool {
+func (p *Loop) lost(d *member) bool {
 	if alive(d.Delivery) {
 		return false
 	}
@@ -390,7 +405,7 @@ func entriesHeld(es []*entry) func() bool {
 }
 
 // unsettled is the deliveries of ds not settled yet, in order.
-func unsettled(ds []*settleOnce) []*settleOnce {
+func unsettled(ds []*member) []*member {
 	out := ds[:0:0]
 	for _, d := range ds {
 		if !d.settled.Load() {
@@ -403,7 +418,7 @@ func unsettled(ds []*settleOnce) []*settleOnce {
 // movesUnderWay is the number of ds whose move, or request of its own
 // (deliverAlone), started beside the goroutine handling their batch, has
 // not ended.
-func movesUnderWay(ds []*settleOnce) int {
+func movesUnderWay(ds []*member) int {
 	n := 0
 	for _, d := range ds {
 		if c := d.besides(); c != nil {
@@ -420,7 +435,7 @@ func movesUnderWay(ds []*settleOnce) int {
 // besides is closed when what was started for d beside the goroutine
 // handling its batch has ended: its request of its own, or its move; nil
 // when nothing was. Only that goroutine may ask.
-func (d *settleOnce) besides() chan struct{} {
+func (d *member) besides() chan struct{} {
 	if d.away != nil {
 		// Sent away: its own goroutine moves it, and says when done.
 		return d.away
@@ -428,7 +443,7 @@ func (d *settleOnce) besides() chan struct{} {
 	return d.moving
 }
 
-func deliveries(ds []*settleOnce) []Delivery {
+func deliveries(ds []*member) []Delivery {
 	out := make([]Delivery, len(ds))
 	for i, d := range ds {
 		out[i] = d
@@ -448,7 +463,7 @@ func deliveries(ds []*settleOnce) []Delivery {
 // as well, it would be in two queues and its delivery settled twice. So
 // the recovery first waits for those, and returns only what none of them
 // settled.
-func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
+func (p *Loop) recoverBatch(ctx context.Context, ds []*member) {
 	r := recover()
 	if r == nil {
 		return
@@ -466,7 +481,7 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	if len(left) == 1 {
 		// Alone, the message is the cause: set aside as a single
 		// delivery's would be.
-		p.internalError(ctx, left[0], r)
+		p.internalError(ctx, &left[0].settleOnce, r)
 		return
 	}
 	p.Stats.InternalErrors.Add(1)
@@ -490,4 +505,13 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 			p.record(retry.Outcome{}, false, retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}, 0)
 		}()
 	}
+}
+
+// mayCrash says whether a message carries a crash count or the
+// crash-suspect mark: it will go alone. Only the headers' presence is
+// looked at, which is all the collector needs.
+func mayCrash(m *msg.Message) bool {
+	_, crashed := m.Headers[msg.HeaderCrashCount]
+	_, suspect := m.Headers[msg.HeaderCrashSuspect]
+	return crashed || suspect
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/hopper-sidecar/hopper/msg"
 )
 
 // Batch delivery. The consumer's deliveries go to a collector, which forms
@@ -178,15 +176,6 @@ func (c *collector) collect(ctx context.Context) {
 type formed struct {
 	ds    []Delivery
 	since time.Time
-}
-
-// mayCrash says whether a message carries a crash count or the
-// crash-suspect mark: it will go alone. Only the headers' presence is
-// looked at, which is all the collector needs.
-func mayCrash(m *msg.Message) bool {
-	_, crashed := m.Headers[msg.HeaderCrashCount]
-	_, suspect := m.Headers[msg.HeaderCrashSuspect]
-	return crashed || suspect
 }
 
 // spawnBatch starts a batch worker with b unless Workers already run.

@@ -43,14 +43,6 @@ type settleOnce struct {
 	// ordered deliveries must keep their place in line; leaving it is
 	// reported.
 	ordered bool
-	// moving, when not nil, is closed once the move a batch started for
-	// the delivery beside the goroutine handling the batch has ended. Set
-	// and first read by that goroutine.
-	moving chan struct{}
-	// away, when not nil, is closed once the delivery, sent in a request
-	// of its own beside the worker of its batch (deliverAlone), is done
-	// with. Set by that worker, closed by the goroutine sending it.
-	away chan struct{}
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
@@ -422,33 +414,9 @@ func (p *Loop) record(out retry.Outcome, called bool, dec retry.Decision, latenc
 	p.obs.Decided(out, called, dec, latency)
 }
 
-func (p *Loop) moveFailed(why string) {
-	p.Stats.MoveFailed.Add(1)
-	p.obs.MoveFailed(why)
-}
-
 func (p *Loop) inFlight(delta int) {
 	p.Stats.InFlight.Add(int64(delta))
 	p.obs.InFlight(delta)
-}
-
-// orderBroken counts an ordered message that left its place in line.
-func (p *Loop) orderBroken(reason string) {
-	p.Stats.OrderBroken.Add(1)
-	p.obs.OrderBroken(reason)
-}
-
-// ordered reports whether a delivery must keep its place in line.
-func ordered(d Delivery) bool {
-	o, ok := d.(interface{ Ordered() bool })
-	return ok && o.Ordered()
-}
-
-// alive reports whether a delivery can still be settled. Deliveries that
-// cannot tell are taken to be alive.
-func alive(d Delivery) bool {
-	a, ok := d.(interface{ Alive() bool })
-	return !ok || a.Alive()
 }
 
 // history reads the delivery's history from its headers, and the part of

@@ -265,3 +265,77 @@ func (p *Loop) settleFailed(m *msg.Message, what string, err error) {
 
 // errChannelClosed is why a delivery whose channel closed is not settled.
 var errChannelClosed = errors.New("the delivery's channel is closed; the broker redelivers the message")
+
+// ordered reports whether a delivery must keep its place in line.
+func ordered(d Delivery) bool {
+	o, ok := d.(interface{ Ordered() bool })
+	return ok && o.Ordered()
+}
+
+// alive reports whether a delivery can still be settled. Deliveries that
+// cannot tell are taken to be alive.
+func alive(d Delivery) bool {
+	a, ok := d.(interface{ Alive() bool })
+	return !ok || a.Alive()
+}
+
+func (p *Loop) moveFailed(why string) {
+	p.Stats.MoveFailed.Add(1)
+	p.obs.MoveFailed(why)
+}
+
+// orderBroken counts an ordered message that left its place in line.
+func (p *Loop) orderBroken(reason string) {
+	p.Stats.OrderBroken.Add(1)
+	p.obs.OrderBroken(reason)
+}
+
+// channelCheck is how often a wait for held deliveries looks at their
+// channel.
+const channelCheck = 50 * time.Millisecond
+
+// waitHeld sleeps d while deliveries are held for it, cut short by
+// shutdown (false) and when held says none of them can be settled any
+// more (true): their channel closed, the broker has put them back and
+// redelivers them, and they must not keep a worker from those copies for
+// the rest of a retry delay. Whoever goes on after the wait checks each
+// delivery's channel before using it, as every attempt does.
+func (p *Loop) waitHeld(d time.Duration, held func() bool) bool {
+	if !held() {
+		return true
+	}
+	if d <= channelCheck {
+		return p.wait(d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(channelCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-p.stopping:
+			return false
+		case <-tick.C:
+			if !held() {
+				return true
+			}
+		}
+	}
+}
+
+// wait sleeps d, cut short by shutdown. It reports whether it slept fully.
+func (p *Loop) wait(d time.Duration) bool {
+	if d <= 0 {
+		return !p.stopped()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.stopping:
+		return false
+	}
+}
