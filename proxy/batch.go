@@ -17,18 +17,20 @@ import (
 	"github.com/hopper-sidecar/hopper/retry"
 )
 
-// giveBackAll returns deliveries that were never sent: shutdown.
-func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
-	for _, d := range ds {
-		if d == nil || !alive(d) {
-			continue
-		}
-		p.Stats.ReturnedOnShutdown.Add(1)
-		m := d.Message()
-		in, _ := p.history(m, p.o.Now())
-		p.giveBack(ctx, d, m, in)
-	}
-}
+// Batch delivery. The consumer's deliveries go to a collector, which forms
+// batches and hands each to a worker; the worker sends it in one request
+// and settles every message on its own from the app's answer, by the same
+// decide → settle path a single delivery takes.
+//
+//	consumer ─Handle→ pending ─collect→ batch ─worker→ one request
+//	                                                   ├─ an outcome per message → decide → settle each
+//	                                                   └─ failed as a whole (no answer) → split in
+//	                                                      halves, each delivered again, down to one
+//
+// A batch holds no message that must go alone (a crash count or the
+// crash-suspect mark): such a message is delivered in a request of its own,
+// between the runs of its batch, so order is kept, still written as a
+// batch (of one), since that is what the app's handler takes.
 
 // member is a delivery of a batch, settled once as every delivery is,
 // with what the batch started for it beside the goroutine handling the
@@ -514,4 +516,17 @@ func mayCrash(m *msg.Message) bool {
 	_, crashed := m.Headers[msg.HeaderCrashCount]
 	_, suspect := m.Headers[msg.HeaderCrashSuspect]
 	return crashed || suspect
+}
+
+// giveBackAll returns deliveries that were never sent: shutdown.
+func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
+	for _, d := range ds {
+		if d == nil || !alive(d) {
+			continue
+		}
+		p.Stats.ReturnedOnShutdown.Add(1)
+		m := d.Message()
+		in, _ := p.history(m, p.o.Now())
+		p.giveBack(ctx, d, m, in)
+	}
 }

@@ -6,24 +6,9 @@ import (
 	"time"
 )
 
-// Batch delivery. The consumer's deliveries go to a collector, which forms
-// batches and hands each to a worker; the worker sends it in one request
-// and settles every message on its own from the app's answer, by the same
-// decide → settle path a single delivery takes.
-//
-//	consumer ─Handle→ pending ─collect→ batch ─worker→ one request
-//	                                                   ├─ an outcome per message → decide → settle each
-//	                                                   └─ failed as a whole (no answer) → split in
-//	                                                      halves, each delivered again, down to one
-//
-// A batch holds no message that must go alone (a crash count or the
-// crash-suspect mark): such a message is delivered in a request of its own,
-// between the runs of its batch, so order is kept, still written as a
-// batch (of one), since that is what the app's handler takes.
-
-// collector is the batch dispatcher. Handle queues deliveries on
-// pending; collect forms them into batches and hands each on batches to a
-// batch worker, which delivers it (handleBatch).
+// collector is the batch dispatcher: Handle queues deliveries on pending,
+// collect forms them into batches and hands each on batches to a batch
+// worker, which delivers it (handleBatch, in batch.go).
 type collector struct {
 	p       *Loop
 	crew    crew

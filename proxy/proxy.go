@@ -1,5 +1,13 @@
 // Package proxy runs Hopper's main loop: consume → deliver → decide →
-// settle, on a pool of workers.
+// settle.
+//
+// The loop hands each delivery to one dispatcher, chosen when it is made:
+// a pool of workers that deliver each message on its own (pool.go), the
+// same workers taking a key's messages one at a time (lanes.go), or a
+// collector that forms batches for its workers (collect.go, batch.go).
+// Whatever the grouping, each delivery lives the same life in the settle
+// core: attempt → judge → finish (core.go), then settle, move or give
+// back (settle.go).
 //
 // A delivery's state machine:
 //
