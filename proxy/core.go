@@ -278,7 +278,7 @@ func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
 	}
 	if e.ordered {
 		switch p.holdInPlace(e.ctx, e.d, e.m, e.in, dec, out, since) {
-		case held:
+		case heldAgain:
 			p.record(out, v.called, dec, v.latency)
 			return true
 		case heldThenGivenBack:
@@ -315,7 +315,7 @@ type holdResult int
 
 const (
 	notHeld           holdResult = iota // the retry goes through the tier queue
-	held                                // waited out the delay: deliver again
+	heldAgain                           // waited out the delay: deliver again
 	heldThenGivenBack                   // shutdown cut the hold short
 )
 
@@ -380,7 +380,7 @@ func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in m
 		p.giveBack(ctx, d, m, in)
 		return heldThenGivenBack
 	}
-	return held
+	return heldAgain
 }
 
 // noopSpan is the span of an attempt when tracing is off.

@@ -283,6 +283,8 @@ func New(o Options) *Loop {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	// Batches and ordering keys do not combine (a batch would hold several
+	// messages of one key at once): the config refuses both at once.
 	switch {
 	case o.Batch.MaxMessages > 1:
 		p.disp = newCollector(p)
