@@ -134,7 +134,7 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*member, since time.Time, 
 	if len(es) > 1 && batch.Splits(v.whole) {
 		v = unsplit(v)
 	}
-	p.conclude(ctx, es, v, since)
+	p.concludeEach(ctx, es, v, since)
 }
 
 // deliverAlone sends each message of ds not settled yet in a request of
@@ -181,13 +181,9 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*member, since time.Time, s
 			if d.settled.Load() || p.lost(d) {
 				continue
 			}
-			e := p.begin(ctx, d, nil)
-			if e.expired() {
-				p.finish(e, p.expire(e), since, false)
-				e.span.End()
-				continue
+			if e := p.beginBatched(ctx, d, since); e != nil {
+				es = append(es, e)
 			}
-			es = append(es, e)
 		}
 		if len(es) == 0 {
 			return nil, batchVerdict{}
@@ -262,51 +258,77 @@ func unsplit(v batchVerdict) batchVerdict {
 	return v
 }
 
-// conclude decides and settles each message of a batch from its outcome.
-// Acks are made in order, at once. The moves (a copy published and
-// confirmed before the ack, a 425's hold before it, a return) run beside
-// the worker, which goes on with the next batch without waiting for them:
-// a hold or a slow confirm keeps only its own message, not the batch's
-// worker, as it would keep only that message's worker without batching.
-// Each move is counted in flight, and Shutdown waits for it, until it has
-// settled its message. A return of messages the app could not take waits
-// the unavailable backoff once for the batch.
-func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
-	waited := false
+// concludeEach decides and settles each message of a batch from its
+// outcome, each through the core's conclude. Acks are made in order, at
+// once. The moves (a copy published and confirmed before the ack, a 425's
+// hold before it, a return) run beside the worker, which goes on with the
+// next batch without waiting for them: a hold or a slow confirm keeps only
+// its own message, not the batch's worker, as it would keep only that
+// message's worker without batching. Each move is counted in flight, and
+// Shutdown waits for it, until it has settled its message. A return of
+// messages the app could not take waits the unavailable backoff once for
+// the batch.
+func (p *Loop) concludeEach(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
+	s := &spread{p: p, ctx: ctx}
 	for i, e := range es {
-		vd := p.judge(e, v.entries[i], v.latency)
-		if p.unavailable(vd.dec, vd.out) && !waited {
-			p.waitHeld(p.o.UnavailableBackoff, entriesHeld(es[i:]))
-			waited = true
-		}
-		if p.lost(e.d.(*member)) {
-			p.endUnsettled(es[i:i+1], "channel-closed")
-			continue
-		}
-		if vd.dec.Action == retry.Ack {
-			p.finish(e, vd, since, false)
-			e.span.End()
-			continue
-		}
-		sd := e.d.(*member)
-		sd.moving = make(chan struct{})
-		p.wg.Add(1)
-		p.inFlight(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.inFlight(-1)
-			defer close(sd.moving)
-			defer func() {
-				// This goroutine is past the batch's own recovery.
-				if r := recover(); r != nil {
-					p.internalError(ctx, &sd.settleOnce, r)
-				}
-			}()
-			defer e.span.End()
-			p.finish(e, vd, since, false)
-		}()
+		s.rest = es[i:]
+		p.conclude(e, v.entries[i], v.latency, since, s)
 	}
 }
+
+// spread is a batch's word on each of its messages as concludeEach
+// settles them, in no order that must be kept: the batch waits the
+// unavailable backoff once, before the first message that waits it, and
+// lets go of a message whose channel closed; a message that is not acked
+// is moved beside the worker.
+type spread struct {
+	p   *Loop
+	ctx context.Context
+	// rest is the entry being concluded and those after it.
+	rest []*entry
+	// waited says the batch has waited its unavailable backoff.
+	waited bool
+}
+
+func (s *spread) judged(e *entry, unavailable bool) bool {
+	if unavailable && !s.waited {
+		s.p.waitHeld(s.p.o.UnavailableBackoff, entriesHeld(s.rest))
+		s.waited = true
+	}
+	if s.p.lost(e.d.(*member)) {
+		s.p.endUnsettled([]*entry{e}, "channel-closed")
+		return false
+	}
+	return true
+}
+
+func (s *spread) beside(e *entry, carry func()) bool {
+	p, sd := s.p, e.d.(*member)
+	sd.moving = make(chan struct{})
+	p.wg.Add(1)
+	p.inFlight(1)
+	go func() {
+		defer p.wg.Done()
+		defer p.inFlight(-1)
+		defer close(sd.moving)
+		defer func() {
+			// This goroutine is past the batch's own recovery.
+			if r := recover(); r != nil {
+				p.internalError(s.ctx, &sd.settleOnce, r)
+			}
+		}()
+		carry()
+	}()
+	return true
+}
+
+// inLine is an ordered batch's word on each of its messages: nothing
+// between verdict and settle (its lost channels are looked at before the
+// verdict), and every message settled in turn, by the worker.
+type inLine struct{}
+
+func (inLine) judged(*entry, bool) bool   { return true }
+func (inLine) beside(*entry, func()) bool { return false }
 
 // deliverOrdered delivers ds as batches in queue order. The messages up to
 // the first that fails are settled; that one is held in place as a single
@@ -341,10 +363,7 @@ func (p *Loop) deliverOrdered(ctx context.Context, ds []*member, since time.Time
 				p.endUnsettled(es[i:i+1], "channel-closed")
 				continue
 			}
-			vd := p.judge(e, v.entries[i], v.latency)
-			again := p.finish(e, vd, since, false)
-			e.span.End()
-			if again {
+			if p.conclude(e, v.entries[i], v.latency, since, inLine{}) {
 				// Held in place: it and every message after it go again.
 				p.endUnsettled(es[i+1:], "behind-failed")
 				break

@@ -222,6 +222,18 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	return e
 }
 
+// beginBatched starts the attempt of one message of a batch request. A
+// message past its deadline is settled at once and not sent: nil.
+func (p *Loop) beginBatched(ctx context.Context, d Delivery, since time.Time) *entry {
+	e := p.begin(ctx, d, nil)
+	if e.expired() {
+		p.finish(e, p.expire(e), since, false)
+		e.span.End()
+		return nil
+	}
+	return e
+}
+
 // expired says whether the message is past its deadline: it is never
 // delivered stale. A deadline of "now" (AMQP expiration 0: deliver at once
 // or never) is still delivered on first receipt.
@@ -296,6 +308,40 @@ func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
 	}
 	p.record(out, v.called, dec, v.latency)
 	return false
+}
+
+// word is what a batch has to say about each of its messages between the
+// verdict and its settle, which are the core's: a batch concludes each
+// message through one call (conclude), and keeps its own part here.
+type word interface {
+	// judged is told that e's verdict is in, and whether it returns a
+	// message the app could not take (unavailable); it says whether the
+	// verdict is still carried out.
+	judged(e *entry, unavailable bool) bool
+	// beside runs carry beside the caller, and says whether it did;
+	// false: the verdict is carried out at once. Only a verdict that
+	// moves the message (anything but an ack) is offered.
+	beside(e *entry, carry func()) bool
+}
+
+// conclude judges the app's outcome of one message of a batch and carries
+// the verdict out, with the batch's word in between (w). It reports true
+// when an in-place hold has waited out its delay and the message is to be
+// delivered again.
+func (p *Loop) conclude(e *entry, out retry.Outcome, latency time.Duration, since time.Time, w word) bool {
+	v := p.judge(e, out, latency)
+	if !w.judged(e, p.unavailable(v.dec, v.out)) {
+		return false
+	}
+	if v.dec.Action != retry.Ack && w.beside(e, func() {
+		defer e.span.End()
+		p.finish(e, v, since, false)
+	}) {
+		return false
+	}
+	again := p.finish(e, v, since, false)
+	e.span.End()
+	return again
 }
 
 // unavailable says whether a decision returns a message the app could not
