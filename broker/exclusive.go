@@ -50,6 +50,9 @@ type Exclusive struct {
 	// push before it asks whether the queue is empty.
 	idle      time.Duration
 	cancelled bool // under mu
+	// byClosing makes Close hand held messages back by closing the
+	// connection alone (see ReturnByClosing).
+	byClosing bool
 	tag       string
 	s         *session
 
@@ -519,9 +522,21 @@ func (e *Exclusive) releaseHeld() error {
 	return nil
 }
 
+// ReturnByClosing makes Close hand the messages still held back by closing
+// the connection, without the basic.nack before it. Call it for a classic
+// queue only, before Close. On a classic queue both put every message back
+// in its place, but RabbitMQ 4.3 requeues one nack of many deliveries far
+// more slowly than a closed connection's (11,803 held messages: about 60 s
+// against about 3 s), and a tool that held a whole DLQ would leave it empty
+// to the next run for minutes. On a quorum queue a return by closing
+// counts against the delivery limit where a nack does not, so there Close
+// keeps the nack.
+func (e *Exclusive) ReturnByClosing() { e.byClosing = true }
+
 // Close gives up ownership: it cancels the consumer, returns every message
 // still unacked to the queue (basic.nack of all outstanding deliveries with
-// requeue) and closes the connection. Deliveries cannot be settled after it.
+// requeue, unless ReturnByClosing) and closes the connection. Deliveries
+// cannot be settled after it.
 func (e *Exclusive) Close() error {
 	e.closeOnce.Do(func() {
 		defer close(e.stopAcks)
@@ -551,8 +566,10 @@ func (e *Exclusive) Close() error {
 			}
 			// Delivery tag 0 with multiple=true is every outstanding
 			// delivery of the channel, pushed or got.
-			if err := e.s.ch.Nack(0, true, true); err != nil { // multiple=true, requeue=true
-				errs = append(errs, fmt.Errorf("return held messages: %w", err))
+			if !e.byClosing {
+				if err := e.s.ch.Nack(0, true, true); err != nil { // multiple=true, requeue=true
+					errs = append(errs, fmt.Errorf("return held messages: %w", err))
+				}
 			}
 		}
 		e.s.dead.Store(true)

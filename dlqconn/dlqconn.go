@@ -244,6 +244,11 @@ func (o *Opener) Own(ctx context.Context, queue string, prefetch, inFlight int) 
 		closeRot()
 		return dlq.Pass{}, err
 	}
+	if rot == nil {
+		// A classic DLQ: what the run held goes back in place when the
+		// connection closes, at once even for a whole DLQ.
+		ex.ReturnByClosing()
+	}
 	p := dlq.Pass{Source: exclusiveSource{ex}, Present: ex.Present(), Rotate: rot}
 	var pub *broker.Publisher
 	if inFlight > 0 {
