@@ -2,7 +2,8 @@
 // it seeds a private RabbitMQ node with the DLQ the page starts from (the
 // dead letters of an order service after a payment outage), runs every
 // command the page shows, in order, with the hopper binary, and fails when
-// one prints anything other than what the page shows.
+// one prints anything other than what the page shows. The console the page
+// opens in step 2 is started too, and its failure groups read from its API.
 //
 // The page's figures are those of the full DLQ, 119,762 messages, which
 // HOPPER_INCIDENT_FULL=1 (`make incident`) seeds: seeding and replaying

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/console"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
@@ -496,13 +500,14 @@ func seed(t *testing.T, opts broker.Options, plan *topology.Plan, sc *scenario) 
 // the hopper just built first on the PATH and the broker's address in
 // HOPPER_BROKER_URLS, as in the sidecar's pod.
 type shell struct {
+	bin  string
 	dir  string
 	env  []string
 	last int // exit status of the previous command, which `echo $?` shows
 }
 
 func newShell(bin, dir, brokerURL string) *shell {
-	s := &shell{dir: dir}
+	s := &shell{bin: bin, dir: dir}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOPPER_") && !strings.HasPrefix(kv, "PATH=") {
 			s.env = append(s.env, kv)
@@ -583,6 +588,13 @@ func TestIncidentPage(t *testing.T) {
 		handBack = 20 * time.Minute
 	}
 	sh := newShell(bin, dir, rb.URL())
+	// The console of step 2, on the DLQ as the page's first commands
+	// leave it: as seeded.
+	checkConsole(t, sh, sc, plan.DLQ.Name, handBack)
+	waitfor.Until(t, handBack, "every message the console held to be back in "+plan.DLQ.Name, func() bool {
+		_, unacked, err := rb.QueueCounts(plan.DLQ.Name)
+		return err == nil && unacked == 0
+	})
 	for k, st := range steps {
 		began := time.Now()
 		got, code := sh.run(t, st)
@@ -746,5 +758,124 @@ func TestRewrite(t *testing.T) {
 	}
 	if full := newScenario(true); full.rewrite(cases[0].page) != cases[0].page || len(full.kinds) != total {
 		t.Errorf("a full run rewrites the page, or seeds %d messages", len(full.kinds))
+	}
+}
+
+// ---- The console ----
+//
+// Step 2 of the page opens the console on the DLQ as it is then and says
+// what to look at: two failure groups, the 503s (all of orders' and
+// orders-v1's, listing both queues) and the 422s (one group although every
+// SKU differs). checkConsole starts `hopper dlq console` as the page
+// does, waits for its scan and reads the groups from its API.
+
+var listening = regexp.MustCompile(`listening on (http://[^ ]+/)`)
+
+func checkConsole(t *testing.T, sh *shell, sc *scenario, dlqName string, scanFor time.Duration) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(sh.bin, "hopper"), "dlq", "console", "-c", configFile, "--listen", "127.0.0.1:0")
+	cmd.Dir, cmd.Env = sh.dir, sh.env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	var logMu sync.Mutex
+	urls := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			logMu.Lock()
+			log.WriteString(s.Text() + "\n")
+			logMu.Unlock()
+			if m := listening.FindStringSubmatch(s.Text()); m != nil {
+				urls <- m[1]
+			}
+		}
+		close(urls)
+	}()
+	defer func() {
+		cmd.Process.Signal(os.Interrupt) //nolint:errcheck // it may have exited already
+		cmd.Wait()                       //nolint:errcheck // what it printed is what counts
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("console log:\n%s", log.String())
+			logMu.Unlock()
+		}
+	}()
+	var base string
+	select {
+	case u, ok := <-urls:
+		if !ok {
+			t.Fatal("the console exited before listening")
+		}
+		base = u
+	case <-time.After(time.Minute):
+		t.Fatal("the console is not listening after 1m0s")
+	}
+
+	type groupsPage struct {
+		Scanned   int              `json:"scanned"`
+		ScannedAt time.Time        `json:"scannedAt"`
+		Groups    []console.Group  `json:"groups"`
+		Scan      *console.JobView `json:"scan"`
+	}
+	var (
+		page groupsPage
+		seen string // the last answer, for the failure message
+	)
+	defer func() {
+		if t.Failed() {
+			t.Logf("console: last answer %s", seen)
+		}
+	}()
+	began := time.Now()
+	waitfor.Until(t, scanFor, "the console's scan at start to end", func() bool {
+		req, err := http.NewRequest(http.MethodGet, base+"api/dlqs/"+dlqName+"/groups", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the console's own page sends; its API answers nothing else.
+		req.Header.Set("Hopper-Console", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			seen = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		seen = fmt.Sprintf("%s: %s", resp.Status, body)
+		page = groupsPage{}
+		if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(body, &page) != nil {
+			return false
+		}
+		return !page.ScannedAt.IsZero() && (page.Scan == nil || page.Scan.State != console.StateRunning)
+	})
+	t.Logf("console: scanned %d messages in about %s", page.Scanned, time.Since(began).Round(time.Second))
+	if page.Scan != nil && page.Scan.State != console.StateDone {
+		t.Fatalf("console: the scan at start ended %s: %s", page.Scan.State, page.Scan.Error)
+	}
+	if page.Scanned != len(sc.kinds) {
+		t.Errorf("console: scanned %d messages; want the %d of the DLQ", page.Scanned, len(sc.kinds))
+	}
+	want := map[string]struct {
+		count  int
+		queues []string
+	}{
+		"503": {len(sc.kinds) - rejected, []string{workQueue, retiredQueue}},
+		"422": {rejected, []string{workQueue}},
+	}
+	if len(page.Groups) != len(want) {
+		t.Errorf("console: %d failure groups; the page shows %d (503 and 422): %+v", len(page.Groups), len(want), page.Groups)
+	}
+	for _, g := range page.Groups {
+		w, ok := want[g.Key.Status]
+		queues := slices.Sorted(slices.Values(g.Queues))
+		if !ok || g.Count != w.count || !slices.Equal(queues, w.queues) {
+			t.Errorf("console: group %+v (%d messages from %v); want %d messages from %v", g.Key, g.Count, queues, w.count, w.queues)
+		}
 	}
 }
