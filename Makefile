@@ -34,7 +34,7 @@ helm:
 ## fuzz seeds, integration tests of every package (broker, loop, sidecar, DLQ
 ## tools, CLI), chart lint/render and Dockerfile checks. Everything but the
 ## long suites of `make check`.
-LONG_SUITES = /faults$$|/internal/jaegercheck$$|/internal/consolecheck$$
+LONG_SUITES = /faults$$|/internal/jaegercheck$$|/internal/consolecheck$$|/internal/incidentcheck$$
 test: deps helm vet
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -Ev '$(LONG_SUITES)')
 
@@ -46,12 +46,13 @@ test3: deps
 
 ## check: `make test`, then the long suites: the reduced fault suite (every
 ## message id accounted for under SIGKILLs, broker restarts and app crashes),
-## the Jaeger end-to-end check, the DLQ console in a headless Chromium, the chart's objects against the KEDA,
+## the Jaeger end-to-end check, the DLQ console in a headless Chromium, the
+## incident walk-through docs/incident.md run on a reduced DLQ, the chart's objects against the KEDA,
 ## Prometheus Operator and Kubernetes types, and the fuzzers for a bounded
 ## number of inputs; then the broker-level suites and the reduced fault suite
 ## again on RabbitMQ 3.x. CI runs it.
 check: test tools
-	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/ ./internal/consolecheck/
+	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/ ./internal/consolecheck/ ./internal/incidentcheck/
 	$(MAKE) kubecheck
 	$(MAKE) fuzz FUZZTIME=20000x
 	$(MAKE) test3
@@ -76,6 +77,13 @@ fuzz:
 ## real Jaeger (publisher span, three attempts, two retry moves)
 jaeger-check: deps tools
 	$(GO) test -count=1 -v ./internal/jaegercheck/
+
+## incident: every command of docs/incident.md run, in order, against the
+## full DLQ the page starts from (119,762 messages; several minutes), each
+## output compared with the page's; `make check` runs it on a reduced DLQ
+.PHONY: incident
+incident: deps
+	HOPPER_INCIDENT_FULL=1 $(GO) test -count=1 -v -timeout 60m ./internal/incidentcheck/
 
 ## console-check: the DLQ console in a headless Chromium against a private broker:
 ## failure groups, message view, replay and purge of a group, hostile content shown as
