@@ -170,6 +170,8 @@ bench: deps
 ## batch (the same with batches of up to 16 answered entry by entry),
 ## ordered and ordered-quorum (40 ordering keys through the same app mix, a hopper SIGKILL,
 ## a broker restart and an app crash: per key, the first 2xx of each message in publish order),
+## ordered-batch (an ordered queue in batches, every broker connection closed while a batch's
+## head is held in place: nothing of the closed channel sent again, the last 2xx in order),
 ## single-active-consumer (two processes, the active one SIGKILLed) and partitions (three processes on
 ## four partitions, one SIGKILLed),
 ## outage, cluster (quorum leader's node SIGKILLed, another stopped), poison-burst,
@@ -197,7 +199,7 @@ dlq-bench: deps build
 .PHONY: bench-readme
 
 ## bench-readme: make bench and make dlq-bench in one go (BENCHFLAGS and DLQBENCHFLAGS
-## as there; output also in bench.log), then, when both succeeded, the README's
+## as there; output also in bench.log), then, when both succeeded, docs/performance.md's
 ## performance table rewritten from their summary lines by bench/benchtable
 ## (quick form: make bench-readme BENCHFLAGS="--n 20000 --runs 1" DLQBENCHFLAGS="--n 20000")
 BENCH_README_CMD = make bench-readme$(if $(strip $(BENCHFLAGS)), BENCHFLAGS="$(strip $(BENCHFLAGS))")$(if $(strip $(DLQBENCHFLAGS)), DLQBENCHFLAGS="$(strip $(DLQBENCHFLAGS))")
@@ -206,4 +208,4 @@ bench-readme: .SHELLFLAGS := -o pipefail -c
 bench-readme: deps build
 	CGO_ENABLED=0 $(GO) build -o bin/hopperbench ./bench/hopperbench
 	{ bin/hopperbench $(BENCHFLAGS) && $(GO) run ./bench/dlqbench --hopper-bin bin/hopper $(DLQBENCHFLAGS); } 2>&1 | tee bench.log
-	$(GO) run ./bench/benchtable --readme README.md --command '$(BENCH_README_CMD)' < bench.log
+	$(GO) run ./bench/benchtable --readme docs/performance.md --command '$(BENCH_README_CMD)' < bench.log

@@ -2,51 +2,14 @@ package app
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
-
-// Deliverer sends a message to the app and classifies what happened; the
-// breaker and the limiter decorate one.
-type Deliverer interface {
-	Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome
-	// DeliverBatch sends several messages in one request.
-	DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer
-}
-
-// Gate starts and stops the flow of deliveries. The broker consumer
-// implements it; the breaker holds it shut while the app is down, so
-// messages wait in the queue instead of cycling through Hopper.
-type Gate interface {
-	Pause()
-	Resume(prefetch int)
-}
-
-// Checker says whether the app is healthy (the readiness check).
-type Checker interface {
-	Check(ctx context.Context) error
-}
-
-// Clock is the time the breaker waits on. Tests inject one they move by
-// hand instead of sleeping.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // BreakerOptions configure a Breaker. Zero values take the defaults named.
 type BreakerOptions struct {
@@ -78,7 +41,9 @@ type BreakerOptions struct {
 	// from 1); without it the breaker resumes with prefetch 1 until the
 	// first answer closes it. Default nil.
 	Limiter *Limiter
-	// Clock defaults to the wall clock.
+	// Clock paces the probe and the health checks asked for by failing
+	// messages. The open timeout is measured on the wall clock whatever
+	// Clock is. Defaults to the wall clock.
 	Clock  Clock
 	Logger *slog.Logger
 	// OnState is told every state change ("closed", "open", "half-open").
@@ -109,72 +74,108 @@ type BreakerOptions struct {
 // any status closes it, every close resumes the full prefetch, and the
 // limiter ramps concurrency up from 1. A message that fails while the
 // app's health passes never reopens it.
+//
+// It is one state machine under one lock:
+//
+//	from        to          when
+//	closed      open        Failures app-unavailable results in a row, or trip
+//	                        (the health check failed, a request was cut by a crash)
+//	open        half-open   the open timeout has passed (seen by a delivery, the
+//	                        probe or State)
+//	half-open   trial       the probe's health check passed
+//	half-open,  closed      the request let through is answered, whatever the status
+//	trial
+//	half-open,  open        the request let through found the app unavailable, or
+//	trial                   trip while no request is out
+//
+// Every transition is made by setState, and one observer (Run) acts on
+// them in order: it pauses the consumer on open and starts the probe, and
+// resumes it on trial (prefetch 1, the limiter from 1) and on close (the
+// full prefetch). Since the resumes are effects of transitions taken in
+// order, a trial that comes late never shrinks a closed breaker's
+// prefetch. What a cut request means (a crash, a suspect, a message that
+// failed) is the crashDetector's to say.
 type Breaker struct {
 	next  Deliverer
 	o     BreakerOptions
-	cb    *gobreaker.TwoStepCircuitBreaker[struct{}]
 	log   *slog.Logger
-	clock Clock
+	crash *crashDetector
+	// now is the clock of the open timeout. It is the wall clock even
+	// with another Clock, which only paces the probe and the health checks
+	// asked for by failing messages.
+	now func() time.Time
 
-	changes chan gobreaker.State
-	// resumeMu orders the probe's resume with prefetch 1 and the close's
-	// full one, so a probe finishing late never shrinks a closed breaker's
-	// prefetch.
-	resumeMu sync.Mutex
-	mu       sync.Mutex
-	probing  bool
-	// reprobe says the breaker opened again while a probe was finishing:
-	// that probe goes on instead of ending.
-	reprobe bool
-
-	// tripNow makes the next reported failure open the breaker: the health
-	// check failed.
-	tripNow atomic.Bool
+	mu    sync.Mutex
+	state breakerState
+	// generation changes with every transition but trial's: an answer to
+	// a request let through in an earlier one is not counted.
+	generation uint64
+	// openUntil is when an open breaker may let a request through again.
+	openUntil time.Time
+	// unavailable counts app-unavailable results in a row (closed).
+	unavailable int
+	// out is whether half-open let its one request through and waits for
+	// its answer.
+	out bool
 	// failing counts consecutive failed messages from an app whose health
 	// was not yet asked about them.
-	failing   atomic.Int64
-	checkMu   sync.Mutex
-	checking  *healthCheck
-	lastCheck time.Time
-
-	// seq orders requests and health checks by when they started; downAt
-	// is the seq of the latest one that found the app down. A request cut
-	// by the app dying is a crash when anything that started after it
-	// found the app down, even if the app is back (restarted quickly) by
-	// the time the cut request gets to ask.
-	seq    atomic.Uint64
-	downAt atomic.Uint64
-
-	// isolate lets a crash suspect reach the app alone: every other
-	// request holds it shared, a suspect holds it exclusively (waiting for
-	// the requests in flight to finish, and keeping new ones out until it
-	// is answered). isolating counts suspects waiting for it or holding it.
-	isolate   sync.RWMutex
-	isolating atomic.Int64
-	// inflight counts requests sent to the app and not yet back. A cut
-	// request that comes back with others still in flight was cut in a
-	// crowd; crowdedAt is the seq of the latest such return, so a cut of
-	// the same crash that comes back last, alone, still knows it had
-	// company (the crowd was seen after it was sent).
-	inflight  atomic.Int64
-	crowdedAt atomic.Uint64
+	failing int
+	// probing says a probe runs: one at a time, until it moves the
+	// breaker to trial or finds it closed.
+	probing bool
+	// changes are the transitions the observer has yet to act on, in the
+	// order they were made; changed tells it there are some.
+	changes []change
+	changed chan struct{}
 }
 
-// healthCheck is one run of the health check, shared by everyone who asks
-// while it runs: a crash cuts every request in flight at once.
-type healthCheck struct {
-	seq  uint64 // when it started, on the breaker's seq
-	done chan struct{}
-	err  error
+// breakerState is where the breaker is. Trial is half-open after the
+// probe's passing health check, with consuming resumed at prefetch 1; it
+// is named "half-open" too.
+type breakerState int
+
+const (
+	// stateClosed: requests go to the app.
+	stateClosed breakerState = iota
+	// stateOpen: the app is down; requests are refused and consuming is
+	// paused until the open timeout has passed.
+	stateOpen
+	// stateHalfOpen: the open timeout has passed; one request at a time
+	// may go to the app (one already queued, or held in place), consuming
+	// still paused.
+	stateHalfOpen
+	// stateTrial: half-open after the probe's passing health check, with
+	// consuming resumed at prefetch 1.
+	stateTrial
+)
+
+func (s breakerState) String() string {
+	switch s {
+	case stateOpen:
+		return "open"
+	case stateHalfOpen, stateTrial:
+		return "half-open"
+	}
+	return "closed"
 }
 
-// errAppFailed marks an outcome that counts against the app's health.
-var errAppFailed = errors.New("app unavailable")
+// change is one transition, as the observer is told of it.
+type change struct{ from, to breakerState }
 
-// errNoVerdict marks an outcome that says nothing about the app's health
-// either way: a timeout. The breaker neither counts it as a failure nor
-// lets it close a half-open breaker (the next request gets to answer).
-var errNoVerdict = errors.New("no verdict on the app")
+// appVerdict is what the end of one request says about the app.
+type appVerdict int
+
+const (
+	// appUp: the app answered (whatever the status), or Hopper let the
+	// request go, which says nothing against the app.
+	appUp appVerdict = iota
+	// appDown: no connection was even taken.
+	appDown
+	// noVerdict: a timeout says nothing about the app being up either
+	// way. It does not close a half-open breaker (the next request gets to
+	// answer), nor count as a failure.
+	noVerdict
+)
 
 // NewBreaker wraps next.
 func NewBreaker(next Deliverer, o BreakerOptions) *Breaker {
@@ -190,194 +191,231 @@ func NewBreaker(next Deliverer, o BreakerOptions) *Breaker {
 	if o.Clock == nil {
 		o.Clock = wallClock{}
 	}
-	b := &Breaker{next: next, o: o, log: o.Logger, clock: o.Clock, changes: make(chan gobreaker.State, 16)}
+	b := &Breaker{next: next, o: o, log: o.Logger, now: time.Now, changed: make(chan struct{}, 1),
+		crash: &crashDetector{health: o.Health, restarted: o.Restarted, clock: o.Clock}}
 	if b.log == nil {
 		b.log = slog.Default()
 	}
-	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name: "app",
-		// Half-open lets one request through; its answer, whatever the
-		// status, closes the breaker. The limiter does the ramp.
-		MaxRequests: 1,
-		Timeout:     o.OpenTimeout,
-		IsExcluded:  func(err error) bool { return errors.Is(err, errNoVerdict) },
-		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return b.tripNow.Load() || c.ConsecutiveFailures >= uint32(o.Failures)
-		},
-		// Called under the breaker's lock: only hand the change over.
-		OnStateChange: func(_ string, _, to gobreaker.State) {
-			select {
-			case b.changes <- to:
-			default:
-			}
-		},
-	})
 	return b
 }
 
-// State is the breaker's current state name.
-func (b *Breaker) State() string { return stateName(b.cb.State()) }
+// State is the breaker's current state name ("closed", "open",
+// "half-open").
+func (b *Breaker) State() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.currentLocked().String()
+}
 
-func stateName(s gobreaker.State) string {
-	switch s {
-	case gobreaker.StateOpen:
-		return "open"
-	case gobreaker.StateHalfOpen:
-		return "half-open"
+// currentLocked is the state now: an open breaker whose timeout has passed
+// moves to half-open.
+func (b *Breaker) currentLocked() breakerState {
+	if b.state == stateOpen && b.now().After(b.openUntil) {
+		b.setState(stateHalfOpen)
 	}
-	return "closed"
+	return b.state
+}
+
+// setState makes every transition: the state's own bookkeeping, and the
+// change handed to the observer. Called with mu held.
+func (b *Breaker) setState(to breakerState) {
+	from := b.state
+	if from == to {
+		return
+	}
+	b.state = to
+	if to != stateTrial {
+		// Trial goes on with half-open's request: its answer still
+		// closes the breaker.
+		b.generation++
+		b.unavailable, b.out = 0, false
+	}
+	switch to {
+	case stateOpen:
+		b.openUntil = b.now().Add(b.o.OpenTimeout)
+	case stateClosed:
+		b.failing = 0
+	}
+	b.changes = append(b.changes, change{from: from, to: to})
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Run acts on state changes until ctx ends: pause on open, probe, resume.
+// It is the one observer of the breaker's transitions.
 func (b *Breaker) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case to := <-b.changes:
-			b.changed(ctx, to)
+		case <-b.changed:
+		}
+		for _, c := range b.takeChanges() {
+			b.observe(ctx, c)
 		}
 	}
 }
 
-func (b *Breaker) changed(ctx context.Context, to gobreaker.State) {
-	if b.o.OnState != nil {
-		b.o.OnState(stateName(to))
+// takeChanges hands the observer the transitions made since it last
+// looked.
+func (b *Breaker) takeChanges() []change {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cs := b.changes
+	b.changes = nil
+	return cs
+}
+
+// observe acts on one transition.
+func (b *Breaker) observe(ctx context.Context, c change) {
+	if b.o.OnState != nil && c.from.String() != c.to.String() {
+		b.o.OnState(c.to.String())
 	}
-	switch to {
-	case gobreaker.StateOpen:
+	switch c.to {
+	case stateOpen:
 		b.log.Warn("circuit breaker open: app unavailable; consumer paused, messages stay in the queue",
 			"event", "BREAKER_OPEN", "failures", b.o.Failures)
 		b.o.Gate.Pause()
 		b.startProbe(ctx)
-	case gobreaker.StateHalfOpen:
+	case stateHalfOpen:
 		b.log.Info("circuit breaker half-open: the open timeout has passed; one delivery at a time once the health check passes", "event", "BREAKER_HALF_OPEN")
-	case gobreaker.StateClosed:
-		b.failing.Store(0)
-		b.log.Info("circuit breaker closed: app answering", "event", "BREAKER_CLOSED")
-		// Every close resumes with the full prefetch, whoever closed it:
-		// the probe's first delivery, or one that was queued (or held in
-		// place) and went through after the open timeout without a probe.
-		b.resumeMu.Lock()
-		b.o.Gate.Resume(b.o.Prefetch)
-		b.resumeMu.Unlock()
-	}
-}
-
-// startProbe polls the health check while the breaker is open; once the
-// open timeout has passed and the check passes, deliveries go through
-// again, concurrency ramping up from 1. One probe runs at a time: when the
-// breaker opens again while a probe is finishing (the app died right after
-// the probe let deliveries through), that probe goes on, so every opening
-// is probed and consuming never stays paused for an app that is back.
-func (b *Breaker) startProbe(ctx context.Context) {
-	b.mu.Lock()
-	if b.probing {
-		b.reprobe = true
-		b.mu.Unlock()
-		return
-	}
-	b.probing = true
-	b.mu.Unlock()
-	go func() {
-		for {
-			b.probe(ctx)
-			b.mu.Lock()
-			if !b.reprobe || ctx.Err() != nil {
-				b.probing, b.reprobe = false, false
-				b.mu.Unlock()
-				return
-			}
-			b.reprobe = false
-			b.mu.Unlock()
-		}
-	}()
-}
-
-// probe waits until the breaker is closed, or until it may let deliveries
-// through again and the health check passes, then resumes consuming.
-func (b *Breaker) probe(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-b.clock.After(b.o.ProbeInterval):
-		}
-		// State() moves an open breaker past its timeout to half-open.
-		switch b.cb.State() {
-		case gobreaker.StateClosed:
-			return
-		case gobreaker.StateOpen:
-			continue
-		}
-		if err := b.check(ctx, b.seq.Load()); err != nil {
-			continue
-		}
+	case stateTrial:
 		// Half-open lets one request through and refuses the rest: resume
 		// with prefetch 1, or the broker would push deliveries that are
 		// refused at once and returned, round and round. The close
 		// restores the full prefetch; the limiter ramps up from 1.
-		b.resumeMu.Lock()
-		if b.cb.State() != gobreaker.StateClosed {
-			if b.o.Limiter != nil {
-				b.o.Limiter.Reset(1)
-			}
-			b.o.Gate.Resume(1)
+		if b.o.Limiter != nil {
+			b.o.Limiter.Reset(1)
 		}
-		b.resumeMu.Unlock()
+		b.o.Gate.Resume(1)
+	case stateClosed:
+		b.log.Info("circuit breaker closed: app answering", "event", "BREAKER_CLOSED")
+		// Every close resumes with the full prefetch, whoever closed it:
+		// the probe's first delivery, or one that was queued (or held in
+		// place) and went through after the open timeout without a probe.
+		b.o.Gate.Resume(b.o.Prefetch)
+	}
+}
+
+// startProbe polls the health check while the breaker is open, unless a
+// probe runs already: that one goes on until it moves the breaker to trial
+// or finds it closed, so every opening is probed and consuming never stays
+// paused for an app that is back.
+func (b *Breaker) startProbe(ctx context.Context) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.probing {
 		return
 	}
+	b.probing = true
+	go b.probe(ctx)
 }
 
-// check runs the health check, or waits for one already running that
-// started after after (a value of b.seq). A check that began before a
-// request was sent cannot say whether the app died with that request.
-func (b *Breaker) check(ctx context.Context, after uint64) error {
-	b.checkMu.Lock()
-	hc := b.checking
-	if hc == nil || hc.seq <= after {
-		hc = &healthCheck{seq: b.seq.Add(1), done: make(chan struct{})}
-		b.checking = hc
-		b.lastCheck = b.clock.Now()
-		b.checkMu.Unlock()
-		hc.err = b.o.Health.Check(ctx)
-		if hc.err != nil {
-			b.sawDown(hc.seq)
-		}
-		b.checkMu.Lock()
-		if b.checking == hc {
-			b.checking = nil
-		}
-		b.checkMu.Unlock()
-		close(hc.done)
-		return hc.err
-	}
-	b.checkMu.Unlock()
-	select {
-	case <-hc.done:
-		return hc.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// sawDown records that something which started at seq found the app down:
-// a failing health check, or a request whose connection was refused.
-func (b *Breaker) sawDown(seq uint64) {
+// probe runs probeOnce every ProbeInterval until it is done or ctx ends.
+func (b *Breaker) probe(ctx context.Context) {
 	for {
-		cur := b.downAt.Load()
-		if cur >= seq || b.downAt.CompareAndSwap(cur, seq) {
+		select {
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.probing = false
+			b.mu.Unlock()
+			return
+		case <-b.o.Clock.After(b.o.ProbeInterval):
+		}
+		if b.probeOnce(ctx) {
 			return
 		}
 	}
 }
 
-// trip opens the breaker now: the health check failed.
+// probeOnce is one round of the probe: once the open timeout has passed
+// and the health check passes, the breaker moves to trial. It reports
+// whether the probe is done (the breaker in trial, or closed meanwhile);
+// it ends probing in the same step, so an opening after it gets a probe
+// of its own.
+func (b *Breaker) probeOnce(ctx context.Context) bool {
+	b.mu.Lock()
+	switch b.currentLocked() {
+	case stateOpen:
+		b.mu.Unlock()
+		return false
+	case stateClosed, stateTrial:
+		b.probing = false
+		b.mu.Unlock()
+		return true
+	}
+	b.mu.Unlock()
+	if err := b.crash.check(ctx, b.crash.latest()); err != nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateOpen:
+		return false // opened again while the check ran: go on
+	case stateHalfOpen:
+		b.setState(stateTrial)
+	}
+	b.probing = false
+	return true
+}
+
+// allow asks to send one request: an open breaker refuses, a half-open
+// one lets one request through at a time. It returns the generation the
+// request's verdict is for.
+func (b *Breaker) allow() (uint64, string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.currentLocked() {
+	case stateOpen:
+		return 0, "circuit breaker open: app unavailable", false
+	case stateHalfOpen, stateTrial:
+		if b.out {
+			return 0, "circuit breaker half-open: one delivery at a time until the app answers", false
+		}
+		b.out = true
+	}
+	return b.generation, "", true
+}
+
+// done takes the verdict of a request allowed in generation gen.
+func (b *Breaker) done(gen uint64, v appVerdict) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.currentLocked()
+	if gen != b.generation {
+		return
+	}
+	switch {
+	case v == noVerdict:
+		b.out = false // the next request gets to answer
+	case s == stateClosed && v == appUp:
+		b.unavailable = 0
+	case s == stateClosed:
+		if b.unavailable++; b.unavailable >= b.o.Failures {
+			b.setState(stateOpen)
+		}
+	case v == appUp:
+		b.setState(stateClosed)
+	default:
+		b.setState(stateOpen)
+	}
+}
+
+// trip opens the breaker now: the health check failed. A half-open
+// breaker whose request is out waits for that request's answer instead.
 func (b *Breaker) trip() {
-	b.tripNow.Store(true)
-	defer b.tripNow.Store(false)
-	if done, err := b.cb.Allow(); err == nil {
-		done(errAppFailed)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.currentLocked() {
+	case stateClosed:
+		b.setState(stateOpen)
+	case stateHalfOpen, stateTrial:
+		if !b.out {
+			b.setState(stateOpen)
+		}
 	}
 }
 
@@ -402,148 +440,63 @@ func (b *Breaker) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answ
 // around runs one request to the app through the breaker. suspect
 // requests run alone at the app.
 func (b *Breaker) around(ctx context.Context, suspect bool, call func(context.Context) retry.Outcome) retry.Outcome {
-	done, err := b.cb.Allow()
-	if err != nil {
-		why := "circuit breaker open: app unavailable"
-		if errors.Is(err, gobreaker.ErrTooManyRequests) {
-			why = "circuit breaker half-open: one delivery at a time until the app answers"
-		}
+	gen, why, ok := b.allow()
+	if !ok {
 		return retry.Outcome{Kind: retry.Unavailable, Error: why, Refused: true}
 	}
-	if suspect {
-		b.isolating.Add(1)
-		b.isolate.Lock()
-		defer func() { b.isolate.Unlock(); b.isolating.Add(-1) }()
-	} else {
-		b.isolate.RLock()
-		defer b.isolate.RUnlock()
-	}
-	sent := b.seq.Add(1)
-	b.inflight.Add(1)
+	sent := b.crash.send(suspect)
+	defer b.crash.release(suspect)
 	o := call(ctx)
-	company := o.Kind == retry.Unavailable && o.Cut && b.cutInCrowd(sent)
-	b.inflight.Add(-1)
+	cut := o.Kind == retry.Unavailable && o.Cut
+	crowded := b.crash.back(sent, cut)
 	switch {
 	case o.Given():
-		done(nil) // Hopper's own doing: says nothing about the app
-	case o.Kind == retry.Unavailable:
-		if !o.Cut {
-			b.sawDown(sent) // not even a connection was taken
-			done(errAppFailed)
-			return o
-		}
-		if down, why := b.diedSince(ctx, sent); down {
-			// The app went away while it had the request, and was seen
-			// down after it was sent: it died handling it. Alone at the
-			// app, the message is charged a crash; with other requests in
-			// flight any of them may be the cause, so none is charged and
-			// each becomes a suspect, delivered next on its own. Open at
-			// once either way.
-			if company {
-				o.CrashSuspect = true
-				o.Error += "; then " + why + " (other requests were in flight: delivered again on its own)"
-			} else {
-				o.Crashed = true
-				o.Error += "; then " + why
-			}
-			done(nil)
+		b.done(gen, appUp) // Hopper's own doing: says nothing about the app
+	case cut:
+		var down bool
+		o, down = b.crash.cut(ctx, o, sent, crowded)
+		b.done(gen, appUp) // the app took the request: it was up then
+		if down {
 			b.trip()
-			return o
+		} else if o.Kind == retry.Cut {
+			b.messageFailed(ctx)
 		}
-		if company {
-			// Several requests cut at once and the app up again: a
-			// restart quicker than the check, more likely than several
-			// messages breaking their connections together. Nobody is
-			// charged; each goes back to be delivered on its own, where a
-			// message that breaks its connection is caught alone.
-			o.CrashSuspect = true
-			o.Error += "; cut together with other requests, the app's health check passing (delivered again on its own)"
-			done(nil)
-			return o
-		}
-		// The app took the request alone and broke the connection, and it
-		// is up: this message is what failed (a handler that dies on one
-		// input, a server write timeout shorter than the handler). It
-		// spends an attempt like a timeout; the app is not down, so the
-		// breaker stays as it is.
-		o.Kind = retry.Cut
-		o.Error += "; the app's health check passes"
-		done(nil)
-		b.messageFailed(ctx)
+	case o.Kind == retry.Unavailable:
+		b.crash.sawDown(sent) // not even a connection was taken
+		b.done(gen, appDown)
 	case o.Kind == retry.Timeout:
-		done(errNoVerdict) // a slow answer says nothing about the app being up
+		b.done(gen, noVerdict) // a slow answer says nothing about the app being up
 		b.messageFailed(ctx)
-	case failedMessage(o):
-		done(nil) // the app answered: it is up
+	case assess(o).FailedMessage():
+		b.done(gen, appUp) // the app answered: it is up
 		b.messageFailed(ctx)
 	default:
-		done(nil)
-		b.failing.Store(0)
+		b.done(gen, appUp)
+		b.mu.Lock()
+		b.failing = 0
+		b.mu.Unlock()
 	}
 	return o
-}
-
-// cutInCrowd is called by a cut request sent at sent, before it counts
-// itself out of inflight. One crash cuts every request at the app at once;
-// the first of them back sees the others still in flight and records the
-// crowd, the last one back finds that record newer than its own send. A
-// request refused meanwhile counts as company too while in flight: a
-// crash wrongly called crowded only costs the message a delivery on its
-// own, where a crash wrongly charged could send it to the DLQ.
-func (b *Breaker) cutInCrowd(sent uint64) bool {
-	if b.inflight.Load() > 1 {
-		now := b.seq.Load()
-		for cur := b.crowdedAt.Load(); cur < now && !b.crowdedAt.CompareAndSwap(cur, now); cur = b.crowdedAt.Load() {
-		}
-		return true
-	}
-	return b.crowdedAt.Load() >= sent
-}
-
-// diedSince says whether the app was seen down by anything that started
-// after sent: a refused request or failed check already recorded, or else
-// a health check run now.
-func (b *Breaker) diedSince(ctx context.Context, sent uint64) (bool, string) {
-	if b.downAt.Load() > sent {
-		return true, "the app was found down (refused connections or a failing health check)"
-	}
-	if err := b.check(context.WithoutCancel(ctx), sent); err != nil {
-		return true, "the health check failed: " + err.Error()
-	}
-	if b.o.Restarted != nil && b.o.Restarted() {
-		return true, "the app closed its idle connections too (its process ended and came back)"
-	}
-	return false, ""
 }
 
 // messageFailed is told of a failed message from an app that answered.
 // Failures in a row make it ask the health check, at most once per
 // ProbeInterval; only a failing check opens the breaker.
 func (b *Breaker) messageFailed(ctx context.Context) {
-	if b.failing.Add(1) < int64(b.o.Failures) {
+	b.mu.Lock()
+	b.failing++
+	n := b.failing
+	b.mu.Unlock()
+	if n < b.o.Failures || !b.crash.claimCheck(b.o.ProbeInterval) {
 		return
 	}
-	b.checkMu.Lock()
-	now := b.clock.Now()
-	due := b.checking == nil && now.Sub(b.lastCheck) >= b.o.ProbeInterval
-	if due {
-		b.lastCheck = now // claimed here, so concurrent failures ask once
-	}
-	b.checkMu.Unlock()
-	if !due {
-		return
-	}
-	b.failing.Store(0)
+	b.mu.Lock()
+	b.failing = 0
+	b.mu.Unlock()
 	go func() {
-		if err := b.check(context.WithoutCancel(ctx), b.seq.Load()); err != nil {
+		if err := b.crash.check(context.WithoutCancel(ctx), b.crash.latest()); err != nil {
 			b.log.Warn("messages failing and the app's health check fails too", "event", "APP_UNHEALTHY", "error", err.Error())
 			b.trip()
 		}
 	}()
-}
-
-// failedMessage says whether an answer is a failed message: 5xx, 429,
-// timeout or garbage. A 4xx is the app working.
-func failedMessage(o retry.Outcome) bool {
-	return o.Kind == retry.Timeout || o.Status >= 500 || o.Status == 429 || o.Status == 0
 }

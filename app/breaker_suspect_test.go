@@ -116,7 +116,7 @@ func TestSuspectDeliveredInIsolation(t *testing.T) {
 	waitfor.Until(t, 10*time.Second, "a at the app", func() bool { return app.isRunning("a") })
 	go deliver("suspect", true)
 	// The suspect waits for a; b, sent after it, waits for the suspect.
-	waitfor.Until(t, 10*time.Second, "the suspect waiting for isolation", func() bool { return b.isolating.Load() > 0 })
+	waitfor.Until(t, 10*time.Second, "the suspect waiting for isolation", func() bool { return b.crash.suspectsWaiting() > 0 })
 	go deliver("b", false)
 	close(holdA)
 	if id := <-done; id != "a" {

@@ -348,12 +348,27 @@ func CloudEventID(m *msg.Message, in msg.Info) string {
 	if m.MessageID != "" {
 		return m.MessageID
 	}
-	h := sha256.New()
-	h.Write([]byte(in.RoutingKey))
-	h.Write([]byte{0})
-	h.Write(m.Body)
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	var sum [sha256.Size]byte
+	if n := len(in.RoutingKey) + 1 + len(m.Body); n <= contentIDStack {
+		// Most messages are small: hashed from one buffer on the stack,
+		// the id costs a single allocation, its own string.
+		var b [contentIDStack]byte
+		sum = sha256.Sum256(append(append(append(b[:0], in.RoutingKey...), 0), m.Body...))
+	} else {
+		h := sha256.New()
+		h.Write([]byte(in.RoutingKey)) //nolint:errcheck // a hash never fails to write
+		h.Write([]byte{0})             //nolint:errcheck // a hash never fails to write
+		h.Write(m.Body)                //nolint:errcheck // a hash never fails to write
+		h.Sum(sum[:0])
+	}
+	var hx [32]byte
+	hex.Encode(hx[:], sum[:16])
+	return string(hx[:])
 }
+
+// contentIDStack is the size, in bytes, of routing key and body up to
+// which CloudEventID hashes them from a buffer on the stack.
+const contentIDStack = 1024
 
 // CloudEventHeaders appends the ce-* attributes of a message. ce-id is the
 // message id; a message without one gets an id derived from its content, so

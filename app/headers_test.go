@@ -1,6 +1,9 @@
 package app_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -550,5 +553,23 @@ func TestCloudEventHeaders(t *testing.T) {
 	}
 	if _, ok := am["ce-time"]; ok {
 		t.Error("ce-time without a timestamp")
+	}
+}
+
+// TestCloudEventIDFromContent pins the id derived for a message without a
+// message id: the first 16 bytes of the SHA-256 of routing key, a zero byte
+// and body, in hex, the same whether the content is hashed from the stack
+// or streamed, so that ids already sent and deduplicated on stay valid.
+func TestCloudEventIDFromContent(t *testing.T) {
+	for _, size := range []int{0, 1, 256, 1024 - 6, 1024 - 5, 1024, 70000} {
+		body := bytes.Repeat([]byte{'a' + byte(size%26)}, size)
+		in := msg.Info{RoutingKey: "orders"}
+		want := sha256.Sum256(append([]byte("orders\x00"), body...))
+		if got := app.CloudEventID(&msg.Message{Body: body}, in); got != hex.EncodeToString(want[:16]) {
+			t.Errorf("body of %d bytes: %q, want %x", size, got, want[:16])
+		}
+	}
+	if got := app.CloudEventID(&msg.Message{MessageID: "m-1", Body: []byte("x")}, msg.Info{}); got != "m-1" {
+		t.Errorf("with a message id: %q, want it", got)
 	}
 }

@@ -102,27 +102,52 @@ func (l *Limiter) InFlight() int {
 
 // Deliver waits for a slot, delivers, and adapts the limit to the outcome.
 func (l *Limiter) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
-	return l.around(ctx, in.Queue, func(ctx context.Context) retry.Outcome { return l.next.Deliver(ctx, m, in) })
+	return l.around(ctx, in.Queue, SignalOf, func(ctx context.Context) retry.Outcome { return l.next.Deliver(ctx, m, in) })
 }
 
 // DeliverBatch is Deliver for a batch request: it takes one slot, so the
-// limit counts requests, whatever their size.
+// limit counts requests, whatever their size; a part of a split batch
+// takes none.
 func (l *Limiter) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
 	var a batch.Answer
-	whole := l.around(ctx, r.Infos[0].Queue, func(ctx context.Context) retry.Outcome {
+	if r.Split {
+		// A part of a split goes on the slot of the request it came from
+		// (batch.Request.Split).
+		start := time.Now()
+		a = l.next.DeliverBatch(ctx, r)
+		l.Observe(batchSignal(r.Len())(a.Whole), time.Since(start))
+		return batch.Classified(a, a.Whole, r.Len())
+	}
+	whole := l.around(ctx, r.Infos[0].Queue, batchSignal(r.Len()), func(ctx context.Context) retry.Outcome {
 		a = l.next.DeliverBatch(ctx, r)
 		return a.Whole
 	})
 	return batch.Classified(a, whole, r.Len())
 }
 
-func (l *Limiter) around(ctx context.Context, queue string, call func(context.Context) retry.Outcome) retry.Outcome {
+// batchSignal classifies the outcome of a batch request of n messages. A
+// request of several that timed out says that one of its messages made
+// the app hang, not that the app is overloaded: the messages go again
+// each alone, and the one that hangs times out alone, which counts as a
+// single message's timeout does. Counting the batch too would charge the
+// hang to every message beside it, taking concurrency from the whole
+// queue for one message.
+func batchSignal(n int) func(retry.Outcome) Signal {
+	return func(o retry.Outcome) Signal {
+		if n > 1 && o.Kind == retry.Timeout && !o.Given() {
+			return Ignore
+		}
+		return SignalOf(o)
+	}
+}
+
+func (l *Limiter) around(ctx context.Context, queue string, signal func(retry.Outcome) Signal, call func(context.Context) retry.Outcome) retry.Outcome {
 	if err := l.acquire(ctx, queue); err != nil {
 		return retry.Outcome{Kind: retry.Unavailable, CutOff: true, Error: fmt.Sprintf("waiting for a concurrency slot: %v", err)}
 	}
 	start := time.Now()
 	o := call(ctx)
-	l.release(o, time.Since(start))
+	l.release(signal(o), time.Since(start))
 	return o
 }
 
@@ -201,22 +226,25 @@ const (
 	Overloaded
 )
 
-// SignalOf classifies an outcome for the limiter.
+// SignalOf classifies an outcome for the limiter. Only overload takes
+// concurrency away: a failed message that is not overload (a 500, a
+// garbled answer) is the app answering in time, and its latency counts
+// like any answer's.
 func SignalOf(o retry.Outcome) Signal {
-	switch {
-	case o.Given(), o.Kind == retry.Unavailable:
+	switch assess(o) {
+	case NoAnswer:
 		return Ignore
-	case o.Kind == retry.Timeout, o.Status == 429, o.Status == 503:
+	case Overload:
 		return Overloaded
 	}
 	return Answered
 }
 
-func (l *Limiter) release(o retry.Outcome, latency time.Duration) {
+func (l *Limiter) release(s Signal, latency time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inFlight--
-	l.adaptLocked(SignalOf(o), latency)
+	l.adaptLocked(s, latency)
 	l.wakeLocked()
 }
 

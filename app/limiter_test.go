@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/batch"
+	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -90,7 +93,7 @@ func (s *sim) run(t *testing.T, d time.Duration) float64 {
 				s.served++
 			}
 		}
-		s.l.release(r.out, r.done-r.start)
+		s.l.release(SignalOf(r.out), r.done-r.start)
 		s.fill(t)
 	}
 	return area / float64(d)
@@ -159,6 +162,62 @@ func TestLimiterLatency(t *testing.T) {
 	}
 }
 
+// A batch of several messages that times out as a whole is one message
+// hanging the app, which the split that follows charges to that message
+// alone: it does not shrink the limit. A request of one message that
+// times out does, as a single message's timeout always has.
+func TestLimiterBatchTimeoutIsNotOverload(t *testing.T) {
+	timeout := retry.Outcome{Kind: retry.Timeout, Error: "timeout"}
+	l := NewLimiter(deliverFunc(func(context.Context, *msg.Message, msg.Info) retry.Outcome { return timeout }), LimiterOptions{Max: 4})
+	req := func(n int) *batch.Request {
+		r := &batch.Request{}
+		for range n {
+			r.Messages = append(r.Messages, &msg.Message{MessageID: "m"})
+			r.Infos = append(r.Infos, msg.Info{Queue: "q", Attempt: 1})
+			r.Traces = append(r.Traces, trace.SpanContext{})
+		}
+		return r
+	}
+	for range 40 {
+		l.DeliverBatch(context.Background(), req(16))
+	}
+	if l.Limit() != 4 {
+		t.Fatalf("limit %d after batches of 16 timed out, want 4", l.Limit())
+	}
+	for range 40 {
+		l.DeliverBatch(context.Background(), req(1))
+	}
+	if l.Limit() >= 4 {
+		t.Fatalf("limit %d after single messages timed out, want it lower", l.Limit())
+	}
+}
+
+// The parts of a split batch go on the slot of the request they came
+// from: one goes through while every slot is taken, and its timeout, alone,
+// still counts.
+func TestLimiterLetsSplitPartsThrough(t *testing.T) {
+	timeout := retry.Outcome{Kind: retry.Timeout, Error: "timeout"}
+	l := NewLimiter(deliverFunc(func(context.Context, *msg.Message, msg.Info) retry.Outcome { return timeout }), LimiterOptions{Max: 2})
+	for range 2 {
+		if err := l.acquire(context.Background(), "q"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part := &batch.Request{Messages: []*msg.Message{{MessageID: "m"}}, Infos: []msg.Info{{Queue: "q", Attempt: 1}},
+		Traces: []trace.SpanContext{{}}, Split: true}
+	for range 4 {
+		if a := l.DeliverBatch(context.Background(), part); a.Whole.Kind != retry.Timeout {
+			t.Fatalf("part answered %+v, want the app's timeout", a.Whole)
+		}
+	}
+	if l.InFlight() != 2 {
+		t.Errorf("in flight %d, want the 2 slots taken before, no more", l.InFlight())
+	}
+	if l.Limit() >= 2 {
+		t.Errorf("limit %d after parts of one message timed out, want it lower", l.Limit())
+	}
+}
+
 // After an outage the limit restarts small and doubles per round trip.
 func TestLimiterSlowStart(t *testing.T) {
 	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 64}), serve: 10 * time.Millisecond}
@@ -186,7 +245,7 @@ func TestLimiterWaits(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- l.acquire(context.Background(), "q") }()
 	waitWaiters(t, l, 1)
-	l.release(ok200, time.Millisecond)
+	l.release(SignalOf(ok200), time.Millisecond)
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +259,7 @@ func TestLimiterWaits(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquire after cancel = %v", err)
 	}
-	l.release(ok200, time.Millisecond)
+	l.release(SignalOf(ok200), time.Millisecond)
 	if l.InFlight() != 0 {
 		t.Fatalf("in flight %d after every slot was released", l.InFlight())
 	}
@@ -245,7 +304,7 @@ func TestLimiterSharesSlotsFairlyAcrossQueues(t *testing.T) {
 
 	var order []string
 	for range 4 {
-		l.release(ok200, time.Millisecond)
+		l.release(SignalOf(ok200), time.Millisecond)
 		order = append(order, <-got)
 	}
 	want := []string{"busy", "quiet", "busy", "busy"}

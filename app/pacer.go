@@ -154,13 +154,13 @@ func (p *Pacer) around(ctx context.Context, call func(context.Context) retry.Out
 		}
 	}
 	o := call(ctx)
-	switch {
-	case o.Kind == retry.Response && o.Status >= 200 && o.Status <= 299:
+	switch a := assess(o); {
+	case a == Success:
 		p.failing.Store(0)
 		p.o.Activity.Succeeded(p.o.Queue, p.o.Clock.Now())
-	case o.Given(), o.Kind == retry.Unavailable:
+	case a == NoAnswer:
 		// The app down or Hopper letting go: the breaker's business.
-	case failedMessage(o):
+	case a.FailedMessage():
 		p.failing.Add(1)
 	}
 	return o

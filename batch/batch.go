@@ -110,6 +110,14 @@ type Request struct {
 	// may have died with it before, so no other request is in flight at
 	// the app while it is.
 	Alone bool
+	// Split marks a request that carries part of a batch that failed as a
+	// whole without an answer, sent again to find the message at fault.
+	// The failed request held a slot of the concurrency limit for these
+	// very messages, and its parts never carry more of them at once, so
+	// the limiter lets a part through without a slot of its own: a
+	// message that hangs waits out its own timeout without taking a slot
+	// from the rest of the queue. What a part's answer says still counts.
+	Split bool
 }
 
 // Len is the number of messages in the batch.

@@ -247,9 +247,11 @@ type Broker struct {
 	// a failed move. Default 30s.
 	MoveRetryMax Duration `yaml:"moveRetryMax"`
 	// MoveHoldMax is how long a delivery whose move keeps failing is held
-	// before it is given back to the work queue. It must stay under the
-	// broker's consumer_timeout (30m by default), past which the broker
-	// closes the channel. Default 10m.
+	// before it is given back to the work queue; counted from a message's
+	// receipt, it also bounds an ordered message's holds in place and its
+	// wait behind its ordering key. It must stay under the broker's
+	// consumer_timeout (30m by default), past which the broker takes back
+	// everything the channel holds. Default 10m.
 	MoveHoldMax Duration `yaml:"moveHoldMax"`
 	// PublishChannels is the number of confirm-mode channels moves are
 	// spread over, 1 to 256; each carries up to 256 publishes awaiting

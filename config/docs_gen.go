@@ -99,9 +99,11 @@ message; past it the move counts as failed and is retried. Default 15s.`,
 	"Broker.Heartbeat": `Heartbeat is the AMQP heartbeat interval, which sets how soon a dead
 connection is noticed, by the broker and by Hopper. Default 10s.`,
 	"Broker.MoveHoldMax": `MoveHoldMax is how long a delivery whose move keeps failing is held
-before it is given back to the work queue. It must stay under the
-broker's consumer_timeout (30m by default), past which the broker
-closes the channel. Default 10m.`,
+before it is given back to the work queue; counted from a message's
+receipt, it also bounds an ordered message's holds in place and its
+wait behind its ordering key. It must stay under the broker's
+consumer_timeout (30m by default), past which the broker takes back
+everything the channel holds. Default 10m.`,
 	"Broker.MoveRetryMax": `MoveRetryMax is the largest step of the backoff between attempts of
 a failed move. Default 30s.`,
 	"Broker.MoveRetryMin": `MoveRetryMin is the first step of the jittered exponential backoff

@@ -184,17 +184,17 @@ routes:
 	var _ config.Route = c.Routes[0]
 }
 
-// The README's seed example of routes and filters is a valid config whose
-// route tier gets its tier queue.
+// The routes page's seed example of routes and filters is a valid config
+// whose route tier gets its tier queue.
 func TestReadmeRoutesExample(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/routes.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(readme)
-	i := strings.Index(s, "### Routes and filters")
+	i := strings.Index(s, "# Routes and filters")
 	if i < 0 {
-		t.Fatal("README has no Routes and filters section")
+		t.Fatal("docs/routes.md has no Routes and filters section")
 	}
 	j := strings.Index(s[i:], "```yaml\n")
 	k := strings.Index(s[i+j+8:], "```")
@@ -206,12 +206,12 @@ func TestReadmeRoutesExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
-		t.Fatalf("README example invalid: %v", err)
+		t.Fatalf("docs/routes.md example invalid: %v", err)
 	}
 	e := c.SubscriptionConfigs()[0]
 	tb, err := e.RouteTable()
 	if err != nil || len(tb.Routes()) != 3 || !tb.HasFilter() {
-		t.Fatalf("README example: table %v, error %v; want 3 routes and a filter", tb, err)
+		t.Fatalf("docs/routes.md example: table %v, error %v; want 3 routes and a filter", tb, err)
 	}
 	if !slices.Contains(e.AllTiers(), 30*time.Second) {
 		t.Fatalf("tiers %v lack the stock route's 30s", e.AllTiers())

@@ -126,6 +126,9 @@ type record struct {
 	Requeues int
 	Status   int // HTTP status, statusHang or statusReset
 	At       time.Time
+	// Redelivered is the broker's redelivered flag as Hopper forwarded it
+	// (Hopper-Redelivered): a message the broker handed out before.
+	Redelivered bool
 }
 
 // faultApp is the app hopper delivers to. It runs in-process so the test
@@ -301,6 +304,7 @@ func (a *faultApp) handle(w http.ResponseWriter, r *http.Request) {
 
 	a.mu.Lock()
 	rec := a.answerLocked(id, attempt, requeues)
+	rec.Redelivered = r.Header.Get("Hopper-Redelivered") == "true"
 	// Recorded before answering: a 2xx counts once the app decided it,
 	// whether or not hopper got to read it (a crash may cut it off).
 	a.records = append(a.records, rec)
@@ -403,6 +407,7 @@ func (a *faultApp) handleBatch(w http.ResponseWriter, r *http.Request) {
 		attempt, _ := strconv.Atoi(h.Get("Hopper-Attempt"))
 		requeues, _ := strconv.Atoi(h.Get("Hopper-Requeue-Count"))
 		rec := a.answerLocked(h.Get("Hopper-Message-Id"), attempt, requeues)
+		rec.Redelivered = h.Get("Hopper-Redelivered") == "true"
 		a.records = append(a.records, rec)
 		results[i] = result{ID: e.ID, Status: rec.Status}
 		if rec.Status == statusReset || rec.Status == statusHang && whole != statusReset {

@@ -14,6 +14,10 @@
 // answers each entry of a batch by that message's own script, so every id
 // must end as it would have alone.
 //
+// The ordered-batch scenario closes every broker connection while the
+// head of an ordered batch is held in place for its retry: no message of
+// the closed channel may reach the app again once Hopper consumes anew.
+//
 // The big-messages scenario runs hopper at its defaults inside a memory
 // cgroup of a small container's size (64 and 128 MiB) against backlogs of 1
 // and 8 MiB messages: every message is acked and the kernel kills nothing.

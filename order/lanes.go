@@ -1,5 +1,7 @@
 package order
 
+import "slices"
+
 // Lanes keeps, per key, the items waiting behind the one being delivered,
 // in arrival order. A key is busy from the Add that finds it free until the
 // Done that finds nothing left behind it. Lanes is not safe for concurrent
@@ -69,6 +71,31 @@ func (l *Lanes[T]) Done(k string) (T, bool) {
 	ln.head++
 	l.waiting--
 	return next, true
+}
+
+// Firsts calls f with each busy key that has items waiting behind it and
+// the first of them, the one that has waited longest for that key.
+func (l *Lanes[T]) Firsts(f func(k string, first T)) {
+	for k, ln := range l.busy {
+		if ln.head < len(ln.items) {
+			f(k, ln.items[ln.head])
+		}
+	}
+}
+
+// Cut takes every item waiting behind k out of its line and returns them
+// in arrival order. k stays busy with the item being delivered; items
+// added later wait behind it as before.
+func (l *Lanes[T]) Cut(k string) []T {
+	ln, ok := l.busy[k]
+	if !ok || ln.head == len(ln.items) {
+		return nil
+	}
+	out := slices.Clone(ln.items[ln.head:])
+	clear(ln.items)
+	ln.items, ln.head = ln.items[:0], 0
+	l.waiting -= len(out)
+	return out
 }
 
 // maxSpareCap is the largest lane kept for reuse: the lane of a hot key

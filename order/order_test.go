@@ -2,6 +2,7 @@ package order
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +94,54 @@ func TestLanesOneAtATimePerKey(t *testing.T) {
 	}
 	if !l.Add("a", 5) {
 		t.Fatal("a freed key must deliver at once")
+	}
+}
+
+// TestLanesCut: the items waiting behind a key can be taken out of its
+// line, in arrival order, while the key stays busy with the one being
+// delivered; Firsts names the first waiting item of each key.
+func TestLanesCut(t *testing.T) {
+	l := NewLanes[int]()
+	l.Add("a", 1)
+	l.Add("a", 2)
+	l.Add("a", 3)
+	l.Add("b", 4)
+	l.Add("b", 5)
+	l.Add("c", 6)
+	firsts := func() map[string]int {
+		got := map[string]int{}
+		l.Firsts(func(k string, first int) { got[k] = first })
+		return got
+	}
+	if got := firsts(); len(got) != 2 || got["a"] != 2 || got["b"] != 5 {
+		t.Fatalf("Firsts %v, want a:2 b:5 (c has nothing waiting)", got)
+	}
+	if got := l.Cut("a"); !slices.Equal(got, []int{2, 3}) {
+		t.Fatalf("Cut(a) = %v, want [2 3]", got)
+	}
+	if l.Waiting() != 1 || l.Busy() != 3 {
+		t.Fatalf("waiting %d busy %d, want 1 and 3: a stays busy", l.Waiting(), l.Busy())
+	}
+	if got := firsts(); len(got) != 1 || got["b"] != 5 {
+		t.Fatalf("Firsts %v, want b:5", got)
+	}
+	if got := l.Cut("c"); got != nil {
+		t.Fatalf("Cut(c) = %v, want nothing", got)
+	}
+	if got := l.Cut("z"); got != nil {
+		t.Fatalf("Cut of a free key = %v, want nothing", got)
+	}
+	if l.Add("a", 7) {
+		t.Fatal("a is still busy: 7 must wait")
+	}
+	if n, ok := l.Done("a"); !ok || n != 7 {
+		t.Fatalf("Done(a) = %d, %v; want 7", n, ok)
+	}
+	if _, ok := l.Done("a"); ok {
+		t.Fatal("nothing left behind a")
+	}
+	if got := l.Cut("b"); !slices.Equal(got, []int{5}) || l.Waiting() != 0 {
+		t.Fatalf("Cut(b) = %v, waiting %d; want [5] and 0", got, l.Waiting())
 	}
 }
 

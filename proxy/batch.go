@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -49,47 +48,52 @@ func (p *Loop) collect(ctx context.Context) {
 	defer p.wg.Done()
 	defer close(p.batches)
 	var (
-		cur   []Delivery
+		cur   formed
 		bytes int
 		// next is a delivery that did not fit in cur: it starts the next
 		// batch, and nothing more is taken until cur has gone.
-		next    Delivery
+		next    job
 		in      = p.pending
 		timer   *time.Timer
 		expired <-chan time.Time
 		waited  bool
 	)
-	add := func(d Delivery) {
-		if len(cur) == 0 && p.o.BatchWait > 0 {
-			timer = time.NewTimer(p.o.BatchWait)
-			expired = timer.C
+	add := func(j job) {
+		if len(cur.ds) == 0 {
+			// Deliveries come in the order they were received: the first
+			// is the one unacked longest.
+			cur.since = j.since
+			if p.o.BatchWait > 0 {
+				timer = time.NewTimer(p.o.BatchWait)
+				expired = timer.C
+			}
 		}
-		cur = append(cur, d)
-		bytes += len(d.Message().Body)
-		if mayCrash(d.Message()) {
+		cur.ds = append(cur.ds, j.d)
+		bytes += len(j.d.Message().Body)
+		if mayCrash(j.d.Message()) {
 			// It goes in a request of its own, now: nothing it could
 			// wait for would join it.
 			waited = true
 		}
 	}
 	for {
-		ready := len(cur) > 0 && (waited || p.o.Batch.Full(len(cur), bytes) ||
+		ready := len(cur.ds) > 0 && (waited || p.o.Batch.Full(len(cur.ds), bytes) ||
 			p.o.BatchWait <= 0 && p.sending.Load() == 0)
-		var out chan []Delivery
+		var out chan formed
 		if ready {
 			// What has arrived meanwhile joins it first: deliveries come
 			// in bursts, as acks free the prefetch.
 		fill:
-			for in != nil && !p.o.Batch.Full(len(cur), bytes) {
+			for in != nil && !p.o.Batch.Full(len(cur.ds), bytes) {
 				select {
-				case d, ok := <-in:
+				case j, ok := <-in:
 					if !ok {
 						break fill // closed: the select below sees it again
 					}
-					if p.o.Batch.Fits(len(cur), bytes, len(d.Message().Body)) {
-						add(d)
+					if p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
+						add(j)
 					} else {
-						next, in = d, nil
+						next, in = j, nil
 					}
 				default:
 					break fill
@@ -98,50 +102,49 @@ func (p *Loop) collect(ctx context.Context) {
 			// A worker waiting takes it; else a new worker, while fewer
 			// than Workers run.
 			p.sending.Add(1)
+			var handed bool
 			select {
 			case p.batches <- cur:
-				cur = nil
+				handed = true
 			default:
-				if p.spawnBatch(ctx, cur) {
-					cur = nil
-				}
+				handed = p.spawnBatch(ctx, cur)
 			}
-			if cur != nil {
+			if !handed {
 				p.sending.Add(-1) // not handed yet
 			}
-			if cur == nil {
-				bytes, expired, waited = 0, nil, false
+			if handed {
+				cur, bytes, expired, waited = formed{}, 0, nil, false
 				if timer != nil {
 					timer.Stop()
 				}
-				if next != nil {
+				if next.d != nil {
 					add(next)
-					next, in = nil, p.pending
+					next, in = job{}, p.pending
 				}
 				continue
 			}
 			out = p.batches
 		}
 		select {
-		case d, ok := <-in:
+		case j, ok := <-in:
 			if !ok {
-				p.giveBackAll(ctx, append(cur, next))
+				p.giveBackAll(ctx, append(cur.ds, next.d))
 				return
 			}
-			if p.o.Batch.Fits(len(cur), bytes, len(d.Message().Body)) {
-				add(d)
+			if p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
+				add(j)
 			} else {
-				next, in = d, nil
+				next, in = j, nil
 			}
 		case out <- cur:
 			p.sending.Add(1)
-			cur, bytes, expired, waited = nil, 0, nil, false
+			cur, bytes, expired, waited = formed{}, 0, nil, false
 			if timer != nil {
 				timer.Stop()
 			}
-			if next != nil {
+			if next.d != nil {
 				add(next)
-				next, in = nil, p.pending
+				next, in = job{}, p.pending
 			}
 		case <-expired:
 			expired, waited = nil, true
@@ -149,6 +152,14 @@ func (p *Loop) collect(ctx context.Context) {
 			// No batch at the app any more: a partial one may go.
 		}
 	}
+}
+
+// formed is a batch as the collector hands it to a worker: its
+// deliveries, in the order received, and when the first of them was
+// received, from which the batch's holds are bounded.
+type formed struct {
+	ds    []Delivery
+	since time.Time
 }
 
 // mayCrash says whether a message carries a crash count or the
@@ -161,14 +172,14 @@ func mayCrash(m *msg.Message) bool {
 }
 
 // spawnBatch starts a batch worker with b unless Workers already run.
-func (p *Loop) spawnBatch(ctx context.Context, b []Delivery) bool {
+func (p *Loop) spawnBatch(ctx context.Context, b formed) bool {
 	if !p.claimWorker() {
 		return false
 	}
 	go func() {
 		defer p.wg.Done()
 		for ok := true; ok; b, ok = <-p.batches {
-			p.handleBatch(ctx, b)
+			p.handleBatch(ctx, b.ds, b.since)
 			if p.sending.Add(-1) == 0 {
 				select {
 				case p.idle <- struct{}{}:
@@ -197,8 +208,11 @@ func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
 // go together, a message that must go alone goes by itself, in the order
 // received. A panic on the way is recovered: what is not yet settled goes
 // back marked as a crash suspect, to be delivered on its own, where the
-// single-message path sets the one that fails aside.
-func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
+// single-message path sets the one that fails aside. The batch's first
+// message was received at since: the batch has been unacked from then on
+// (also while it filled and waited for a worker), and its holds (an
+// in-place retry, a split) are bounded from there.
+func (p *Loop) handleBatch(ctx context.Context, ds []Delivery, since time.Time) {
 	sds := make([]*settleOnce, 0, len(ds))
 	for _, d := range ds {
 		if p.ready(ctx, d) {
@@ -206,7 +220,6 @@ func (p *Loop) handleBatch(ctx context.Context, ds []Delivery) {
 		}
 	}
 	defer p.recoverBatch(ctx, sds)
-	since := p.o.Now()
 	run := 0
 	for i, d := range sds {
 		if !mayCrash(d.Message()) {
@@ -239,17 +252,31 @@ func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time
 }
 
 // deliverSplit delivers ds in one request and settles each message from
-// the answer. A request that failed as a whole without an answer is split
-// in halves, each delivered the same way, down to single messages: the
-// message at fault ends up alone and is the only one charged. The halves
-// go one after the other, while every message is held unacked; a split
-// stops when the hold would reach MoveHoldMax, or at shutdown, and the
-// failure is then each message's outcome. splitting says ds is a half:
-// while the breaker refuses it (the app died under the whole), it waits
-// for the app rather than give up on the split.
+// the answer. A request that failed as a whole without an answer is split,
+// down to single messages, so that the message at fault ends up alone and
+// is the only one charged. A cut (the connection broken, the app dying, an
+// answer that is not HTTP) comes at once: the batch is split in halves,
+// one after the other, each delivered the same way, which finds the
+// message in few requests and keeps one of them at the app at a time. A
+// timeout costs the app's whole timeout at every level of halving, every
+// message held meanwhile: so a batch that timed out sends each of its
+// messages again alone, all at once (deliverAlone), and only the message
+// that hangs waits for a second timeout. Every message is held unacked
+// meanwhile; a split stops when the hold would reach half of MoveHoldMax,
+// or at shutdown, and the failure is then each message's outcome.
+// splitting says ds is a part of a split: while the breaker refuses it
+// (the app died under the whole), it waits for the app rather than give
+// up on the split.
 func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) {
 	es, v := p.deliverOnce(ctx, ds, since, splitting)
 	if es == nil {
+		return
+	}
+	if len(es) > 1 && batch.Splits(v.whole) && p.holdable(since) && v.whole.Kind == retry.Timeout {
+		p.endUnsettled(es, "split")
+		p.log.Info("batch timed out as a whole; delivering each of its messages alone, at once", "event", "BATCH_SPLIT",
+			"size", len(es), "alone", len(es), "error", msg.Truncate(v.whole.Error, msg.MaxErrorLen))
+		p.deliverAlone(ctx, ds, since)
 		return
 	}
 	if len(es) > 1 && batch.Splits(v.whole) && p.holdable(since) {
@@ -265,6 +292,30 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 		v = unsplit(v)
 	}
 	p.conclude(ctx, es, v, since)
+}
+
+// deliverAlone sends each message of ds not settled yet in a request of
+// its own, all at once, beside the worker, which goes on without waiting
+// for them: the neighbours are answered within a round trip, and the
+// message that hangs waits out its second timeout without keeping a
+// worker, or a slot of the concurrency limit (batch.Request.Split), from
+// the rest of the queue. Each is counted in flight, and Shutdown waits for
+// it, until it is settled; a panic while delivering one is recovered there
+// and charged to that message alone.
+func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Time) {
+	for _, d := range unsettled(ds) {
+		d.away = make(chan struct{})
+		p.wg.Add(1)
+		p.inFlight(1)
+		go func() {
+			defer p.wg.Done()
+			defer p.inFlight(-1)
+			defer close(d.away)
+			alone := []*settleOnce{d}
+			defer p.recoverBatch(ctx, alone)
+			p.deliverSplit(ctx, alone, since, true)
+		}()
+	}
 }
 
 // batchVerdict is what came of one batch request.
@@ -284,7 +335,7 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 	for {
 		var es []*entry
 		for _, d := range ds {
-			if d.settled.Load() {
+			if d.settled.Load() || p.lost(d) {
 				continue
 			}
 			e := p.begin(ctx, d, nil)
@@ -298,8 +349,8 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 		if len(es) == 0 {
 			return nil, batchVerdict{}
 		}
-		v := p.send(ctx, es)
-		if !(splitting && v.whole.Refused && p.holdable(since)) || !p.wait(bo.Next()) {
+		v := p.send(ctx, es, splitting)
+		if !(splitting && v.whole.Refused && p.holdable(since)) || !p.waitHeld(bo.Next(), entriesHeld(es)) {
 			// A refusal at shutdown goes back as a single refusal would.
 			return es, v
 		}
@@ -310,10 +361,12 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 // send makes the batch request of es: one CONSUMER span for the batch,
 // linked to each message's attempt span, under which the CLIENT span of
 // the request runs; each entry carries its own attempt's trace context to
-// the app.
-func (p *Loop) send(ctx context.Context, es []*entry) batchVerdict {
+// the app. split says es are part of a batch that failed as a whole
+// (batch.Request.Split).
+func (p *Loop) send(ctx context.Context, es []*entry, split bool) batchVerdict {
 	r := &batch.Request{
 		Alone:    len(es) == 1 && batch.Alone(es[0].in),
+		Split:    split,
 		Messages: make([]*msg.Message, len(es)),
 		Infos:    make([]msg.Info, len(es)),
 		Traces:   make([]trace.SpanContext, len(es)),
@@ -367,39 +420,49 @@ func unsplit(v batchVerdict) batchVerdict {
 }
 
 // conclude decides and settles each message of a batch from its outcome.
-// Acks are made in order, at once; the moves (a copy published and
-// confirmed before the ack) run side by side, so that a batch with several
-// failed messages waits for about one confirm, not one after the other. A
-// return of messages the app could not take waits the unavailable backoff
-// once for the batch.
+// Acks are made in order, at once. The moves (a copy published and
+// confirmed before the ack, a 425's hold before it, a return) run beside
+// the worker, which goes on with the next batch without waiting for them:
+// a hold or a slow confirm keeps only its own message, not the batch's
+// worker, as it would keep only that message's worker without batching.
+// Each move is counted in flight, and Shutdown waits for it, until it has
+// settled its message. A return of messages the app could not take waits
+// the unavailable backoff once for the batch.
 func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
 	waited := false
-	var moves sync.WaitGroup
 	for i, e := range es {
 		vd := p.judge(e, v.entries[i], v.latency)
 		if p.unavailable(vd.dec, vd.out) && !waited {
-			p.wait(p.o.UnavailableBackoff)
+			p.waitHeld(p.o.UnavailableBackoff, entriesHeld(es[i:]))
 			waited = true
+		}
+		if p.lost(e.d.(*settleOnce)) {
+			p.endUnsettled(es[i:i+1], "channel-closed")
+			continue
 		}
 		if vd.dec.Action == retry.Ack {
 			p.finish(e, vd, since, false)
 			e.span.End()
 			continue
 		}
-		moves.Add(1)
+		sd := e.d.(*settleOnce)
+		sd.moving = make(chan struct{})
+		p.wg.Add(1)
+		p.inFlight(1)
 		go func() {
-			defer moves.Done()
+			defer p.wg.Done()
+			defer p.inFlight(-1)
+			defer close(sd.moving)
 			defer func() {
 				// This goroutine is past the batch's own recovery.
 				if r := recover(); r != nil {
-					p.internalError(ctx, e.d.(*settleOnce), r)
+					p.internalError(ctx, sd, r)
 				}
 			}()
 			defer e.span.End()
 			p.finish(e, vd, since, false)
 		}()
 	}
-	moves.Wait()
 }
 
 // deliverOrdered delivers ds as batches in queue order. The messages up to
@@ -430,6 +493,11 @@ func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.
 			v = unsplit(v)
 		}
 		for i, e := range es {
+			if p.lost(e.d.(*settleOnce)) {
+				// Back in the queue already, ahead of what follows it.
+				p.endUnsettled(es[i:i+1], "channel-closed")
+				continue
+			}
 			vd := p.judge(e, v.entries[i], v.latency)
 			again := p.finish(e, vd, since, false)
 			e.span.End()
@@ -467,6 +535,34 @@ func (p *Loop) endUnsettled(es []*entry, why string) {
 	}
 }
 
+// lost says whether d's channel is closed, and the first time it finds so
+// counts it and marks d settled: the broker has put the message back (and
+// redelivers it), so nothing Hopper could still do with d would count,
+// and another request with it would only reach the app with a message
+// that can no longer be settled.
+func (p *Loop) lost(d *settleOnce) bool {
+	if alive(d.Delivery) {
+		return false
+	}
+	if d.settled.CompareAndSwap(false, true) {
+		p.Stats.SettleFailed.Add(1)
+	}
+	return true
+}
+
+// entriesHeld says whether any of es can still be settled: while one
+// can, a wait for them goes on.
+func entriesHeld(es []*entry) func() bool {
+	return func() bool {
+		for _, e := range es {
+			if alive(e.d) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // unsettled is the deliveries of ds not settled yet, in order.
 func unsettled(ds []*settleOnce) []*settleOnce {
 	out := ds[:0:0]
@@ -476,6 +572,34 @@ func unsettled(ds []*settleOnce) []*settleOnce {
 		}
 	}
 	return out
+}
+
+// movesUnderWay is the number of ds whose move, or request of its own
+// (deliverAlone), started beside the goroutine handling their batch, has
+// not ended.
+func movesUnderWay(ds []*settleOnce) int {
+	n := 0
+	for _, d := range ds {
+		if c := d.besides(); c != nil {
+			select {
+			case <-c:
+			default:
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// besides is closed when what was started for d beside the goroutine
+// handling its batch has ended: its request of its own, or its move; nil
+// when nothing was. Only that goroutine may ask.
+func (d *settleOnce) besides() chan struct{} {
+	if d.away != nil {
+		// Sent away: its own goroutine moves it, and says when done.
+		return d.away
+	}
+	return d.moving
 }
 
 func deliveries(ds []*settleOnce) []Delivery {
@@ -491,12 +615,29 @@ func deliveries(ds []*settleOnce) []Delivery {
 // belongs to is unknown, and delivered on its own, the one at fault is
 // dead-lettered with reason hopper-error. The panic is logged with its
 // stack and counted.
+//
+// A message whose move was under way when the panic came (a batch's moves
+// run beside the loop that concludes it), or that was sent in a request of
+// its own beside the worker, is settled by that move or request; returned
+// as well, it would be in two queues and its delivery settled twice. So
+// the recovery first waits for those, and returns only what none of them
+// settled.
 func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	r := recover()
 	if r == nil {
 		return
 	}
-	if left := unsettled(ds); len(left) == 1 {
+	if n := movesUnderWay(ds); n > 0 {
+		p.log.Warn("internal error while handling a batch; waiting for the moves under way before returning the rest", "event", "BATCH_RECOVERY_WAITING",
+			"size", len(ds), "moves", n, "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen))
+		for _, d := range ds {
+			if c := d.besides(); c != nil {
+				<-c
+			}
+		}
+	}
+	left := unsettled(ds)
+	if len(left) == 1 {
 		// Alone, the message is the cause: set aside as a single
 		// delivery's would be.
 		p.internalError(ctx, left[0], r)
@@ -504,9 +645,9 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	}
 	p.Stats.InternalErrors.Add(1)
 	p.obs.InternalError()
-	p.log.Error("internal error while handling a batch; its messages go back to be delivered each on its own", "event", "HOPPER_INTERNAL_ERROR",
-		"size", len(ds), "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen), "stack", string(debug.Stack()))
-	for _, d := range ds {
+	p.log.Error("internal error while handling a batch; its messages not settled go back to be delivered each on its own", "event", "HOPPER_INTERNAL_ERROR",
+		"size", len(ds), "returned", len(left), "error", msg.Truncate(fmt.Sprintf("internal error: %v", r), msg.MaxErrorLen), "stack", string(debug.Stack()))
+	for _, d := range left {
 		if d.settled.Load() {
 			continue
 		}

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +21,9 @@ import (
 type batchApp struct {
 	mu       sync.Mutex
 	requests [][]string
-	answer   func(ids []string) batch.Answer
+	// splits counts the requests marked as parts of a split batch.
+	splits int
+	answer func(ids []string) batch.Answer
 }
 
 func (a *batchApp) Deliver(context.Context, *msg.Message, msg.Info) retry.Outcome {
@@ -33,6 +37,9 @@ func (a *batchApp) DeliverBatch(_ context.Context, r *batch.Request) batch.Answe
 	}
 	a.mu.Lock()
 	a.requests = append(a.requests, ids)
+	if r.Split {
+		a.splits++
+	}
 	a.mu.Unlock()
 	return a.answer(ids)
 }
@@ -130,5 +137,106 @@ func TestBatchUnsplitCrashChargesNobody(t *testing.T) {
 		if _, charged := m.Headers[msg.HeaderCrashCount]; charged || m.Headers[msg.HeaderCrashSuspect] == nil {
 			t.Errorf("%s went back with headers %v: want the suspect mark and no crash count", m.MessageID, m.Headers)
 		}
+	}
+}
+
+// TestBatchTimeoutSendsEachAlone: a batch that times out as a whole has a
+// message that makes the app hang, and halving it would cost a timeout
+// per level, all its messages held meanwhile. Each message goes again
+// alone, all at once, beside the worker: the hanging one is the only one
+// to time out again, and while it hangs its neighbours are answered and
+// the one worker goes on with the next batch.
+func TestBatchTimeoutSendsEachAlone(t *testing.T) {
+	var mu sync.Mutex
+	answered := 0
+	others := make(chan struct{}) // closed once m2's neighbours and the next batch are answered
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	app := &batchApp{answer: func(ids []string) batch.Answer {
+		if !slices.Contains(ids, "m2") {
+			mu.Lock()
+			if answered++; answered == 4 {
+				close(others)
+			}
+			mu.Unlock()
+			return each(ids, retry.Outcome{Kind: retry.Response, Status: 200})
+		}
+		if len(ids) == 1 {
+			select {
+			case <-others:
+			case <-stop:
+			}
+		}
+		return each(ids, retry.Outcome{Kind: retry.Timeout, Error: "timeout"})
+	}}
+	p, pub := newBatchLoop(t, app, 4, time.Hour)
+	for _, id := range []string{"m0", "m1", "m2", "m3", "n0", "n1", "n2", "n3"} {
+		p.Handle(&fakeDelivery{m: &msg.Message{MessageID: id, Headers: map[string]any{}}, j: pub.j, alive: true})
+	}
+	settledAll(t, pub.j, 8)
+	if !p.Shutdown(context.Background()) {
+		t.Fatal("shutdown did not finish")
+	}
+	got := slices.Clone(app.requests)
+	slices.SortFunc(got, func(a, b []string) int { return cmp.Compare(strings.Join(a, " "), strings.Join(b, " ")) })
+	want := [][]string{{"m0"}, {"m0", "m1", "m2", "m3"}, {"m1"}, {"m2"}, {"m3"}, {"n0", "n1", "n2", "n3"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+	if app.splits != 4 {
+		t.Errorf("%d requests marked as parts of a split, want the 4 single ones", app.splits)
+	}
+	if !slices.Equal(pub.to, []string{"orders.retry.1s"}) || pub.got[0].MessageID != "m2" {
+		t.Errorf("published to %v: want m2 alone to its tier", pub.to)
+	}
+	if n := p.Stats.InFlight.Load(); n != 0 {
+		t.Errorf("in flight %d after shutdown, want 0", n)
+	}
+}
+
+// TestBatchMoveDoesNotKeepWorker: a message of a batch answered 425 is
+// held before it is requeued; the hold keeps that message, not the
+// batch's worker: the one worker takes the next batch at once.
+func TestBatchMoveDoesNotKeepWorker(t *testing.T) {
+	j := &journal{}
+	var atNext []string
+	app := &batchApp{}
+	app.answer = func(ids []string) batch.Answer {
+		a := each(ids, retry.Outcome{Kind: retry.Response, Status: 200})
+		if ids[0] == "m0" {
+			a.Entries[0] = retry.Outcome{Kind: retry.Response, Status: 425}
+		} else {
+			atNext = j.all()
+		}
+		return a
+	}
+	cfg := config.Default()
+	cfg.Queue.Name = "orders"
+	cfg.Requeue.MinHold, cfg.Requeue.MaxHold = config.Duration(time.Hour), config.Duration(time.Hour)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	plan := topology.FromConfig(&cfg)
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: app, Pub: &fakePub{j: j}, Workers: 1, Queue: 64,
+		Batch: batch.Limits{MaxMessages: 2, MaxBytes: 1 << 20}, BatchWait: time.Hour, MoveHoldMax: 24 * time.Hour})
+	p.Start(context.Background())
+	ch := &fakeChannel{}
+	for _, id := range []string{"m0", "m1", "n0", "n1"} {
+		p.Handle(&chanDelivery{m: &msg.Message{MessageID: id, Headers: map[string]any{}}, j: j, ch: ch})
+	}
+	waitfor.Until(t, 10*time.Second, "the next batch answered", func() bool {
+		app.mu.Lock()
+		defer app.mu.Unlock()
+		return len(app.requests) == 2
+	})
+	if !p.Shutdown(context.Background()) {
+		t.Fatal("shutdown did not finish")
+	}
+	if slices.Contains(atNext, "nack-requeue m0") || slices.Contains(atNext, "publish orders") {
+		t.Errorf("m0 was settled (%v) before the next batch went: its hold kept the worker", atNext)
+	}
+	// Shutdown cut the hold short: m0 goes back as it came.
+	if got := j.all(); !slices.Contains(got, "nack-requeue m0") || countOf(got, "ack m1") != 1 {
+		t.Errorf("journal %v: want m1 acked, m0 given back", got)
 	}
 }

@@ -218,12 +218,15 @@ func isRunsInOrder(ids []string) bool {
 }
 
 // clockApp moves a fake clock forward by advance while it handles a1 (a
-// slow call) and answers a2 503 on its first attempt.
+// slow call) and answers a2 503 on its first attempt. The call of a1 waits
+// for received to be closed, so that the clock moves only once both
+// messages are in.
 type clockApp struct {
-	mu      sync.Mutex
-	now     time.Time
-	advance time.Duration
-	calls   []string
+	mu       sync.Mutex
+	now      time.Time
+	advance  time.Duration
+	calls    []string
+	received chan struct{}
 }
 
 func (a *clockApp) Now() time.Time {
@@ -233,6 +236,9 @@ func (a *clockApp) Now() time.Time {
 }
 
 func (a *clockApp) Deliver(_ context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	if m.MessageID == "a1" {
+		<-a.received
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.calls = append(a.calls, fmt.Sprintf("%s#%d", m.MessageID, in.Attempt))
@@ -256,7 +262,7 @@ func (a *clockApp) DeliverBatch(context.Context, *batch.Request) batch.Answer { 
 // key could stay unacked a MoveHoldMax longer than the one before it,
 // past the broker's consumer timeout.
 func TestKeyedHoldBoundedFromReceipt(t *testing.T) {
-	app := &clockApp{now: time.Unix(1_700_000_000, 0), advance: 80 * time.Millisecond}
+	app := &clockApp{now: time.Unix(1_700_000_000, 0), advance: 80 * time.Millisecond, received: make(chan struct{})}
 	cfg := config.Default()
 	cfg.Queue.Name = "orders"
 	cfg.Retry.Tiers = []config.Duration{config.Duration(50 * time.Millisecond)}
@@ -279,6 +285,7 @@ func TestKeyedHoldBoundedFromReceipt(t *testing.T) {
 		m.MessageID = id
 		p.Handle(&fakeDelivery{m: m, j: j, alive: true})
 	}
+	close(app.received)
 	waitfor.Until(t, 10*time.Second, "a2's retry published", func() bool {
 		pub.mu.Lock()
 		defer pub.mu.Unlock()

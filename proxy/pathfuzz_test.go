@@ -41,7 +41,9 @@ import (
 // (checkBatch): the message among others whose ids and bodies the fuzzer
 // writes too, bytes that are not UTF-8 among them, sent through the real
 // batch client to an app that reads the request as a strict JSON parser
-// does.
+// does, ordered (a failed entry held in place) or not, and now and then
+// with the channel of its deliveries closing while a request is at the
+// app.
 func FuzzDeliveryPath(f *testing.F) {
 	for _, seed := range [][]byte{
 		{},
@@ -60,6 +62,18 @@ func FuzzDeliveryPath(f *testing.F) {
 		batchSeed(0, "\xed\xa0", 1, 0,
 			3, `\xed\xa0`, 3, 0, "\xc0\xaf", 1, "\xfe\xfe",
 			0, 0, 2, "\"\xff\"", "1", 2, ""),
+		// Ordered, the channel closing at the second request: the first
+		// answer holds the 503 (the second message) in place.
+		batchSeed(1, "m", 0, 3,
+			0, 0, 0, "ok", 0, "",
+			0, 0, 0, "ok", 2, "",
+			0, 0, 0, "ok", 0, "",
+			1, 2),
+		// Not ordered, the channel closing at the first request.
+		batchSeed(0, "m", 1, 0,
+			0, 0, 0, "ok", 2, "",
+			0, 0, 0, "ok", 1, "",
+			0, 1),
 	} {
 		f.Add(seed)
 	}
@@ -177,11 +191,17 @@ const (
 // path's own message) among them, through the real batch client to
 // strictBatchApp, and checks that each is settled exactly once and that
 // each of the written ones fares as the status the app gave its own entry
-// says: 200 acked, 422 dead-lettered with that status, 503 retried.
+// says: 200 acked, 422 dead-lettered with that status, 503 retried (on an
+// ordered loop, held in place until its last attempt, then dead-lettered).
+// When the fuzzer closes the deliveries' channel while a request is at
+// the app, nothing may happen to them after that: no request, no copy, no
+// settle (the broker has them back).
 func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadlineHeader string) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Queue.Name = "orders"
+	// In-place retries of an ordered batch wait out the tier's delay.
+	cfg.Retry.Tiers = []config.Duration{config.Duration(time.Millisecond)}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -234,31 +254,60 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 	delete(hostile.Headers, hdrWant)
 	ms = slices.Insert(ms, at, &hostile)
 
+	// Read last, so that the inputs written before they were read keep
+	// their meaning.
+	ordered := g.byte()%2 == 1
+	closeAt := int(g.byte() % 4) // the request during which the channel closes; 0: none
+
 	pub := &fakePub{j: &journal{}}
-	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: client, Pub: pub, Workers: 1,
+	ch := &fakeChannel{}
+	var requests, publishedAtClose int
+	deliverer := &closingApp{Deliverer: client, before: func() {
+		requests++
+		if requests == closeAt {
+			ch.closed.Store(true)
+			publishedAtClose = len(pub.j.all())
+		}
+	}}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: deliverer, Pub: pub, Workers: 1,
 		MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, DeadlineHeader: deadlineHeader, Quorum: quorum,
-		Batch: batch.Limits{MaxMessages: len(ms), MaxBytes: 1 << 20}})
+		Batch: batch.Limits{MaxMessages: len(ms), MaxBytes: 1 << 20}, InPlace: ordered})
 	ds := make([]Delivery, len(ms))
 	js := make([]*journal, len(ms))
 	for i, bm := range ms {
 		js[i] = &journal{}
-		ds[i] = &fakeDelivery{m: bm, j: js[i], alive: true}
+		ds[i] = &chanDelivery{m: bm, j: js[i], ch: ch}
 	}
-	p.handleBatch(context.Background(), ds)
+	p.handleBatch(context.Background(), ds, p.o.Now())
+	p.wg.Wait() // the moves and requests the batch left running beside it
 
 	if n := p.Stats.InternalErrors.Load(); n != 0 {
 		t.Fatalf("%d internal errors (recovered panics) on a batch", n)
 	}
+	closed := ch.closed.Load()
 	for i, j := range js {
 		settles := 0
 		for _, e := range j.all() {
-			if e == "ack" || strings.HasPrefix(e, "nack") {
+			switch {
+			case strings.Contains(e, "on a closed channel"):
+				t.Fatalf("message %d of the batch: %s (ordered %v): the broker has it back", i, e, ordered)
+			case strings.HasPrefix(e, "ack ") || strings.HasPrefix(e, "nack"):
 				settles++
 			}
 		}
-		if settles != 1 {
+		if settles != 1 && !closed || settles > 1 {
 			t.Fatalf("message %d of the batch settled %d times (%v), want exactly once", i, settles, j.all())
 		}
+	}
+	if closed {
+		if requests > closeAt {
+			t.Fatalf("%d requests to the app, %d after the deliveries' channel closed during request %d (ordered %v)",
+				requests, requests-closeAt, closeAt, ordered)
+		}
+		if got := pub.j.all(); len(got) > publishedAtClose {
+			t.Fatalf("published %v after the deliveries' channel closed", got[publishedAtClose:])
+		}
+		return
 	}
 	copies := make(map[int64][]int, len(ms))
 	for i, cp := range pub.got {
@@ -280,7 +329,8 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 		switch {
 		case want == 200 && len(got) == 0,
 			want == 422 && len(got) == 1 && to == plan.DLQ.Name && status == 422,
-			want == 503 && len(got) == 1 && to != plan.DLQ.Name && to != plan.Work.Name:
+			want == 503 && !ordered && len(got) == 1 && to != plan.DLQ.Name && to != plan.Work.Name,
+			want == 503 && ordered && len(got) == 1 && to == plan.DLQ.Name && status == 503:
 		default:
 			var dests []string
 			for _, i := range got {
@@ -292,6 +342,18 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 				k, w.MessageID, w.ContentType, w.Body, want, dests)
 		}
 	}
+}
+
+// closingApp calls before as each batch request starts, then delivers it
+// through the Deliverer.
+type closingApp struct {
+	Deliverer
+	before func()
+}
+
+func (a *closingApp) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
+	a.before()
+	return a.Deliverer.DeliverBatch(ctx, r)
 }
 
 // strictBatchApp is an app taking Hopper's batch requests as a strict JSON

@@ -38,6 +38,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -121,9 +122,11 @@ type Options struct {
 	// between attempts of a move whose publish failed. Defaults 1s and 30s.
 	MoveRetryMin, MoveRetryMax time.Duration
 	// MoveHoldMax is how long a delivery whose move keeps failing is held
-	// before it is given back. It must stay under the broker's
-	// consumer_timeout (30 min by default), past which the broker closes
-	// the channel. Default 10m.
+	// before it is given back. Counted from receipt, it also bounds the
+	// holds of an ordered delivery (InPlace, a key, an ordered batch) and
+	// a delivery's wait behind its key. It must stay under the broker's
+	// consumer_timeout (30 min by default), past which the broker takes
+	// back everything the channel holds. Default 10m.
 	MoveHoldMax time.Duration
 	// OnMovesFailing is told true when a first delivery starts waiting on a
 	// failing move and false when none is left waiting, so the caller can
@@ -221,8 +224,8 @@ type Loop struct {
 
 	// With batching, Handle queues deliveries on pending, collect forms
 	// them into batches and hands each on batches to a batch worker.
-	pending chan Delivery
-	batches chan []Delivery
+	pending chan job
+	batches chan formed
 	// sending counts batches handed to the workers and not yet done; idle
 	// tells the collector it fell to 0.
 	sending atomic.Int64
@@ -233,11 +236,17 @@ type Loop struct {
 	// delivery goes on with the next of its key.
 	lanesMu sync.Mutex
 	lanes   *order.Lanes[job]
+	// laneWake wakes boundLanes when a delivery starts to wait behind its
+	// key while no wake-up is set for the first to reach its bound
+	// (laneTimed false; under lanesMu).
+	laneWake  chan struct{}
+	laneTimed bool
 }
 
-// job is a delivery handed to a worker, with its ordering key ("" for
+// job is a delivery as Handle received it, with its ordering key ("" for
 // none) and when it was received: a delivery that waited behind its key
-// has been unacked since then, and its holds are bounded from there.
+// or for its batch to form has been unacked since then, and its holds are
+// bounded from there.
 type job struct {
 	d     Delivery
 	key   string
@@ -284,10 +293,11 @@ func New(o Options) *Loop {
 	}
 	if o.OrderingKey.Set() {
 		p.lanes = order.NewLanes[job]()
+		p.laneWake = make(chan struct{}, 1)
 	}
 	if p.batching() {
-		p.pending = make(chan Delivery, o.Queue)
-		p.batches = make(chan []Delivery)
+		p.pending = make(chan job, o.Queue)
+		p.batches = make(chan formed)
 		p.idle = make(chan struct{}, 1)
 	}
 	return p
@@ -301,6 +311,10 @@ func (p *Loop) Start(ctx context.Context) {
 	if p.batching() {
 		p.wg.Add(1)
 		go p.collect(ctx)
+	}
+	if p.lanes != nil {
+		p.wg.Add(1)
+		go p.boundLanes(ctx)
 	}
 }
 
@@ -369,21 +383,107 @@ func (p *Loop) Keys() (busy, waiting int) {
 	return p.lanes.Busy(), p.lanes.Waiting()
 }
 
+// boundLanes bounds the wait of a delivery behind its key. The broker
+// counts a delivery unacked from its receipt, whatever Hopper does with
+// it, and past its consumer_timeout (30 min by default) it gives back
+// everything the channel holds: RabbitMQ 4.x cancels the consumer, 3.x
+// closes the channel, and on a quorum queue each message so returned
+// spends one of its deliveries. A hot key whose messages the app is slow
+// to answer would keep the ones at the back of its line waiting that
+// long, so a delivery that has waited behind its key until MoveHoldMax
+// from its receipt (the bound of an in-place hold, kept under the
+// consumer timeout) is given back, with every delivery behind it, which
+// would otherwise overtake it (waitedTooLong). It runs until shutdown,
+// waking when the first waiting delivery reaches its bound.
+func (p *Loop) boundLanes(ctx context.Context) {
+	defer p.wg.Done()
+	timer := time.NewTimer(p.o.MoveHoldMax)
+	defer timer.Stop()
+	for {
+		now := p.o.Now()
+		cutoff := now.Add(-p.o.MoveHoldMax)
+		var due []string
+		var next time.Time // receipt of the first delivery waiting, of those not due
+		p.lanesMu.Lock()
+		p.lanes.Firsts(func(k string, first job) {
+			switch {
+			case !first.since.After(cutoff):
+				due = append(due, k)
+			case next.IsZero() || first.since.Before(next):
+				next = first.since
+			}
+		})
+		over := make([][]job, 0, len(due))
+		for _, k := range due {
+			over = append(over, p.lanes.Cut(k))
+		}
+		p.laneTimed = !next.IsZero()
+		p.lanesMu.Unlock()
+		for _, js := range over {
+			p.waitedTooLong(ctx, js, now)
+		}
+		var wake <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(next.Add(p.o.MoveHoldMax).Sub(now))
+			wake = timer.C
+		}
+		select {
+		case <-p.stopping:
+			// What still waits goes back through the workers, as at
+			// every shutdown.
+			return
+		case <-wake:
+		case <-p.laneWake:
+		}
+	}
+}
+
+// waitedTooLong gives back the deliveries that waited behind one key, in
+// line order, none of them seen by the app, the way the loop gives back:
+// a nack on a classic queue, which puts each back in its place, ahead of
+// the messages published after it, so they come again in their order; a
+// republish on a quorum queue (a nack would spend a delivery), which puts
+// them at the tail, behind messages of their key published meanwhile, and
+// is reported as leaving their place. No attempt is spent.
+func (p *Loop) waitedTooLong(ctx context.Context, js []job, now time.Time) {
+	p.log.Warn("messages waited behind their ordering key until broker.moveHoldMax from their receipt; given back to the work queue",
+		"event", "ORDERED_WAIT_EXHAUSTED", "message_id", js[0].d.Message().MessageID, "messages", len(js),
+		"waited_ms", now.Sub(js[0].since).Milliseconds())
+	for _, j := range js {
+		if !alive(j.d) {
+			p.Stats.SettleFailed.Add(1) // the broker has it back already
+			continue
+		}
+		m := j.d.Message()
+		in := p.safeHistory(m)
+		p.giveBack(ctx, &settleOnce{Delivery: j.d, ordered: true}, m, in)
+		p.record(retry.Outcome{}, false, retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}, 0)
+	}
+}
+
 // Handle hands a delivery to the workers. It is called by the consumer.
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
+	j := job{d: d, since: p.o.Now()}
 	if p.pending != nil {
-		p.pending <- d
+		p.pending <- j
 		return
 	}
-	j := job{d: d, since: p.o.Now()}
 	if p.lanes != nil {
 		if k, ok := p.o.OrderingKey.Key(d.Message()); ok {
 			j.key = k
 			p.lanesMu.Lock()
 			free := p.lanes.Add(k, j)
+			wake := !free && !p.laneTimed
+			p.laneTimed = p.laneTimed || wake
 			p.lanesMu.Unlock()
+			if wake {
+				select {
+				case p.laneWake <- struct{}{}:
+				default: // woken already
+				}
+			}
 			if !free {
 				return // it waits behind its key
 			}
@@ -447,13 +547,23 @@ func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since ti
 }
 
 // settleOnce remembers whether a delivery was acked or nacked, so that a
-// panic after its settle does not settle it a second time.
+// panic after its settle does not settle it a second time. A batch also
+// counts as settled a delivery whose channel closed (lost): the broker has
+// it back.
 type settleOnce struct {
 	Delivery
 	settled atomic.Bool
 	// ordered deliveries must keep their place in line; leaving it is
 	// reported.
 	ordered bool
+	// moving, when not nil, is closed once the move a batch started for
+	// the delivery beside the goroutine handling the batch has ended. Set
+	// and first read by that goroutine.
+	moving chan struct{}
+	// away, when not nil, is closed once the delivery, sent in a request
+	// of its own beside the worker of its batch (deliverAlone), is done
+	// with. Set by that worker, closed by the goroutine sending it.
+	away chan struct{}
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
@@ -786,7 +896,7 @@ func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in m
 	}
 	// The next attempt's span follows this one, as it would after a move.
 	propagator.Inject(ctx, headerCarrier(m.Headers))
-	if !p.wait(wait) {
+	if !p.waitHeld(wait, func() bool { return alive(d) }) {
 		in.Retries, in.Requeues, in.Crashes = dec.Retries, dec.Requeues, dec.Crashes
 		p.giveBack(ctx, d, m, in)
 		return heldThenGivenBack
@@ -1074,6 +1184,12 @@ func unpinnedDeadline(m *msg.Message, in msg.Info) bool {
 // instead, the one way left to keep it, and it reports false: the new
 // history was not kept.
 func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) bool {
+	if !alive(d) {
+		// The broker has put the message back already: a copy would be a
+		// second one.
+		p.settleFailed(m, "return", errChannelClosed)
+		return false
+	}
 	if err := p.publish(ctx, p.o.Plan.Work.Name, msg.ReturnCopy(m, in), "return"); err != nil {
 		p.moveFailed("return")
 		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
@@ -1102,6 +1218,44 @@ func (p *Loop) settleFailed(m *msg.Message, what string, err error) {
 	p.Stats.SettleFailed.Add(1)
 	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
 		"op", what, "message_id", m.MessageID, "error", err.Error())
+}
+
+// errChannelClosed is why a delivery whose channel closed is not settled.
+var errChannelClosed = errors.New("the delivery's channel is closed; the broker redelivers the message")
+
+// channelCheck is how often a wait for held deliveries looks at their
+// channel.
+const channelCheck = 50 * time.Millisecond
+
+// waitHeld sleeps d while deliveries are held for it, cut short by
+// shutdown (false) and when held says none of them can be settled any
+// more (true): their channel closed, the broker has put them back and
+// redelivers them, and they must not keep a worker from those copies for
+// the rest of a retry delay. Whoever goes on after the wait checks each
+// delivery's channel before using it, as every attempt does.
+func (p *Loop) waitHeld(d time.Duration, held func() bool) bool {
+	if !held() {
+		return true
+	}
+	if d <= channelCheck {
+		return p.wait(d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(channelCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-p.stopping:
+			return false
+		case <-tick.C:
+			if !held() {
+				return true
+			}
+		}
+	}
 }
 
 // wait sleeps d, cut short by shutdown. It reports whether it slept fully.

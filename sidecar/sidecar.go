@@ -414,9 +414,49 @@ func (s *Sidecar) label() string {
 // Run is the sidecar's lifetime: prepare the topology, wait for the app,
 // consume until ctx is done, then drain within the grace period. It returns
 // nil after a clean shutdown, and an error when it cannot start (a topology
-// mismatch, an admin port in use).
+// mismatch, an admin port in use). Each phase is a function of its own, in
+// the order they run; what one phase makes, the next ones are handed.
 func (s *Sidecar) Run(ctx context.Context) error {
-	cfg, log := s.cfg, s.log
+	if err := s.checkQueues(); err != nil {
+		return err
+	}
+	if s.cfg.Admin.Listen != "" {
+		srv, err := s.serveAdmin(s.cfg.Admin.Listen)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	s.phase.Store("waiting for the broker (declaring or verifying the topology)")
+	if err := s.prepareTopology(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	tracer := s.tracer()
+	side, err := s.connectApp(tracer)
+	if err != nil {
+		return err
+	}
+	if !s.waitForApp(ctx, side.ready) {
+		return nil // shut down while waiting: nothing was consumed
+	}
+	pub := s.startPublisher()
+	defer s.closePublisher(pub)
+	group, gates := s.newConsumers(pub, tracer)
+	deliverer := s.guardApp(ctx, side, gates, tracer)
+	// workCtx ends when the grace period does: in-flight HTTP calls are cut
+	// off then and their messages go back to the queue unacked.
+	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer endWork()
+	s.startLoops(workCtx, deliverer, pub, group, tracer)
+	runErr := s.consume(ctx, group)
+	s.drain(group, endWork)
+	return runErr
+}
+
+// checkQueues refuses to start with a queue whose routing rules did not
+// compile, and logs what the topology plans warn of.
+func (s *Sidecar) checkQueues() error {
+	log := s.log
 	for _, sub := range s.subs {
 		if sub.routesErr != nil {
 			return fmt.Errorf("routing rules of queue %s: %w", sub.name(), sub.routesErr)
@@ -427,24 +467,34 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			log.Warn(w, "event", "TOPOLOGY_WARNING", "queue", sub.name())
 		}
 	}
-	if cfg.Admin.Listen != "" {
-		srv, err := s.serveAdmin(cfg.Admin.Listen)
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-	}
+	return nil
+}
 
-	s.phase.Store("waiting for the broker (declaring or verifying the topology)")
-	if err := s.prepareTopology(ctx); err != nil || ctx.Err() != nil {
-		return err
-	}
-
+// tracer makes the sidecar's spans (noop without a TracerProvider).
+func (s *Sidecar) tracer() trace.Tracer {
 	tp := s.TracerProvider
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
 	tracer := tp.Tracer("github.com/hopper-sidecar/hopper")
+	return tracer
+}
+
+// appSide is what talks to the app before anything guards it: the
+// client, its credentials, the health check, and the number of workers
+// of all queues together.
+type appSide struct {
+	client  *app.Client
+	auth    *app.Auth
+	ready   *app.Ready
+	workers int
+}
+
+// connectApp builds the app side shared by every queue: the client with
+// its credentials and TLS, and the health check. An unreadable credential
+// or TLS file ends the run.
+func (s *Sidecar) connectApp(tracer trace.Tracer) (*appSide, error) {
+	cfg, log := s.cfg, s.log
 	// Every queue's workers may be in a request at once, so the pool and the
 	// concurrency limit are sized for all of them.
 	workers := 0
@@ -469,7 +519,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("app.auth: %w", err)
+		return nil, fmt.Errorf("app.auth: %w", err)
 	}
 	tlsCfg, err := app.NewTLS(app.TLSOptions{
 		CAFile:   cfg.App.TLS.CAFile,
@@ -480,7 +530,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("app.tls: %w", err)
+		return nil, fmt.Errorf("app.tls: %w", err)
 	}
 	client := app.NewClient(app.ClientOptions{
 		URL:          cfg.App.URL,
@@ -502,9 +552,16 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.app.Store(client)
 	gate, err := app.NewReady(cfg.App.URL, cfg.App.HealthPath, 2*time.Second)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gate.UseTLS(tlsCfg)
+	return &appSide{client: client, auth: auth, ready: gate, workers: workers}, nil
+}
+
+// waitForApp holds consuming back until the app's health check passes.
+// It reports false when ctx ended first.
+func (s *Sidecar) waitForApp(ctx context.Context, gate *app.Ready) bool {
+	log := s.log
 	s.phase.Store("waiting for the app's health check")
 	logged := false
 	if err := gate.Wait(ctx, time.Second, func(err error) {
@@ -513,11 +570,17 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			logged = true
 		}
 	}); err != nil {
-		return nil // shut down while waiting: nothing was consumed
+		return false
 	}
 	log.Info("app ready", "event", "APP_READY")
 	s.ready.Store(true)
+	return true
+}
 
+// startPublisher opens the publishing connection every queue's moves go
+// through.
+func (s *Sidecar) startPublisher() *broker.Publisher {
+	cfg, log := s.cfg, s.log
 	pub := broker.NewPublisher(broker.PublisherOptions{
 		Options:        broker.ConfigOptions(cfg.Broker, log, "hopper-publisher "+s.label()),
 		Channels:       cfg.Broker.PublishChannels,
@@ -527,12 +590,21 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		Topology: s.Plans(),
 	})
 	s.pub.Store(pub)
-	defer func() {
-		if err := pub.Close(); err != nil {
-			log.Warn("close publisher", "error", err.Error())
-		}
-	}()
+	return pub
+}
 
+// closePublisher closes the publishing connection once everything that
+// publishes has stopped.
+func (s *Sidecar) closePublisher(pub *broker.Publisher) {
+	if err := pub.Close(); err != nil {
+		s.log.Warn("close publisher", "error", err.Error())
+	}
+}
+
+// newConsumers makes every queue's consumer, on one consuming connection
+// (the group), and the gate the breaker pauses them all with.
+func (s *Sidecar) newConsumers(pub *broker.Publisher, tracer trace.Tracer) (*broker.Group, consumers) {
+	cfg, log := s.cfg, s.log
 	group := broker.NewGroup(broker.ConfigOptions(cfg.Broker, log, "hopper-consumer "+s.label()), func(reason string) {
 		s.metrics.Reconnected()
 		s.event(tracer, "hopper.reconnect", attribute.String("hopper.reason", reason))
@@ -572,6 +644,15 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		sub.cons.Store(cons)
 		gates[i] = cons
 	}
+	return group, gates
+}
+
+// guardApp puts in front of the app side what decides whether and how much
+// to call it: the limiter, the breaker, the app's refusal of Hopper's
+// credentials. Their background work runs until ctx ends.
+func (s *Sidecar) guardApp(ctx context.Context, side *appSide, gates consumers, tracer trace.Tracer) proxy.Deliverer {
+	cfg, log := s.cfg, s.log
+	client, gate, auth, workers := side.client, side.ready, side.auth, side.workers
 	// The app side, outermost first: breaker (is the app up?), limiter (how
 	// much can it take?), client. One of each for every queue: the app is
 	// one. The limit's fair sharing lets an ordered queue's single request
@@ -636,10 +717,13 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.refusal.Store(ref)
 	go ref.Run(ctx)
 	deliverer = ref
-	// workCtx ends when the grace period does: in-flight HTTP calls are cut
-	// off then and their messages go back to the queue unacked.
-	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer endWork()
+	return deliverer
+}
+
+// startLoops starts every queue's delivery loop on workCtx and hands it
+// its consumer's deliveries.
+func (s *Sidecar) startLoops(workCtx context.Context, deliverer proxy.Deliverer, pub *broker.Publisher, group *broker.Group, tracer trace.Tracer) {
+	log := s.log
 	// With several queues, a queue whose messages keep failing is paced
 	// while another queue's succeed, so its retries do not take the broker
 	// and Hopper from the healthy queue beside it.
@@ -658,14 +742,24 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		cons := sub.cons.Load()
 		group.Add(cons, func(d *broker.Delivery) { px.Handle(d) })
 	}
+}
 
+// consume runs the consumers until ctx ends.
+func (s *Sidecar) consume(ctx context.Context, group *broker.Group) error {
 	s.group.Store(group)
 	s.consuming.Store(true)
 	s.phase.Store("waiting for the broker (starting the consumer)")
 	runErr := group.Run(ctx)
 	s.consuming.Store(false)
 	s.stopping.Store(true)
+	return runErr
+}
 
+// drain finishes the in-flight messages within the grace period, then
+// ends the work (endWork) and closes the consuming connection, which
+// hands every unsettled delivery back to the broker.
+func (s *Sidecar) drain(group *broker.Group, endWork context.CancelFunc) {
+	cfg, log := s.cfg, s.log
 	grace := cfg.Shutdown.Grace.D()
 	log.Info("shutting down: consumer cancelled, finishing in-flight messages", "event", "SHUTDOWN_STARTED",
 		"grace", grace.String(), "in_flight", s.inFlight())
@@ -694,7 +788,6 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			"requeued", st.Requeued.Load(), "dead_lettered", st.DeadLettered.Load(), "returned", st.Returned.Load(),
 			"returned_on_shutdown", st.ReturnedOnShutdown.Load(), "move_failed", st.MoveFailed.Load())
 	}
-	return runErr
 }
 
 // newLoop builds the delivery loop of one queue.

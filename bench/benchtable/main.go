@@ -1,6 +1,6 @@
-// Command benchtable rewrites the performance table of README.md from the
-// summary lines hopperbench and dlqbench print, so that the figures in the
-// README are those of a run, never typed by hand. `make bench-readme` runs
+// Command benchtable rewrites the performance table of docs/performance.md
+// from the summary lines hopperbench and dlqbench print, so that the figures
+// there are those of a run, never typed by hand. `make bench-readme` runs
 // both benchmarks and pipes their output into it.
 //
 // It reads bench output on standard input, any mix of
@@ -26,11 +26,11 @@
 //	<!-- bench-table:begin -->
 //	<!-- bench-table:end -->
 //
-// of the README with a markdown table, one row per path found, in a fixed
+// of that page with a markdown table, one row per path found, in a fixed
 // order. Without both markers, or without any figures, it fails and leaves
-// the README alone.
+// the page alone.
 //
-//	go run ./bench/benchtable [--readme README.md] [--command "make bench-readme …"] < bench.log
+//	go run ./bench/benchtable [--readme docs/performance.md] [--command "make bench-readme …"] < bench.log
 package main
 
 import (
@@ -58,7 +58,7 @@ func main() {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchtable", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	readme := fs.String("readme", "README.md", "the file whose bench-table block is rewritten")
+	readme := fs.String("readme", "docs/performance.md", "the file whose bench-table block is rewritten")
 	command := fs.String("command", "", "the command that produced the figures, recorded in the block")
 	if err := fs.Parse(args); err != nil {
 		return 2

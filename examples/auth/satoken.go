@@ -29,10 +29,10 @@ type JWKS struct {
 
 // Claims are what VerifyServiceAccountToken returns of a token it accepts.
 type Claims struct {
-	Issuer   string    `json:"iss"`
-	Subject  string    `json:"sub"` // system:serviceaccount:<namespace>:<name>
-	Audience audience  `json:"aud"`
-	Expiry   unixTime  `json:"exp"`
+	Issuer    string    `json:"iss"`
+	Subject   string    `json:"sub"` // system:serviceaccount:<namespace>:<name>
+	Audience  audience  `json:"aud"`
+	Expiry    unixTime  `json:"exp"`
 	NotBefore *unixTime `json:"nbf,omitempty"`
 }
 

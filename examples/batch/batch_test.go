@@ -1,4 +1,4 @@
-// Package batch_test runs the batch handlers the README shows (Python,
+// Package batch_test runs the batch handlers docs/batch.md shows (Python,
 // Node.js and Go) as the programs they are and checks that each one reads
 // the request body Hopper writes in batch mode and answers with a results
 // body Hopper reads into one outcome per entry.
@@ -195,17 +195,17 @@ func start(t *testing.T, name string, args ...string) string {
 	return ""
 }
 
-// TestReadmeShowsTheseHandlers: the code the README's "Batch delivery"
-// section shows is these files' code, word for word, so the handlers the
+// TestReadmeShowsTheseHandlers: the code the batch delivery page
+// (docs/batch.md) shows is these files' code, word for word, so the handlers the
 // tests above run are the ones a reader copies.
 func TestReadmeShowsTheseHandlers(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "batch.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## Batch delivery\n")
+	_, section, ok := strings.Cut(string(data), "# Batch delivery\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Batch delivery" section`)
+		t.Fatal(`docs/batch.md has no "# Batch delivery" title`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	files := map[string]string{"python": "python/app.py", "js": "node/app.js", "go": "golang/main.go"}
@@ -221,7 +221,7 @@ func TestReadmeShowsTheseHandlers(t *testing.T) {
 		}
 		block, _, _ = strings.Cut(block, "```\n")
 		if !strings.Contains(string(src), block) {
-			t.Errorf("the README's %s block is not a part of %s as it stands:\n%s", lang, file, block)
+			t.Errorf("docs/batch.md's %s block is not a part of %s as it stands:\n%s", lang, file, block)
 		}
 	}
 }
