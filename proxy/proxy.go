@@ -109,6 +109,14 @@ type Options struct {
 	Pub Publisher
 	// Workers is the number of concurrent deliveries. Default 1.
 	Workers int
+	// WorkerCap, when set, bounds the workers started to what it returns
+	// at the time, at most Workers: the concurrency limit in front of the
+	// app. A delivery that would only wait for a slot at the app then
+	// waits in the hand-off buffer, not as a worker of its own parked on
+	// the limit with a stack grown by the deliveries before. Workers that
+	// run stay when the cap falls. Only for workers that hold nothing away
+	// from the app (no in-place holds, keys or batches). Default nil: Workers.
+	WorkerCap func() int
 	// Queue is the hand-off buffer between the consumer and the workers; at
 	// least the prefetch, so the consumer never blocks. Default Workers.
 	Queue int
@@ -318,11 +326,16 @@ func (p *Loop) Start(ctx context.Context) {
 	}
 }
 
-// claimWorker counts a new worker in unless Workers already run.
+// claimWorker counts a new worker in unless Workers (or WorkerCap's
+// bound) already run.
 func (p *Loop) claimWorker() bool {
+	limit := int64(p.o.Workers)
+	if p.o.WorkerCap != nil {
+		limit = min(limit, int64(max(1, p.o.WorkerCap())))
+	}
 	for {
 		n := p.running.Load()
-		if n >= int64(p.o.Workers) {
+		if n >= limit {
 			return false
 		}
 		if p.running.CompareAndSwap(n, n+1) {
