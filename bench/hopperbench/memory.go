@@ -12,7 +12,9 @@ import (
 // process's memory goes, in the order the memory table prints them. The
 // /memory/classes/ ones add up to /memory/classes/total:bytes, what the
 // runtime has mapped; of that, heap/released is handed back to the
-// operating system and is not resident.
+// operating system and is not resident. Profiling buckets are this
+// mode's own: the hopper binary links no memory profile, so its linker
+// turns heap sampling off and it has none.
 var memClasses = []struct{ name, label string }{
 	{"/memory/classes/heap/objects:bytes", "heap: objects (live and not yet collected)"},
 	{"/memory/classes/heap/unused:bytes", "heap: unused (free slots in spans in use)"},
@@ -24,7 +26,7 @@ var memClasses = []struct{ name, label string }{
 	{"/memory/classes/metadata/mcache/inuse:bytes", "runtime: per-P caches"},
 	{"/memory/classes/metadata/mcache/free:bytes", "runtime: per-P caches, free"},
 	{"/memory/classes/metadata/other:bytes", "runtime: other metadata (GC, page allocator)"},
-	{"/memory/classes/profiling/buckets:bytes", "profiling buckets"},
+	{"/memory/classes/profiling/buckets:bytes", "profiling buckets (this mode only)"},
 	{"/memory/classes/other:bytes", "runtime: other"},
 	{"/memory/classes/heap/released:bytes", "heap: released to the OS (not resident)"},
 	{"/memory/classes/total:bytes", "total mapped by the runtime"},
