@@ -485,9 +485,13 @@ func (p *Publisher) openChannel(ctx context.Context) (*pubChannel, error) {
 		gen:    gen,
 		room:   make(chan struct{}, n),
 		closed: make(chan struct{}),
-		// Returns of publishes given up on may wait here beside one per
-		// publish in flight until the next publish drains them.
-		returns: ch.NotifyReturn(make(chan amqp.Return, 4*n)),
+		// The library's reader waits while this buffer is full, and with
+		// it every confirm: it holds one return per publish in flight and
+		// as many of publishes given up on (cancelled), which wait until
+		// the next publish's confirm drains them. Each return is 264
+		// bytes, so a buffer of four times that (2 MiB over the default 8
+		// channels) was most of the live heap once moves began.
+		returns: ch.NotifyReturn(make(chan amqp.Return, 2*n)),
 		pending: make(map[int64]*sent, n),
 	}
 	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
