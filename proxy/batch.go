@@ -32,176 +32,19 @@ import (
 // between the runs of its batch, so order is kept, still written as a
 // batch (of one), since that is what the app's handler takes.
 
-// batching says whether the loop delivers in batches.
-func (p *Loop) batching() bool { return p.o.Batch.MaxMessages > 1 }
-
-// collect forms batches from the deliveries Handle queues and hands them
-// to the workers, until Shutdown closes pending. A batch goes when it is
-// full (messages or bytes), or when its oldest delivery has waited
-// BatchWait. With BatchWait 0 a batch that is not full goes as soon as no
-// other batch is at the app: an idle app gets each message at once, and a
-// busy one gets full batches, the messages gathering while its answers
-// are awaited, so no message waits longer than one request takes. (Sending
-// whatever is at hand whenever a worker was free made batches of about 7
-// of 32 at full speed: the cost of a request was then shared by few.)
-func (p *Loop) collect(ctx context.Context) {
-	defer p.wg.Done()
-	defer close(p.batches)
-	var (
-		cur   formed
-		bytes int
-		// next is a delivery that did not fit in cur: it starts the next
-		// batch, and nothing more is taken until cur has gone.
-		next    job
-		in      = p.pending
-		timer   *time.Timer
-		expired <-chan time.Time
-		waited  bool
-	)
-	add := func(j job) {
-		if len(cur.ds) == 0 {
-			// Deliveries come in the order they were received: the first
-			// is the one unacked longest.
-			cur.since = j.since
-			if p.o.BatchWait > 0 {
-				timer = time.NewTimer(p.o.BatchWait)
-				expired = timer.C
-			}
-		}
-		cur.ds = append(cur.ds, j.d)
-		bytes += len(j.d.Message().Body)
-		if mayCrash(j.d.Message()) {
-			// It goes in a request of its own, now: nothing it could
-			// wait for would join it.
-			waited = true
-		}
-	}
-	for {
-		ready := len(cur.ds) > 0 && (waited || p.o.Batch.Full(len(cur.ds), bytes) ||
-			p.o.BatchWait <= 0 && p.sending.Load() == 0)
-		var out chan formed
-		if ready {
-			// What has arrived meanwhile joins it first: deliveries come
-			// in bursts, as acks free the prefetch.
-		fill:
-			for in != nil && !p.o.Batch.Full(len(cur.ds), bytes) {
-				select {
-				case j, ok := <-in:
-					if !ok {
-						break fill // closed: the select below sees it again
-					}
-					if p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
-						add(j)
-					} else {
-						next, in = j, nil
-					}
-				default:
-					break fill
-				}
-			}
-			// A worker waiting takes it; else a new worker, while fewer
-			// than Workers run.
-			p.sending.Add(1)
-			var handed bool
-			select {
-			case p.batches <- cur:
-				handed = true
-			default:
-				handed = p.spawnBatch(ctx, cur)
-			}
-			if !handed {
-				p.sending.Add(-1) // not handed yet
-			}
-			if handed {
-				cur, bytes, expired, waited = formed{}, 0, nil, false
-				if timer != nil {
-					timer.Stop()
-				}
-				if next.d != nil {
-					add(next)
-					next, in = job{}, p.pending
-				}
-				continue
-			}
-			out = p.batches
-		}
-		select {
-		case j, ok := <-in:
-			if !ok {
-				p.giveBackAll(ctx, append(cur.ds, next.d))
-				return
-			}
-			if p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
-				add(j)
-			} else {
-				next, in = j, nil
-			}
-		case out <- cur:
-			p.sending.Add(1)
-			cur, bytes, expired, waited = formed{}, 0, nil, false
-			if timer != nil {
-				timer.Stop()
-			}
-			if next.d != nil {
-				add(next)
-				next, in = job{}, p.pending
-			}
-		case <-expired:
-			expired, waited = nil, true
-		case <-p.idle:
-			// No batch at the app any more: a partial one may go.
-		}
-	}
-}
-
-// formed is a batch as the collector hands it to a worker: its
-// deliveries, in the order received, and when the first of them was
-// received, from which the batch's holds are bounded.
-type formed struct {
-	ds    []Delivery
-	since time.Time
-}
-
-// mayCrash says whether a message carries a crash count or the
-// crash-suspect mark: it will go alone. Only the headers' presence is
-// looked at, which is all the collector needs.
-func mayCrash(m *msg.Message) bool {
-	_, crashed := m.Headers[msg.HeaderCrashCount]
-	_, suspect := m.Headers[msg.HeaderCrashSuspect]
-	return crashed || suspect
-}
-
-// spawnBatch starts a batch worker with b unless Workers already run.
-func (p *Loop) spawnBatch(ctx context.Context, b formed) bool {
-	if !p.claimWorker() {
-		return false
-	}
-	go func() {
-		defer p.wg.Done()
-		for ok := true; ok; b, ok = <-p.batches {
-			p.handleBatch(ctx, b.ds, b.since)
-			if p.sending.Add(-1) == 0 {
-				select {
-				case p.idle <- struct{}{}:
-				default: // the collector has been told already
-				}
-			}
-		}
-	}()
-	return true
-}
-
-// giveBackAll returns deliveries that were never sent: shutdown.
-func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
-	for _, d := range ds {
-		if d == nil || !alive(d) {
-			continue
-		}
-		p.Stats.ReturnedOnShutdown.Add(1)
-		m := d.Message()
-		in, _ := p.history(m, p.o.Now())
-		p.giveBack(ctx, d, m, in)
-	}
+// member is a delivery of a batch, settled once as every delivery is,
+// with what the batch started for it beside the goroutine handling the
+// batch, which the batch's recovery waits for (besides).
+type member struct {
+	settleOnce
+	// moving, when not nil, is closed once the move a batch started for
+	// the delivery beside the goroutine handling the batch has ended. Set
+	// and first read by that goroutine.
+	moving chan struct{}
+	// away, when not nil, is closed once the delivery, sent in a request
+	// of its own beside the worker of its batch (deliverAlone), is done
+	// with. Set by that worker, closed by the goroutine sending it.
+	away chan struct{}
 }
 
 // handleBatch delivers a batch: runs of messages that may share a request
@@ -213,10 +56,10 @@ func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
 // (also while it filled and waited for a worker), and its holds (an
 // in-place retry, a split) are bounded from there.
 func (p *Loop) handleBatch(ctx context.Context, ds []Delivery, since time.Time) {
-	sds := make([]*settleOnce, 0, len(ds))
+	sds := make([]*member, 0, len(ds))
 	for _, d := range ds {
 		if p.ready(ctx, d) {
-			sds = append(sds, &settleOnce{Delivery: d, ordered: p.o.InPlace})
+			sds = append(sds, &member{settleOnce: settleOnce{Delivery: d, ordered: p.o.InPlace}})
 		}
 	}
 	defer p.recoverBatch(ctx, sds)
@@ -238,7 +81,7 @@ func (p *Loop) handleBatch(ctx context.Context, ds []Delivery, since time.Time) 
 
 // deliverRun delivers messages that go together, as one batch or, when it
 // fails as a whole, as halves of it; an ordered loop keeps their order.
-func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time) {
+func (p *Loop) deliverRun(ctx context.Context, ds []*member, since time.Time) {
 	if len(ds) == 0 {
 		return
 	}
@@ -267,7 +110,7 @@ func (p *Loop) deliverRun(ctx context.Context, ds []*settleOnce, since time.Time
 // splitting says ds is a part of a split: while the breaker refuses it
 // (the app died under the whole), it waits for the app rather than give
 // up on the split.
-func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) {
+func (p *Loop) deliverSplit(ctx context.Context, ds []*member, since time.Time, splitting bool) {
 	es, v := p.deliverOnce(ctx, ds, since, splitting)
 	if es == nil {
 		return
@@ -291,7 +134,7 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 	if len(es) > 1 && batch.Splits(v.whole) {
 		v = unsplit(v)
 	}
-	p.conclude(ctx, es, v, since)
+	p.concludeEach(ctx, es, v, since)
 }
 
 // deliverAlone sends each message of ds not settled yet in a request of
@@ -302,7 +145,7 @@ func (p *Loop) deliverSplit(ctx context.Context, ds []*settleOnce, since time.Ti
 // the rest of the queue. Each is counted in flight, and Shutdown waits for
 // it, until it is settled; a panic while delivering one is recovered there
 // and charged to that message alone.
-func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Time) {
+func (p *Loop) deliverAlone(ctx context.Context, ds []*member, since time.Time) {
 	for _, d := range unsettled(ds) {
 		d.away = make(chan struct{})
 		p.wg.Add(1)
@@ -311,7 +154,7 @@ func (p *Loop) deliverAlone(ctx context.Context, ds []*settleOnce, since time.Ti
 			defer p.wg.Done()
 			defer p.inFlight(-1)
 			defer close(d.away)
-			alone := []*settleOnce{d}
+			alone := []*member{d}
 			defer p.recoverBatch(ctx, alone)
 			p.deliverSplit(ctx, alone, since, true)
 		}()
@@ -330,7 +173,7 @@ type batchVerdict struct {
 // attempts sent, in order, and the answer; nil when nothing was sent.
 // While splitting, a request the breaker refuses is tried again after a
 // growing pause, as long as the messages may be held.
-func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Time, splitting bool) ([]*entry, batchVerdict) {
+func (p *Loop) deliverOnce(ctx context.Context, ds []*member, since time.Time, splitting bool) ([]*entry, batchVerdict) {
 	bo := backoff.Backoff{Min: max(p.o.UnavailableBackoff/8, minUnavailableHold), Max: max(p.o.UnavailableBackoff, minUnavailableHold)}
 	for {
 		var es []*entry
@@ -338,13 +181,9 @@ func (p *Loop) deliverOnce(ctx context.Context, ds []*settleOnce, since time.Tim
 			if d.settled.Load() || p.lost(d) {
 				continue
 			}
-			e := p.begin(ctx, d, nil)
-			if e.expired() {
-				p.finish(e, p.expire(e), since, false)
-				e.span.End()
-				continue
+			if e := p.beginBatched(ctx, d, since); e != nil {
+				es = append(es, e)
 			}
-			es = append(es, e)
 		}
 		if len(es) == 0 {
 			return nil, batchVerdict{}
@@ -419,51 +258,77 @@ func unsplit(v batchVerdict) batchVerdict {
 	return v
 }
 
-// conclude decides and settles each message of a batch from its outcome.
-// Acks are made in order, at once. The moves (a copy published and
-// confirmed before the ack, a 425's hold before it, a return) run beside
-// the worker, which goes on with the next batch without waiting for them:
-// a hold or a slow confirm keeps only its own message, not the batch's
-// worker, as it would keep only that message's worker without batching.
-// Each move is counted in flight, and Shutdown waits for it, until it has
-// settled its message. A return of messages the app could not take waits
-// the unavailable backoff once for the batch.
-func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
-	waited := false
+// concludeEach decides and settles each message of a batch from its
+// outcome, each through the core's conclude. Acks are made in order, at
+// once. The moves (a copy published and confirmed before the ack, a 425's
+// hold before it, a return) run beside the worker, which goes on with the
+// next batch without waiting for them: a hold or a slow confirm keeps only
+// its own message, not the batch's worker, as it would keep only that
+// message's worker without batching. Each move is counted in flight, and
+// Shutdown waits for it, until it has settled its message. A return of
+// messages the app could not take waits the unavailable backoff once for
+// the batch.
+func (p *Loop) concludeEach(ctx context.Context, es []*entry, v batchVerdict, since time.Time) {
+	s := &spread{p: p, ctx: ctx}
 	for i, e := range es {
-		vd := p.judge(e, v.entries[i], v.latency)
-		if p.unavailable(vd.dec, vd.out) && !waited {
-			p.waitHeld(p.o.UnavailableBackoff, entriesHeld(es[i:]))
-			waited = true
-		}
-		if p.lost(e.d.(*settleOnce)) {
-			p.endUnsettled(es[i:i+1], "channel-closed")
-			continue
-		}
-		if vd.dec.Action == retry.Ack {
-			p.finish(e, vd, since, false)
-			e.span.End()
-			continue
-		}
-		sd := e.d.(*settleOnce)
-		sd.moving = make(chan struct{})
-		p.wg.Add(1)
-		p.inFlight(1)
-		go func() {
-			defer p.wg.Done()
-			defer p.inFlight(-1)
-			defer close(sd.moving)
-			defer func() {
-				// This goroutine is past the batch's own recovery.
-				if r := recover(); r != nil {
-					p.internalError(ctx, sd, r)
-				}
-			}()
-			defer e.span.End()
-			p.finish(e, vd, since, false)
-		}()
+		s.rest = es[i:]
+		p.conclude(e, v.entries[i], v.latency, since, s)
 	}
 }
+
+// spread is a batch's word on each of its messages as concludeEach
+// settles them, in no order that must be kept: the batch waits the
+// unavailable backoff once, before the first message that waits it, and
+// lets go of a message whose channel closed; a message that is not acked
+// is moved beside the worker.
+type spread struct {
+	p   *Loop
+	ctx context.Context
+	// rest is the entry being concluded and those after it.
+	rest []*entry
+	// waited says the batch has waited its unavailable backoff.
+	waited bool
+}
+
+func (s *spread) judged(e *entry, unavailable bool) bool {
+	if unavailable && !s.waited {
+		s.p.waitHeld(s.p.o.UnavailableBackoff, entriesHeld(s.rest))
+		s.waited = true
+	}
+	if s.p.lost(e.d.(*member)) {
+		s.p.endUnsettled([]*entry{e}, "channel-closed")
+		return false
+	}
+	return true
+}
+
+func (s *spread) beside(e *entry, carry func()) bool {
+	p, sd := s.p, e.d.(*member)
+	sd.moving = make(chan struct{})
+	p.wg.Add(1)
+	p.inFlight(1)
+	go func() {
+		defer p.wg.Done()
+		defer p.inFlight(-1)
+		defer close(sd.moving)
+		defer func() {
+			// This goroutine is past the batch's own recovery.
+			if r := recover(); r != nil {
+				p.internalError(s.ctx, &sd.settleOnce, r)
+			}
+		}()
+		carry()
+	}()
+	return true
+}
+
+// inLine is an ordered batch's word on each of its messages: nothing
+// between verdict and settle (its lost channels are looked at before the
+// verdict), and every message settled in turn, by the worker.
+type inLine struct{}
+
+func (inLine) judged(*entry, bool) bool   { return true }
+func (inLine) beside(*entry, func()) bool { return false }
 
 // deliverOrdered delivers ds as batches in queue order. The messages up to
 // the first that fails are settled; that one is held in place as a single
@@ -471,7 +336,7 @@ func (p *Loop) conclude(ctx context.Context, es []*entry, v batchVerdict, since 
 // after it are not settled on this answer: they go again with it, in the
 // next request, so none is acked ahead of it. A batch that failed as a
 // whole without an answer is split: its first half goes next, alone.
-func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.Time) {
+func (p *Loop) deliverOrdered(ctx context.Context, ds []*member, since time.Time) {
 	size := len(ds)
 	for len(ds) > 0 {
 		sub := ds[:min(size, len(ds))]
@@ -493,15 +358,12 @@ func (p *Loop) deliverOrdered(ctx context.Context, ds []*settleOnce, since time.
 			v = unsplit(v)
 		}
 		for i, e := range es {
-			if p.lost(e.d.(*settleOnce)) {
+			if p.lost(e.d.(*member)) {
 				// Back in the queue already, ahead of what follows it.
 				p.endUnsettled(es[i:i+1], "channel-closed")
 				continue
 			}
-			vd := p.judge(e, v.entries[i], v.latency)
-			again := p.finish(e, vd, since, false)
-			e.span.End()
-			if again {
+			if p.conclude(e, v.entries[i], v.latency, since, inLine{}) {
 				// Held in place: it and every message after it go again.
 				p.endUnsettled(es[i+1:], "behind-failed")
 				break
@@ -540,7 +402,7 @@ func (p *Loop) endUnsettled(es []*entry, why string) {
 // redelivers it), so nothing Hopper could still do with d would count,
 // and another request with it would only reach the app with a message
 // that can no longer be settled.
-func (p *Loop) lost(d *settleOnce) bool {
+func (p *Loop) lost(d *member) bool {
 	if alive(d.Delivery) {
 		return false
 	}
@@ -564,7 +426,7 @@ func entriesHeld(es []*entry) func() bool {
 }
 
 // unsettled is the deliveries of ds not settled yet, in order.
-func unsettled(ds []*settleOnce) []*settleOnce {
+func unsettled(ds []*member) []*member {
 	out := ds[:0:0]
 	for _, d := range ds {
 		if !d.settled.Load() {
@@ -577,7 +439,7 @@ func unsettled(ds []*settleOnce) []*settleOnce {
 // movesUnderWay is the number of ds whose move, or request of its own
 // (deliverAlone), started beside the goroutine handling their batch, has
 // not ended.
-func movesUnderWay(ds []*settleOnce) int {
+func movesUnderWay(ds []*member) int {
 	n := 0
 	for _, d := range ds {
 		if c := d.besides(); c != nil {
@@ -594,7 +456,7 @@ func movesUnderWay(ds []*settleOnce) int {
 // besides is closed when what was started for d beside the goroutine
 // handling its batch has ended: its request of its own, or its move; nil
 // when nothing was. Only that goroutine may ask.
-func (d *settleOnce) besides() chan struct{} {
+func (d *member) besides() chan struct{} {
 	if d.away != nil {
 		// Sent away: its own goroutine moves it, and says when done.
 		return d.away
@@ -602,7 +464,7 @@ func (d *settleOnce) besides() chan struct{} {
 	return d.moving
 }
 
-func deliveries(ds []*settleOnce) []Delivery {
+func deliveries(ds []*member) []Delivery {
 	out := make([]Delivery, len(ds))
 	for i, d := range ds {
 		out[i] = d
@@ -622,7 +484,7 @@ func deliveries(ds []*settleOnce) []Delivery {
 // as well, it would be in two queues and its delivery settled twice. So
 // the recovery first waits for those, and returns only what none of them
 // settled.
-func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
+func (p *Loop) recoverBatch(ctx context.Context, ds []*member) {
 	r := recover()
 	if r == nil {
 		return
@@ -640,7 +502,7 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 	if len(left) == 1 {
 		// Alone, the message is the cause: set aside as a single
 		// delivery's would be.
-		p.internalError(ctx, left[0], r)
+		p.internalError(ctx, &left[0].settleOnce, r)
 		return
 	}
 	p.Stats.InternalErrors.Add(1)
@@ -663,5 +525,27 @@ func (p *Loop) recoverBatch(ctx context.Context, ds []*settleOnce) {
 			p.republish(ctx, d, m, in)
 			p.record(retry.Outcome{}, false, retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}, 0)
 		}()
+	}
+}
+
+// mayCrash says whether a message carries a crash count or the
+// crash-suspect mark: it will go alone. Only the headers' presence is
+// looked at, which is all the collector needs.
+func mayCrash(m *msg.Message) bool {
+	_, crashed := m.Headers[msg.HeaderCrashCount]
+	_, suspect := m.Headers[msg.HeaderCrashSuspect]
+	return crashed || suspect
+}
+
+// giveBackAll returns deliveries that were never sent: shutdown.
+func (p *Loop) giveBackAll(ctx context.Context, ds []Delivery) {
+	for _, d := range ds {
+		if d == nil || !alive(d) {
+			continue
+		}
+		p.Stats.ReturnedOnShutdown.Add(1)
+		m := d.Message()
+		in, _ := p.history(m, p.o.Now())
+		p.giveBack(ctx, d, m, in)
 	}
 }

@@ -192,3 +192,11 @@ func errorType(o retry.Outcome) string {
 func statusAttr(o retry.Outcome) attribute.KeyValue {
 	return semconv.HTTPResponseStatusCode(o.Status)
 }
+
+// traceID is the span's trace id, or "" when there is none.
+func traceID(span trace.Span) string {
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

@@ -34,27 +34,33 @@ func (a *gatedApp) DeliverBatch(ctx context.Context, r *batch.Request) batch.Ans
 // wait in the hand-off buffer instead of each starting a worker, a rise of
 // the bound starts more, and every delivery is still delivered and acked.
 func TestWorkerCapBoundsWorkers(t *testing.T) {
-	p, _, j := newTestProxy(t, retry.Outcome{}, nil)
+	base, _, j := newTestProxy(t, retry.Outcome{}, nil)
 	app := &gatedApp{arrived: make(chan struct{}, 16), release: make(chan struct{})}
 	var limit atomic.Int64
 	limit.Store(2)
-	p.o.App = app
-	p.o.Workers = 8
-	p.o.WorkerCap = func() int { return int(limit.Load()) }
-	p.work = make(chan job, 16)
+	o := base.o
+	o.App = app
+	o.Workers = 8
+	o.Queue = 16
+	o.WorkerCap = func() int { return int(limit.Load()) }
+	p := New(o)
+	pl, ok := p.disp.(*pool)
+	if !ok {
+		t.Fatalf("dispatcher %T, want the worker pool", p.disp)
+	}
 	p.Start(context.Background())
 	for range 5 {
 		p.Handle(&fakeDelivery{m: msgWith(nil), j: j, alive: true})
 	}
 	<-app.arrived
 	<-app.arrived
-	if n := p.running.Load(); n != 2 {
+	if n := pl.crew.running.Load(); n != 2 {
 		t.Fatalf("%d workers started for a cap of 2, want 2", n)
 	}
 	limit.Store(3)
 	p.Handle(&fakeDelivery{m: msgWith(nil), j: j, alive: true})
 	<-app.arrived
-	if n := p.running.Load(); n != 3 {
+	if n := pl.crew.running.Load(); n != 3 {
 		t.Fatalf("%d workers after the cap rose to 3, want 3", n)
 	}
 	if n := app.at.Load(); n != 3 {

@@ -1,0 +1,341 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/retry"
+)
+
+// settle carries out a decision. It is the one place where deliveries are
+// acked, nacked or moved. It reports whether the decision was carried out;
+// false means the delivery was given back (or its channel was lost) instead.
+func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
+	dec retry.Decision, out retry.Outcome) bool {
+	switch dec.Action {
+	case retry.Ack, retry.Drop:
+		if err := d.Ack(); err != nil {
+			p.settleFailed(m, "ack", err)
+			return false
+		}
+		if dec.Action == retry.Drop {
+			p.log.Info("message dropped", "event", "MESSAGE_DROPPED", "message_id", m.MessageID, "reason", dec.Reason)
+		}
+		return true
+
+	case retry.Return:
+		if dec.Crashes > in.Crashes {
+			// The app died handling it: the new crash count must travel
+			// with the message, which a nack cannot do.
+			in.Crashes, in.Suspect = dec.Crashes, dec.Suspect
+			if p.republish(ctx, d, m, in) {
+				p.log.Warn("the app died handling this message; returned with its crash count", "event", "APP_CRASHED",
+					"message_id", m.MessageID, "crashes", dec.Crashes, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
+			}
+			return true
+		}
+		if dec.Suspect != in.Suspect {
+			// The app died with this message and others in flight: it goes
+			// back marked, to be delivered on its own, charged nothing.
+			in.Suspect = dec.Suspect
+			if p.republish(ctx, d, m, in) {
+				p.log.Info("the app died with this message among others in flight; returned to be delivered on its own",
+					"event", "APP_CRASH_SUSPECT", "message_id", m.MessageID, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
+			}
+			return true
+		}
+		p.giveBack(ctx, d, m, in)
+		return true
+
+	case retry.Requeue:
+		in.Suspect = dec.Suspect
+		cp := msg.RequeueCopy(m, in, dec.Requeues)
+		if dec.Tier > 0 {
+			return p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue")
+		}
+		if !p.wait(dec.Hold) {
+			// Shutting down: back to the queue as it came.
+			p.giveBack(ctx, d, m, in)
+			return false
+		}
+		return p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue")
+
+	case retry.Retry:
+		in.Suspect = dec.Suspect
+		cp := msg.RetryCopy(m, in, dec.Retries, out.Status, p.o.Now())
+		return p.toTier(ctx, d, m, in, cp, dec.Tier, "retry")
+
+	case retry.DLQ:
+		tid := traceID(trace.SpanFromContext(ctx))
+		in.Crashes, in.Suspect = dec.Crashes, dec.Suspect
+		cp := msg.DLQCopy(m, in, msg.DeadLetter{
+			Reason: dec.Reason, Status: out.Status, Error: out.Error, Retries: dec.Retries,
+			TraceID: tid, Now: p.o.Now(),
+		})
+		if !p.move(ctx, d, m, in, p.o.Plan.DLQ.Name, cp, "dlq") {
+			return false
+		}
+		level := slog.LevelWarn
+		if dec.Reason == retry.ReasonFiltered {
+			// Set aside on purpose, as the config asks: one line per
+			// message would drown the log of a busy filter.
+			level = slog.LevelDebug
+		}
+		if p.log.Enabled(ctx, level) {
+			p.log.Log(ctx, level, "message dead-lettered", "event", retry.Event(dec.Reason), "message_id", m.MessageID,
+				"routing_key", in.RoutingKey, "reason", dec.Reason,
+				"status", out.Status, "retries", dec.Retries, "error", msg.Truncate(out.Error, msg.MaxErrorLen),
+				"trace_id", tid)
+		}
+		return true
+	}
+	// A decision without an action is a bug; keep the message.
+	p.log.Error("no action decided; message returned", "event", "DECISION_MISSING", "message_id", m.MessageID)
+	p.giveBack(ctx, d, m, in)
+	return false
+}
+
+func (p *Loop) toTier(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
+	cp *msg.Message, tier time.Duration, why string) bool {
+	q, ok := p.o.Plan.TierQueue(tier)
+	if !ok {
+		// The selector only picks configured tiers; keep the message if not.
+		p.log.Error("no queue for delay tier; message returned", "event", "TIER_MISSING", "tier", tier.String())
+		p.giveBack(ctx, d, m, in)
+		return false
+	}
+	return p.move(ctx, d, m, in, q, cp, why)
+}
+
+// move publishes cp to queue, waits for the confirm, then acks d. A failed
+// publish is retried with backoff while the delivery is held; the decision
+// is never taken again. The delivery is let go (given back) only when it
+// must: shutdown, its channel lost, or held for MoveHoldMax. It reports
+// whether the move completed.
+func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
+	queue string, cp *msg.Message, why string) bool {
+	var (
+		started = time.Now()
+		bo      = backoff.Backoff{Min: p.o.MoveRetryMin, Max: p.o.MoveRetryMax}
+		held    bool
+	)
+	defer func() {
+		if held {
+			p.movesFailing(-1)
+		}
+	}()
+	for {
+		err := p.publish(ctx, queue, cp, why)
+		if err == nil {
+			break
+		}
+		p.moveFailed(why)
+		if !held {
+			held = true
+			p.movesFailing(1)
+			p.log.Error("move failed; holding the message and retrying the move", "event", "MOVE_FAILED",
+				"message_id", m.MessageID, "to", queue, "why", why, "error", err.Error())
+		}
+		switch {
+		case !alive(d):
+			// The broker has put the original back already.
+			p.settleFailed(m, "move", err)
+			return false
+		case p.stopped(), time.Since(started) >= p.o.MoveHoldMax:
+			p.log.Warn("move still failing; message given back to the work queue", "event", "MOVE_ABANDONED",
+				"message_id", m.MessageID, "to", queue, "why", why, "held_ms", time.Since(started).Milliseconds(),
+				"error", err.Error())
+			p.giveBack(ctx, d, m, in)
+			return false
+		}
+		p.wait(bo.Next())
+	}
+	if held {
+		p.log.Info("move succeeded after failing", "event", "MOVE_RECOVERED", "message_id", m.MessageID,
+			"to", queue, "why", why, "held_ms", time.Since(started).Milliseconds())
+	}
+	if err := d.Ack(); err != nil {
+		// The copy exists and the original will be redelivered: a duplicate,
+		// never a loss.
+		p.settleFailed(m, "ack after move", err)
+		return false
+	}
+	return true
+}
+
+// publish sends one copy and waits for its confirm. The publish finishes
+// even during shutdown: a copy whose confirm is abandoned would become a
+// duplicate. It has its own confirm timeout.
+func (p *Loop) publish(ctx context.Context, queue string, cp *msg.Message, why string) error {
+	pctx, span := startProducer(context.WithoutCancel(ctx), p.tr, queue, why, cp.Headers)
+	err := p.o.Pub.Publish(pctx, queue, cp)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
+}
+
+func (p *Loop) movesFailing(delta int64) {
+	n := p.Stats.MovesFailing.Add(delta)
+	if p.o.OnMovesFailing == nil {
+		return
+	}
+	switch {
+	case delta > 0 && n == 1:
+		p.o.OnMovesFailing(true)
+	case delta < 0 && n == 0:
+		p.o.OnMovesFailing(false)
+	}
+}
+
+// giveBack returns a delivery to the work queue as it came, without
+// spending an attempt: the app could not take it, or Hopper is letting go
+// of it. On a classic queue that is a nack with requeue. On a quorum queue
+// it is a republish (counters, origin and deadline kept) → confirm → ack,
+// so the queue's delivery limit is not spent.
+func (p *Loop) giveBack(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) {
+	if !p.o.Quorum && !unpinnedDeadline(m, in) {
+		p.nack(d)
+		return
+	}
+	p.republish(ctx, d, m, in)
+}
+
+// unpinnedDeadline says whether in's deadline was counted from m's AMQP
+// expiration at this receipt and is written nowhere yet: a nack would
+// bring the message back as it came, and the next receipt would count the
+// expiration again, later. Such a give-back republishes with the deadline
+// pinned, also on a classic queue.
+func unpinnedDeadline(m *msg.Message, in msg.Info) bool {
+	if in.Deadline.IsZero() || m.Expiration == "" {
+		return false
+	}
+	_, pinned := m.Headers[msg.HeaderDeadline]
+	return !pinned
+}
+
+// republish puts a copy of m, with the history in, back in the work queue,
+// then acks the delivery. When the publish fails the delivery is nacked
+// instead, the one way left to keep it, and it reports false: the new
+// history was not kept.
+func (p *Loop) republish(ctx context.Context, d Delivery, m *msg.Message, in msg.Info) bool {
+	if !alive(d) {
+		// The broker has put the message back already: a copy would be a
+		// second one.
+		p.settleFailed(m, "return", errChannelClosed)
+		return false
+	}
+	if err := p.publish(ctx, p.o.Plan.Work.Name, msg.ReturnCopy(m, in), "return"); err != nil {
+		p.moveFailed("return")
+		p.log.Warn("could not republish a returned message; nacking it instead", "event", "RETURN_NACKED",
+			"message_id", m.MessageID, "error", err.Error())
+		p.nack(d)
+		return false
+	}
+	if ordered(d) {
+		p.log.Warn("ordered message returned to the tail of the work queue; later messages of its key may come first",
+			"event", "ORDER_BROKEN", "message_id", m.MessageID, "reason", OrderReturned)
+		p.orderBroken(OrderReturned)
+	}
+	if err := d.Ack(); err != nil {
+		p.settleFailed(m, "ack after return", err)
+	}
+	return true
+}
+
+func (p *Loop) nack(d Delivery) {
+	if err := d.Nack(true); err != nil {
+		p.settleFailed(d.Message(), "nack", err)
+	}
+}
+
+func (p *Loop) settleFailed(m *msg.Message, what string, err error) {
+	p.Stats.SettleFailed.Add(1)
+	p.log.Warn("could not settle delivery; the broker will redeliver it", "event", "SETTLE_FAILED",
+		"op", what, "message_id", m.MessageID, "error", err.Error())
+}
+
+// errChannelClosed is why a delivery whose channel closed is not settled.
+var errChannelClosed = errors.New("the delivery's channel is closed; the broker redelivers the message")
+
+// ordered reports whether a delivery must keep its place in line.
+func ordered(d Delivery) bool {
+	o, ok := d.(interface{ Ordered() bool })
+	return ok && o.Ordered()
+}
+
+// alive reports whether a delivery can still be settled. Deliveries that
+// cannot tell are taken to be alive.
+func alive(d Delivery) bool {
+	a, ok := d.(interface{ Alive() bool })
+	return !ok || a.Alive()
+}
+
+func (p *Loop) moveFailed(why string) {
+	p.Stats.MoveFailed.Add(1)
+	p.obs.MoveFailed(why)
+}
+
+// orderBroken counts an ordered message that left its place in line.
+func (p *Loop) orderBroken(reason string) {
+	p.Stats.OrderBroken.Add(1)
+	p.obs.OrderBroken(reason)
+}
+
+// channelCheck is how often a wait for held deliveries looks at their
+// channel.
+const channelCheck = 50 * time.Millisecond
+
+// waitHeld sleeps d while deliveries are held for it, cut short by
+// shutdown (false) and when held says none of them can be settled any
+// more (true): their channel closed, the broker has put them back and
+// redelivers them, and they must not keep a worker from those copies for
+// the rest of a retry delay. Whoever goes on after the wait checks each
+// delivery's channel before using it, as every attempt does.
+func (p *Loop) waitHeld(d time.Duration, held func() bool) bool {
+	if !held() {
+		return true
+	}
+	if d <= channelCheck {
+		return p.wait(d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(channelCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-p.stopping:
+			return false
+		case <-tick.C:
+			if !held() {
+				return true
+			}
+		}
+	}
+}
+
+// wait sleeps d, cut short by shutdown. It reports whether it slept fully.
+func (p *Loop) wait(d time.Duration) bool {
+	if d <= 0 {
+		return !p.stopped()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.stopping:
+		return false
+	}
+}
