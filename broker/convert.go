@@ -10,6 +10,11 @@ import (
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
+// fromDelivery turns a delivery into the message the loop works on. The
+// message takes the delivery's headers map over, converted in place (see
+// fromTable): the delivery is dropped once converted, and copying every
+// table of a message that went through a delay tier (x-death is a list of
+// tables) cost more allocations than the rest of its receipt.
 func fromDelivery(d *amqp.Delivery) *msg.Message {
 	h := fromTable(d.Headers)
 	delete(h, headerPublishID) // the publisher's own bookkeeping
@@ -56,15 +61,22 @@ func toPublishing(m *msg.Message) amqp.Publishing {
 	}
 }
 
+// fromTable returns t as the message's headers. An amqp.Table is a
+// map[string]any, so it becomes one without a copy; the values that are
+// the client's own types (nested tables, decimals) are replaced in place,
+// nested tables and lists converted the same way. t is the caller's to
+// give up: it must not be read as an amqp.Table afterwards.
 func fromTable(t amqp.Table) map[string]any {
 	if t == nil {
 		return map[string]any{}
 	}
-	out := make(map[string]any, len(t))
 	for k, v := range t {
-		out[k] = fromField(v)
+		switch v.(type) {
+		case amqp.Decimal, amqp.Table, []any:
+			t[k] = fromField(v)
+		}
 	}
-	return out
+	return map[string]any(t)
 }
 
 func fromField(v any) any {
@@ -74,11 +86,10 @@ func fromField(v any) any {
 	case amqp.Table:
 		return fromTable(x)
 	case []any:
-		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = fromField(e)
+			x[i] = fromField(e)
 		}
-		return out
+		return x
 	}
 	return v
 }

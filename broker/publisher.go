@@ -111,15 +111,25 @@ type pubChannel struct {
 	returns chan amqp.Return
 	mu      sync.Mutex
 	// pending holds the publishes awaiting their confirm by publish id.
-	pending map[int64]*pendingPublish
+	pending map[int64]*sent
 
 	// retired channels take no new publishes; the last publish in flight
 	// on one closes it.
 	retired atomic.Bool
 }
 
-// pendingPublish is a publish awaiting its confirm.
-type pendingPublish struct {
+// sent is one publish on its way: published, its confirm not yet read.
+// One allocation holds what the wait for its confirm needs.
+type sent struct {
+	p     *Publisher
+	pc    *pubChannel
+	ctx   context.Context
+	dc    *amqp.DeferredConfirmation
+	key   string
+	id    int64 // headerPublishID
+	epoch int64 // blockEpoch when it was published
+	// returned is the broker's basic.return of this publish, matched by
+	// matchReturns under pc.mu.
 	returned *amqp.Return
 }
 
@@ -202,7 +212,11 @@ func (p *Publisher) PublishTo(ctx context.Context, exchange, key string, m *msg.
 
 // publishOnce publishes m once and waits for its confirm.
 func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *msg.Message) error {
-	return p.Send(ctx, exchange, key, m)()
+	s, err := p.send(ctx, exchange, key, m)
+	if err != nil {
+		return err
+	}
+	return s.wait()
 }
 
 // Send is PublishTo in two steps: it publishes m before it returns, so
@@ -211,68 +225,102 @@ func (p *Publisher) publishOnce(ctx context.Context, exchange, key string, m *ms
 // which must be called exactly once. A caller so keeps many copies in
 // flight in order, where PublishTo would wait for each confirm in turn.
 func (p *Publisher) Send(ctx context.Context, exchange, key string, m *msg.Message) (wait func() error) {
-	fail := func(err error) func() error { return func() error { return err } }
+	s, err := p.send(ctx, exchange, key, m)
+	if err != nil {
+		return func() error { return err }
+	}
+	return s.wait
+}
+
+// send publishes m and returns the publish, to be waited for exactly
+// once. Each move passes here, so the usual case (the channel open, room
+// on it) takes no timer and no context of its own: those are made only
+// when the publish has to wait for a channel to open or for room.
+func (p *Publisher) send(ctx context.Context, exchange, key string, m *msg.Message) (*sent, error) {
 	// While the broker blocks publishing (memory or disk alarm) the move
 	// waits, however long: failing it would only put the message back to be
 	// delivered and fail again. The confirm timeout starts after.
 	if err := p.waitUnblocked(ctx); err != nil {
-		return fail(err)
+		return nil, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
-	defer cancel()
-	pc, err := p.channel(tctx)
+	pc, err := p.channel(ctx)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	select {
 	case pc.room <- struct{}{}:
-	case <-pc.closed:
-		return fail(fmt.Errorf("publish channel closed: %w", pc.err))
-	case <-tctx.Done():
-		return fail(fmt.Errorf("wait for room on a publish channel: %w", tctx.Err()))
+	default:
+		if err := p.waitRoom(ctx, pc); err != nil {
+			return nil, err
+		}
 	}
-	id := p.publishSeq.Add(1)
-	pp := &pendingPublish{}
+	s := &sent{p: p, pc: pc, ctx: ctx, key: key, id: p.publishSeq.Add(1)}
 	pc.mu.Lock()
-	pc.pending[id] = pp
+	pc.pending[s.id] = s
 	pc.mu.Unlock()
-	returned := func() *amqp.Return {
-		pc.mu.Lock()
-		defer pc.mu.Unlock()
-		pc.matchReturns()
-		delete(pc.pending, id)
-		return pp.returned
-	}
-	release := func() {
-		<-pc.room
-		pc.closeIfRetired()
-	}
 
-	epoch := p.blockEpoch.Load()
+	s.epoch = p.blockEpoch.Load()
 	// The write itself may stall while the broker blocks the connection
 	// (it stops reading); the confirm wait below starts after it.
 	pub := toPublishing(m)
 	if pub.Headers == nil {
 		pub.Headers = amqp.Table{}
 	}
-	pub.Headers[headerPublishID] = id
-	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
+	pub.Headers[headerPublishID] = s.id
+	s.dc, err = pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key,
 		true,  // mandatory: an unroutable copy must come back, not vanish
 		false, // immediate
 		pub)
 	if err != nil {
-		returned()
-		release()
-		return fail(fmt.Errorf("publish to %q: %w", key, err))
+		s.takeReturn()
+		s.release()
+		return nil, fmt.Errorf("publish to %q: %w", key, err)
 	}
-	return func() error {
-		defer release()
-		return p.confirm(ctx, pc, dc, key, epoch, returned)
+	return s, nil
+}
+
+// waitRoom waits, at most the confirm timeout, until pc has room for one
+// more publish in flight, and takes it.
+func (p *Publisher) waitRoom(ctx context.Context, pc *pubChannel) error {
+	tctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
+	defer cancel()
+	select {
+	case pc.room <- struct{}{}:
+		return nil
+	case <-pc.closed:
+		return fmt.Errorf("publish channel closed: %w", pc.err)
+	case <-tctx.Done():
+		return fmt.Errorf("wait for room on a publish channel: %w", tctx.Err())
 	}
 }
 
+// takeReturn matches the returns in the buffer to their publishes, takes
+// this publish out of the pending ones and says whether the broker
+// returned it.
+func (s *sent) takeReturn() *amqp.Return {
+	pc := s.pc
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.matchReturns()
+	delete(pc.pending, s.id)
+	return s.returned
+}
+
+// release gives the publish's room on its channel back.
+func (s *sent) release() {
+	<-s.pc.room
+	s.pc.closeIfRetired()
+}
+
+// wait waits for the broker's answer to the publish.
+func (s *sent) wait() error {
+	defer s.release()
+	return s.confirm()
+}
+
 // confirm waits for the broker's answer to one publish.
-func (p *Publisher) confirm(ctx context.Context, pc *pubChannel, dc *amqp.DeferredConfirmation, key string, epoch int64, returned func() *amqp.Return) error {
+func (s *sent) confirm() error {
+	p, pc, dc, ctx, key, epoch, returned := s.p, s.pc, s.dc, s.ctx, s.key, s.epoch, s.takeReturn
 	timer := time.NewTimer(p.opts.ConfirmTimeout)
 	defer timer.Stop()
 	for waiting := true; waiting; {
@@ -363,8 +411,8 @@ func (pc *pubChannel) matchReturns() {
 				return // the channel is closed
 			}
 			id, _ := r.Headers[headerPublishID].(int64)
-			if pp := pc.pending[id]; pp != nil {
-				pp.returned = &r
+			if s := pc.pending[id]; s != nil {
+				s.returned = &r
 			}
 		default:
 			return
@@ -381,6 +429,10 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 	if pc := s.ch; pc != nil && !pc.isClosed() && !pc.retired.Load() && pc.gen == p.generation() {
 		return pc, nil
 	}
+	// Opening (and dialling, when the connection is down) is bounded like
+	// the wait for a confirm.
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ConfirmTimeout)
+	defer cancel()
 	pc, err := p.openChannel(ctx)
 	if err != nil {
 		return nil, err
@@ -433,10 +485,14 @@ func (p *Publisher) openChannel(ctx context.Context) (*pubChannel, error) {
 		gen:    gen,
 		room:   make(chan struct{}, n),
 		closed: make(chan struct{}),
-		// Returns of publishes given up on may wait here beside one per
-		// publish in flight until the next publish drains them.
-		returns: ch.NotifyReturn(make(chan amqp.Return, 4*n)),
-		pending: make(map[int64]*pendingPublish, n),
+		// The library's reader waits while this buffer is full, and with
+		// it every confirm: it holds one return per publish in flight and
+		// as many of publishes given up on (cancelled), which wait until
+		// the next publish's confirm drains them. Each return is 264
+		// bytes, so a buffer of four times that (2 MiB over the default 8
+		// channels) was most of the live heap once moves began.
+		returns: ch.NotifyReturn(make(chan amqp.Return, 2*n)),
+		pending: make(map[int64]*sent, n),
 	}
 	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {

@@ -68,17 +68,24 @@ func (w *pool) spawn(j job) bool {
 	return true
 }
 
-// crew counts the workers started, up to max.
+// crew counts the workers started, up to max, and up to what cap returns
+// at the time when it is set (Options.WorkerCap).
 type crew struct {
 	max     int64
+	cap     func() int
 	running atomic.Int64
 }
 
-// claim counts a new worker in, and in wg, unless max already run.
+// claim counts a new worker in, and in wg, unless max (or cap's bound)
+// already run.
 func (c *crew) claim(wg *sync.WaitGroup) bool {
+	limit := c.max
+	if c.cap != nil {
+		limit = min(limit, int64(max(1, c.cap())))
+	}
 	for {
 		n := c.running.Load()
-		if n >= c.max {
+		if n >= limit {
 			return false
 		}
 		if c.running.CompareAndSwap(n, n+1) {

@@ -111,6 +111,14 @@ type Options struct {
 	Pub Publisher
 	// Workers is the number of concurrent deliveries. Default 1.
 	Workers int
+	// WorkerCap, when set, bounds the workers started to what it returns
+	// at the time, at most Workers: the concurrency limit in front of the
+	// app. A delivery that would only wait for a slot at the app then
+	// waits in the hand-off buffer, not as a worker of its own parked on
+	// the limit with a stack grown by the deliveries before. Workers that
+	// run stay when the cap falls. Only for workers that hold nothing away
+	// from the app (no in-place holds, keys or batches). Default nil: Workers.
+	WorkerCap func() int
 	// Queue is the hand-off buffer between the consumer and the workers; at
 	// least the prefetch, so the consumer never blocks. Default Workers.
 	Queue int
@@ -291,7 +299,9 @@ func New(o Options) *Loop {
 	case o.OrderingKey.Set():
 		p.disp = newLanes(p)
 	default:
-		p.disp = newPool(p, func(ctx context.Context, j job) { p.handleSince(ctx, j.d, false, j.since) })
+		pl := newPool(p, func(ctx context.Context, j job) { p.handleSince(ctx, j.d, false, j.since) })
+		pl.crew.cap = o.WorkerCap
+		p.disp = pl
 	}
 	return p
 }

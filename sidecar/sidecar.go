@@ -800,6 +800,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		App:                deliverer,
 		Pub:                pub,
 		Workers:            Workers(cfg),
+		WorkerCap:          s.workerCap(cfg),
 		Queue:              sub.maxPrefetch(),
 		Quorum:             cfg.Queue.Type == "quorum",
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
@@ -836,6 +837,22 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		Tracer:         tracer,
 		Observer:       s.metrics.ForQueue(sub.name()),
 	})
+}
+
+// workerCap is a loop's bound on workers: the concurrency limit, when
+// there is one. Without it a queue whose prefetch follows the limit (about
+// twice the limit) started a worker for every delivery it held, half of
+// them parked on the limit, their stacks most of what the sidecar held
+// beyond the Go runtime's own. Loops whose workers hold a delivery while
+// no request of theirs is at the app (in place, behind an ordering key)
+// or send batches keep their ceiling: capped at the limit, a few held
+// deliveries would stop the rest while the app waits idle.
+func (s *Sidecar) workerCap(cfg *config.Config) func() int {
+	lim := s.limiter.Load()
+	if lim == nil || cfg.Consumer.Ordered || cfg.Consumer.OrderingKey != "" || cfg.Consumer.Batch.On() {
+		return nil
+	}
+	return lim.Limit
 }
 
 // refusals is what the delivery loops tell of the app refusing Hopper

@@ -5,20 +5,22 @@
 //
 // It reads bench output on standard input, any mix of
 //
-//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z [cpu_ratio=C]
-//	bench: retry|dlq|defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z [cpu_ratio=C] [anon_mb=A]
+//	bench: retry|dlq|defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z [anon_mb=A]
 //	bench: slow20ms defaults=R1/s best_fixed=R2/s (prefetch P/workers W) ratio=X
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
 //	bench: big size_kib=K hold=D held_max=H held_bound=B rss_mb=R rss_over_held_mb=X
-//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z
+//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z [anon_mb=A]
 //	bench: batch-raw size=S rawbatch=R1/s ratio=X
 //	bench: batch-retry size=S hopper=R1/s of_happy=X
 //	bench: deep n=N hopper=R1/s raw=R2/s ratio=X batch=R3/s batch_ratio=Y
 //	dlqbench: replay=R1/s raw=R2/s ratio=X rss_mb=Y [floor=R3/s of_floor=Z]
 //	bench: console-scan n=N secs=S rss_mb=M
 //
-// and hopperbench's settings line (hopperbench: backlog …); every other
-// line is ignored, and a path seen twice keeps its last line. It replaces
+// and hopperbench's settings line (hopperbench: [RabbitMQ V, ]backlog …);
+// every other line is ignored (the baseline: lines of --baseline-bin
+// among them), and a path seen twice keeps its last line. Where a line
+// has anon_mb, the RSS column shows it beside the peak RSS. It replaces
 // what lies between the lines
 //
 //	<!-- bench-table:begin -->
@@ -95,6 +97,10 @@ type figures struct {
 
 var bestFixedRE = regexp.MustCompile(`\(prefetch (\d+)/workers (\d+)\)`)
 
+// settingsRE is hopperbench's settings line, which names the broker's
+// version first since the benchmark runs on more than one.
+var settingsRE = regexp.MustCompile(`^hopperbench: ((RabbitMQ [^,]+, )?backlog .*)$`)
+
 // parse reads bench output; lines that are not summary lines are ignored,
 // a summary line missing a figure is an error.
 func parse(r io.Reader, warn io.Writer) (*figures, error) {
@@ -105,8 +111,8 @@ func parse(r io.Reader, warn io.Writer) (*figures, error) {
 		line := strings.TrimSpace(sc.Text())
 		var err error
 		switch {
-		case strings.HasPrefix(line, "hopperbench: backlog "):
-			fig.settings = strings.TrimPrefix(line, "hopperbench: ")
+		case settingsRE.MatchString(line):
+			fig.settings = settingsRE.FindStringSubmatch(line)[1]
 		case strings.HasPrefix(line, "bench: "):
 			err = fig.benchLine(strings.TrimPrefix(line, "bench: "), warn)
 		case strings.HasPrefix(line, "dlqbench: replay="):
@@ -298,7 +304,7 @@ func (fig *figures) batchLine(kind string, kv map[string]string) error {
 			return err
 		}
 		fig.rows["batch"] = row{path: fmt.Sprintf("batch: %g messages per request, every one answered 200", size), hopper: h,
-			compared: fmt.Sprintf("raw loop, one POST per message: %s; broker floor (consume → multiple-ack every %g, no app): %s, batches at %.2f of it", raw, size, floor, of),
+			compared: fmt.Sprintf("raw loop, one POST per message: %s; broker floor (a consumer process of the same prefetch, no app: consume → multiple-ack every %g): %s, batches at %.2f of it", raw, size, floor, of),
 			ratio:    ratio, cpu: cpu, rss: rss}
 	case "batch-raw":
 		rb, err := rate(kv, "rawbatch")
@@ -394,7 +400,8 @@ func rateRatio(kv map[string]string, a, b string) (string, string, string, error
 	return ra, rb, kv["ratio"], nil
 }
 
-// cpuRSS reads cpu_ratio and rss_mb, each "—" when the line has none.
+// cpuRSS reads cpu_ratio and rss_mb, each "—" when the line has none,
+// and anon_mb, shown beside rss_mb when the line has it.
 func cpuRSS(kv map[string]string) (cpu, rss string, err error) {
 	cpu, rss = "—", "—"
 	if _, ok := kv["cpu_ratio"]; ok {
@@ -408,6 +415,12 @@ func cpuRSS(kv map[string]string) (cpu, rss string, err error) {
 			return "", "", err
 		}
 		rss = kv["rss_mb"] + " MiB"
+		if _, ok := kv["anon_mb"]; ok {
+			if _, err := number(kv, "anon_mb"); err != nil {
+				return "", "", err
+			}
+			rss += " (" + kv["anon_mb"] + " anonymous)"
+		}
 	}
 	return cpu, rss, nil
 }

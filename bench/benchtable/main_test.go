@@ -42,7 +42,7 @@ const wantTable = `| path | Hopper | compared with | ratio | Hopper CPU vs compa
 | slow: app answering after 20ms, Hopper at its defaults | 9,022 msg/s | best fixed, prefetch 800 / workers 400: 10,860 msg/s | 0.831 | — | — |
 | fair: a healthy queue beside a poison queue, one Hopper | 10,800 msg/s | the same queue alone: 12,000 msg/s | 0.900 | — | — |
 | big: 1024 KiB messages the app holds for 1s each, Hopper at its defaults | 64 held at once | prefetchBytes bound: 64 | — | — | 134.6 MiB (70.6 MiB over what was held) |
-| batch: 32 messages per request, every one answered 200 | 38,543 msg/s | raw loop, one POST per message: 13,877 msg/s; broker floor (consume → multiple-ack every 32, no app): 52,598 msg/s, batches at 0.73 of it | 2.777 | 0.41× | 19.2 MiB |
+| batch: 32 messages per request, every one answered 200 | 38,543 msg/s | raw loop, one POST per message: 13,877 msg/s; broker floor (a consumer process of the same prefetch, no app: consume → multiple-ack every 32): 52,598 msg/s, batches at 0.73 of it | 2.777 | 0.41× | 19.2 MiB |
 | batch: 32 messages per request, against a hand-written batching loop | 38,543 msg/s | raw batching loop (consume 32 → one POST → multiple-ack): 31,763 msg/s | 1.213 | — | — |
 | batch-retry: 32 messages per request, every 10th answered 503 once, then 200 after the delay tier | 30,100 msg/s | the same batches, every entry answered 200: 38,543 msg/s | 0.781 | — | — |
 | deep: a backlog of 1,000,000 messages, one request per message | 21,525 msg/s | raw loop: 16,415 msg/s | 1.311 | — | — |
@@ -260,5 +260,34 @@ func TestBatchRowsWithoutTheBatchLine(t *testing.T) {
 		"| batch-retry: 16 messages per request, every 10th answered 503 once, then 200 after the delay tier | 15,000 msg/s | the same batches, every entry answered 200: — | 0.680 | — | — |\n"
 	if got := fig.table(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestCurrentOutput(t *testing.T) {
+	// The settings line naming the broker, anon_mb on the lines that have
+	// it, and the baseline lines of --baseline-bin, which are not rows.
+	in := "hopperbench: RabbitMQ 4.3.6, backlog 20000 (retry, dlq, slow: 20000) x 256 B persistent (classic queue), prefetch 200, workers 64\n" +
+		"baseline: retry base=900/s raw=1000/s ratio=0.900 cpu_ratio=1.40 rss_mb=27.0 anon_mb=12.5\n" +
+		"bench: retry hopper=1000/s raw=1000/s ratio=1.000 cpu_ratio=1.10 rss_mb=21.0 anon_mb=6.5\n" +
+		"bench: hopper=2000/s raw=2000/s ratio=1.000 p99_added_ms=n/a rss_mb=20.0 cpu_ratio=1.05 anon_mb=5.9\n"
+	var warn bytes.Buffer
+	fig, err := parse(strings.NewReader(in), &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "RabbitMQ 4.3.6, backlog 20000 (retry, dlq, slow: 20000) x 256 B persistent (classic queue), prefetch 200, workers 64"; fig.settings != want {
+		t.Errorf("settings %q, want %q", fig.settings, want)
+	}
+	if got := fig.rows["retry"].rss; got != "21.0 MiB (6.5 anonymous)" {
+		t.Errorf("retry RSS %q", got)
+	}
+	if got := fig.rows["happy"].rss; got != "20.0 MiB (5.9 anonymous)" {
+		t.Errorf("happy RSS %q", got)
+	}
+	if len(fig.rows) != 2 || warn.Len() != 0 {
+		t.Errorf("rows %v, warnings %q", fig.rows, warn.String())
+	}
+	if _, err := parse(strings.NewReader("bench: dlq hopper=1/s raw=1/s ratio=1.000 cpu_ratio=1.00 rss_mb=1.0 anon_mb=x\n"), &warn); err == nil {
+		t.Error("anon_mb=x: no error")
 	}
 }

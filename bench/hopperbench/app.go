@@ -43,6 +43,12 @@ const (
 	// bigPath is answered like appPath after bigDelay, counting how many
 	// requests it holds at once: the big path's app.
 	bigPath = "/big"
+	// floorPath hears from the floor, which takes deliveries without
+	// sending any: a request when its first delivery came (the run's
+	// first request), and one with hdrFloorFinal N when the broker has
+	// taken the ack of its last, N final answers at once.
+	floorPath     = "/floor"
+	hdrFloorFinal = "Hopper-Floor-Final"
 )
 
 // mode is how the app answers.
@@ -256,6 +262,11 @@ func (a *app) handle(ctx *fasthttp.RequestCtx) {
 		if r.onFirst != nil {
 			r.onFirst()
 		}
+	}
+	if string(ctx.Path()) == floorPath {
+		n, _ := strconv.ParseInt(string(ctx.Request.Header.Peek(hdrFloorFinal)), 10, 64)
+		r.finish(n, now)
+		return
 	}
 	if r.mode == modeBatch || r.mode == modeBatchRetry {
 		r.finish(a.handleBatch(ctx, r), now)

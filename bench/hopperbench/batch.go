@@ -22,13 +22,24 @@ import (
 
 // The batch path asks what delivering many messages per request buys, on
 // the happy path's backlog and app. Each run drains the backlog five
-// times, in turn:
+// times (six with --baseline-bin), in turn:
 //
 //   - raw: the happy path's raw worker, one POST per message, at --prefetch
 //     and --workers: what a consumer gets without batching;
-//   - floor: no app at all, a consumer acking with one multiple-ack every
-//     --batch-size deliveries (in this process): what the broker alone
-//     hands out, which no consumer of this queue can beat;
+//   - floor: `hopperbench raw-worker --floor`, no app at all, a consumer
+//     at --batch-prefetch acking with one multiple-ack every --batch-size
+//     deliveries: what the broker alone hands out to a consumer of
+//     Hopper's shape, which no consumer of this queue can beat. It is a
+//     process of its own, started and measured as Hopper is: its window
+//     runs from the request it sends the app at its first delivery to the
+//     one it sends once the broker has taken its last ack, and its CPU is
+//     its own. The rate it gets varies with the prefetch (at 32 about a
+//     fifth less than at 256), with one ack per message instead of
+//     multiple-acks (about a third less) and with what else the machine
+//     runs (it needs about a core: the broker's queue process and the
+//     consumer); it does not depend on whether the floor runs in this
+//     process or its own, nor on whether its window starts at the consume
+//     or at the first delivery (a few milliseconds);
 //   - rawbatch: `hopperbench raw-worker --batch`, a hand-written batching
 //     loop: on each of --batch-workers channels, take --batch-size
 //     deliveries, POST them as one JSON envelope, multiple-ack after the
@@ -36,6 +47,7 @@ import (
 //   - hopper: Hopper with consumer.batch.maxMessages = --batch-size at
 //     --batch-prefetch and --batch-workers, the app acking every entry with
 //     an empty 200;
+//   - base: the same with --baseline-bin, when it is set;
 //   - hopper-retry: the same Hopper, the app answering a results body in
 //     which every batchRetryEvery-th message gets 503 the first time it is
 //     seen, so it goes once through the retry path's delay tier (--tier)
@@ -43,14 +55,23 @@ import (
 //
 // The lines are
 //
-//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z
+//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z anon_mb=A
 //	bench: batch-raw size=S rawbatch=R4/s ratio=X
 //	bench: batch-retry size=S hopper=R5/s of_happy=X
 //
 // with ratio = hopper/raw on the first line and hopper/rawbatch on the
 // second, of_floor = hopper/floor, of_happy = hopper-retry/hopper, all of
-// medians; cpu_ratio is Hopper's CPU per message over the raw worker's and
-// rss_mb Hopper's peak RSS.
+// medians; cpu_ratio is Hopper's CPU per message over the raw worker's,
+// rss_mb Hopper's peak RSS and anon_mb its peak anonymous RSS. of_floor
+// is the share of the broker's own ceiling for this shape of consumer,
+// in this run and on this machine, that Hopper reaches with the app's
+// round trips and its own work on the same cores; 1 would be a Hopper
+// that costs the broker nothing more than taking and acking the
+// messages. With --baseline-bin, the line
+//
+//	baseline: batch size=S base=R/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z anon_mb=A
+//
+// is the batch line of the baseline binary in the same run.
 
 const (
 	// batchRetryEvery: on the batch-retry run, the messages whose id ends
@@ -62,8 +83,9 @@ const (
 	rawBatchWait = 10 * time.Millisecond
 )
 
-// batchWho are the batch path's consumers, in the order each run drains.
-var batchWho = []string{"raw", "floor", "rawbatch", "hopper", "hopper-retry"}
+// batchWho are the batch path's consumers, in the order each run drains;
+// base (--baseline-bin) drains after hopper when it is set.
+var batchWho = []string{"raw", "floor", "rawbatch", "hopper", "base", "hopper-retry"}
 
 // batchEnvelope is the body of a batch request: the fields the app reads.
 type batchEnvelope struct {
@@ -350,59 +372,81 @@ func (w *rawWorker) postBatch(body []byte, batch []amqp.Delivery) []byte {
 	return body
 }
 
-// floor drains queue with no app: prefetch deliveries in flight, one
+// runFloor is the broker's floor as a process of its own, started and
+// measured as Hopper is: no app work, prefetch deliveries in flight, one
 // multiple-ack every `every` deliveries (and one for the rest at the end).
-// Its time runs from the first delivery, when it calls onFirst, to the
-// broker having taken the last ack (a synchronous call on the channel
-// after it, which the broker answers only once it has handled what came
-// before).
-func floor(ctx context.Context, url, queue string, n, prefetch, every int, onFirst func()) (time.Duration, error) {
+// It tells the app at appURL when its first delivery came (a request the
+// app takes as the run's first, as it takes Hopper's first) and, once the
+// broker has taken the last ack (a synchronous call on the channel after
+// it, which the broker answers only once it has handled what came
+// before), that n messages are done. It then waits for ctx, so that the
+// benchmark stops it as it stops Hopper.
+func runFloor(ctx context.Context, url, queue, appURL string, n, prefetch, every int) error {
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		return 0, fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
 	if err := ch.Qos(prefetch, 0, false); err != nil { // prefetchSize=0, global=false
-		return 0, fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
 	deliveries, err := ch.Consume(queue, "floor", false, false, false, false, nil) // autoAck, exclusive, noLocal, noWait
 	if err != nil {
-		return 0, fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
-	var start time.Time
+	client := newRawClient(1, 30*time.Second)
+	tell := func(final int) error {
+		req := fasthttp.AcquireRequest()
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI(appURL)
+		req.Header.Set(hdrFloorFinal, strconv.Itoa(final))
+		if err := client.DoTimeout(req, resp, 30*time.Second); err != nil {
+			return fmt.Errorf("floor: tell the app: %w", err)
+		}
+		return nil
+	}
+	first := make(chan error, 1)
 	for i := 1; i <= n; i++ {
 		var d amqp.Delivery
 		var ok bool
 		select {
 		case d, ok = <-deliveries:
 		case <-ctx.Done():
-			return 0, fmt.Errorf("floor: %d of %d delivered: %w", i-1, n, ctx.Err())
+			return fmt.Errorf("floor: %d of %d delivered: %w", i-1, n, ctx.Err())
 		}
 		if !ok {
-			return 0, fmt.Errorf("floor: consumer closed after %d of %d deliveries", i-1, n)
+			return fmt.Errorf("floor: consumer closed after %d of %d deliveries", i-1, n)
 		}
 		if i == 1 {
-			start = time.Now()
-			onFirst()
+			go func() { first <- tell(0) }()
 		}
 		if i%every == 0 || i == n {
 			if err := d.Ack(true); err != nil { // multiple=true
-				return 0, fmt.Errorf("floor: %w", err)
+				return fmt.Errorf("floor: %w", err)
 			}
 		}
 	}
 	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil { // durable, autoDelete, exclusive, noWait
-		return 0, fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
-	el := time.Since(start)
+	if err := <-first; err != nil {
+		return err
+	}
+	if err := tell(n); err != nil {
+		return err
+	}
 	if err := ch.Cancel("floor", false); err != nil { // noWait=false
-		return 0, fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
-	return el, nil
+	<-ctx.Done()
+	return nil
 }
 
 // batchSetting is Hopper's setting on the batch path.
@@ -415,6 +459,9 @@ func (e *env) batching() (map[string][]runResult, error) {
 	out := map[string][]runResult{}
 	for run := 1; run <= e.o.runs; run++ {
 		for _, who := range batchWho {
+			if who == "base" && e.baseBin == "" {
+				continue
+			}
 			tag := fmt.Sprintf("bench-batch-%s-%d", who, run)
 			var s spec
 			switch who {
@@ -424,7 +471,7 @@ func (e *env) batching() (map[string][]runResult, error) {
 				// Hopper's config only declares their topology.
 				s = e.newSpec(tag, who, modeBatch)
 				s.consumer = consumerSetting{prefetch: e.o.batchPrefetch, workers: e.o.batchWorkers}
-			case "hopper":
+			case "hopper", "base":
 				s = e.newSpec(tag, who, modeBatch)
 				s.consumer = e.o.batchSetting()
 			case "hopper-retry":
@@ -432,13 +479,7 @@ func (e *env) batching() (map[string][]runResult, error) {
 				s.consumer = e.o.batchSetting()
 			}
 			s.n = e.o.n
-			var res runResult
-			var err error
-			if who == "floor" {
-				res, err = e.drainFloor(s)
-			} else {
-				res, err = e.drain(s)
-			}
+			res, err := e.drain(s)
 			if err != nil {
 				return nil, fmt.Errorf("batch path, %s run %d: %w", who, run, err)
 			}
@@ -452,48 +493,33 @@ func (e *env) batching() (map[string][]runResult, error) {
 	return out, nil
 }
 
-// drainFloor publishes the backlog of s and drains it with floor.
-func (e *env) drainFloor(s spec) (runResult, error) {
-	_, plan, err := e.prepare(s)
-	if err != nil {
-		return runResult{}, err
-	}
-	defer e.deleteQueues(plan)
-	ctx, cancel := context.WithTimeout(context.Background(), e.o.runTimeout)
-	defer cancel()
-	pub, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", s.n, e.o.size)
-	if err != nil {
-		return runResult{}, fmt.Errorf("publish backlog: %w", err)
-	}
-	// The floor runs in this process: its CPU is this process's, the
-	// idle app's included.
-	var start cpuMark
-	el, err := floor(ctx, e.url, plan.Work.Name, s.n, e.o.batchPrefetch, e.o.batchSize, func() {
-		start, _ = e.markCPU(os.Getpid())
-	})
-	if err != nil {
-		return runResult{}, err
-	}
-	end, _ := e.markCPU(os.Getpid())
-	used := cpuMark{cpu: end.cpu - start.cpu, broker: end.broker - start.broker, mach: end.mach - start.mach}
-	res := runResult{kind: "floor", n: s.n, elapsed: el, publish: pub, rate: float64(s.n) / el.Seconds(),
-		cpu: used.cpu, broker: used.broker, others: used.others(el)}
-	return res, e.verify(plan, s)
-}
-
 // batchFigures are the medians the batch lines report.
 type batchFigures struct {
 	hopper, raw, floor, rawbatch, retry float64 // rates
-	cpuRatio, rssMB                     float64
+	cpuRatio, rssMB, anonMB             float64
 }
 
 func (rep *report) batchFigures() batchFigures {
+	return rep.batchFiguresOf("hopper")
+}
+
+// batchFiguresOf are the batch figures with who (hopper or base) in
+// Hopper's place.
+func (rep *report) batchFiguresOf(who string) batchFigures {
 	med := func(who string) float64 { return summarize(rates(rep.batch[who])).med }
 	return batchFigures{
-		hopper: med("hopper"), raw: med("raw"), floor: med("floor"), rawbatch: med("rawbatch"), retry: med("hopper-retry"),
-		cpuRatio: consumerCPU(rep.batch["hopper"]) / consumerCPU(rep.batch["raw"]),
-		rssMB:    maxHWM(rep.batch["hopper"]),
+		hopper: med(who), raw: med("raw"), floor: med("floor"), rawbatch: med("rawbatch"), retry: med("hopper-retry"),
+		cpuRatio: consumerCPU(rep.batch[who]) / consumerCPU(rep.batch["raw"]),
+		rssMB:    maxHWM(rep.batch[who]),
+		anonMB:   maxAnon(rep.batch[who]),
 	}
+}
+
+// baselineBatchLine is the batch line of --baseline-bin.
+func (rep *report) baselineBatchLine() string {
+	f := rep.batchFiguresOf("base")
+	return fmt.Sprintf("baseline: batch size=%d base=%.0f/s raw=%.0f/s floor=%.0f/s of_floor=%.3f ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f",
+		rep.o.batchSize, f.hopper, f.raw, f.floor, f.hopper/f.floor, f.hopper/f.raw, f.cpuRatio, f.rssMB, f.anonMB)
 }
 
 // printBatch writes the batch path's table.
@@ -506,9 +532,12 @@ func (rep *report) printBatch(w io.Writer, o *options) {
 	}
 	fmt.Fprintf(w, "rawbatch and hopper at prefetch %d/workers %d (batch requests in flight), hopper's maxWait %s; hopper-retry: every %dth message answered 503 once, %s tier\n",
 		o.batchPrefetch, o.batchWorkers, wait, batchRetryEvery, config.FormatDuration(o.tier))
-	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %10s %10s %8s %9s %8s\n", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "per_req", "others")
+	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %10s %10s %8s %8s %9s %8s\n", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "anon_MiB", "per_req", "others")
 	for _, who := range batchWho {
 		rs := rep.batch[who]
+		if len(rs) == 0 {
+			continue
+		}
 		s := summarize(rates(rs))
 		var others, perReq []float64
 		for _, r := range rs {
@@ -521,15 +550,10 @@ func (rep *report) printBatch(w io.Writer, o *options) {
 		if len(perReq) > 0 {
 			per = fmt.Sprintf("%.1f", summarize(perReq).med)
 		}
-		if who == "floor" { // in this process: no RSS or app CPU of its own
-			fmt.Fprintf(w, "%-13s %9.0f %9.0f %9.0f %10.2f %10.2f %10s %8s %9s %8.2f\n", who, s.med, s.min, s.max, consumerCPU(rs),
-				summarize(cpus(rs, func(r runResult) time.Duration { return r.broker })).med, "-", "-", per, summarize(others).med)
-			continue
-		}
-		fmt.Fprintf(w, "%-13s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %9s %8.2f\n", who, s.med, s.min, s.max, consumerCPU(rs),
+		fmt.Fprintf(w, "%-13s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.1f %9s %8.2f\n", who, s.med, s.min, s.max, consumerCPU(rs),
 			summarize(cpus(rs, func(r runResult) time.Duration { return r.broker })).med,
 			summarize(cpus(rs, func(r runResult) time.Duration { return r.appCPU })).med,
-			maxHWM(rs), per, summarize(others).med)
+			maxHWM(rs), maxAnon(rs), per, summarize(others).med)
 	}
 	f := rep.batchFigures()
 	fmt.Fprintf(w, "batch  hopper/raw %.3f, hopper/floor %.3f, hopper/rawbatch %.3f, retry/happy %.3f, cpu ratio (hopper/raw per message) %.2f\n\n",
@@ -541,8 +565,8 @@ func (rep *report) batchLines() []string {
 	f := rep.batchFigures()
 	size := rep.o.batchSize
 	return []string{
-		fmt.Sprintf("bench: batch size=%d hopper=%.0f/s raw=%.0f/s floor=%.0f/s of_floor=%.3f ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f",
-			size, f.hopper, f.raw, f.floor, f.hopper/f.floor, f.hopper/f.raw, f.cpuRatio, f.rssMB),
+		fmt.Sprintf("bench: batch size=%d hopper=%.0f/s raw=%.0f/s floor=%.0f/s of_floor=%.3f ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f",
+			size, f.hopper, f.raw, f.floor, f.hopper/f.floor, f.hopper/f.raw, f.cpuRatio, f.rssMB, f.anonMB),
 		fmt.Sprintf("bench: batch-raw size=%d rawbatch=%.0f/s ratio=%.3f", size, f.rawbatch, f.hopper/f.rawbatch),
 		fmt.Sprintf("bench: batch-retry size=%d hopper=%.0f/s of_happy=%.3f", size, f.retry, f.retry/f.hopper),
 	}

@@ -38,10 +38,13 @@ type options struct {
 	latDur, latSegment time.Duration
 	latMode            string
 	hopperBin, workDir string
-	keep, strict       bool
-	latPersistent      bool
-	latDump            bool
-	runTimeout         time.Duration
+	// baselineBin, when set, is a second Hopper binary (the build before a
+	// change) that drains beside hopper, run by run.
+	baselineBin   string
+	keep, strict  bool
+	latPersistent bool
+	latDump       bool
+	runTimeout    time.Duration
 	// batch path: messages per request, and Hopper's and the raw batching
 	// loop's prefetch and workers
 	batchSize, batchPrefetch, batchWorkers int
@@ -87,6 +90,7 @@ func benchMain(args []string) int {
 	fs.StringVar(&o.latMode, "lat-mode", "paired", "latency test: paired (each tick publishes one message to each client's queue) or alternate (segments of --lat-segment to one client, then the other)")
 	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
 	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
+	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults and batch paths; its figures against the same raw runs are the `baseline:` lines")
 	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, child logs)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
@@ -142,6 +146,7 @@ type env struct {
 	url       string
 	app       *app
 	hopperBin string
+	baseBin   string // --baseline-bin, absolute; "" for none
 	self      string
 	beamPID   int
 	dir       string
@@ -168,6 +173,14 @@ func setup(o *options) (*env, error) {
 	if e.hopperBin == "" {
 		if e.hopperBin, err = buildHopper(e.dir); err != nil {
 			return e, err
+		}
+	}
+	if o.baselineBin != "" {
+		if e.baseBin, err = filepath.Abs(o.baselineBin); err != nil {
+			return e, err
+		}
+		if _, err := os.Stat(e.baseBin); err != nil {
+			return e, fmt.Errorf("--baseline-bin: %w", err)
 		}
 	}
 	logf("starting a private RabbitMQ node")
@@ -337,7 +350,7 @@ func (cs consumerSetting) check(cfg *config.Config) error {
 // Hopper config only to declare the same topology.
 type spec struct {
 	tag      string          // queue, config and log name
-	kind     string          // "hopper" or "raw"
+	kind     string          // "hopper", "base" (--baseline-bin) or "raw"
 	mode     mode            // how the app answers
 	appPath  string          // the path of the app URL Hopper posts to
 	consumer consumerSetting // Hopper's concurrency
@@ -469,12 +482,20 @@ func (e *env) depth(name string) (int, error) {
 	return q.Messages, nil
 }
 
-// startConsumer starts hopper or the raw worker on queue.
-func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag string) (*child, error) {
+// startConsumer starts hopper (or the baseline), the raw worker, the raw
+// batching loop or the floor on queue; n is the backlog, which only the
+// floor needs (it has no app to count for it).
+func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag string, n int) (*child, error) {
 	var argv []string
 	switch kind {
 	case "hopper":
 		argv = []string{e.hopperBin, "run", "--config", cfgPath}
+	case "base":
+		argv = []string{e.baseBin, "run", "--config", cfgPath}
+	case "floor":
+		argv = []string{e.self, "raw-worker", "--floor", strconv.Itoa(n), "--every", strconv.Itoa(e.o.batchSize),
+			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + floorPath,
+			"--prefetch", strconv.Itoa(e.o.batchPrefetch)}
 	case "rawbatch":
 		argv = []string{e.self, "raw-worker", "--batch", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
@@ -507,6 +528,7 @@ type runResult struct {
 	broker  time.Duration // broker (beam) CPU over elapsed
 	appCPU  time.Duration // this process (the app) CPU over elapsed
 	hwmKB   int64         // consumer peak RSS
+	anonKB  int64         // consumer peak anonymous RSS, sampled (see anonWatch)
 	reqs    int64         // requests the app saw
 	batches int64         // batch requests the app saw
 	entries int64         // entries of those batch requests
@@ -558,7 +580,7 @@ func per100k(d time.Duration, n int) float64 { return d.Seconds() * 100_000 / fl
 func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 	m, _ := pathMode(pathName)
 	s := e.newSpec(fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run), kind, m)
-	if pathName == "defaults" && kind == "hopper" {
+	if pathName == "defaults" && kind != "raw" {
 		s.consumer = consumerSetting{}
 	}
 	return e.drain(s)
@@ -626,6 +648,7 @@ func (e *env) drain(s spec) (runResult, error) {
 		return res, err
 	}
 	res.hwmKB, _ = procStatusKB(c.pid(), "VmHWM")
+	res.anonKB = mr.anon.stop()
 	res.cpu, res.broker, res.appCPU = used.cpu, used.broker, used.app
 	res.others = used.others(res.elapsed)
 	res.rate = float64(n) / res.elapsed.Seconds()
@@ -684,7 +707,7 @@ func (e *env) latency() (raw, hop []time.Duration, err error) {
 			return nil, nil, err
 		}
 		defer e.deleteQueues(plan)
-		c, err := e.startConsumer(kind, cfgPath, plan, s.tag)
+		c, err := e.startConsumer(kind, cfgPath, plan, s.tag, 0)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -842,6 +865,9 @@ func (e *env) bench() (*report, error) {
 	rep := &report{o: e.o, paths: map[string]map[string][]runResult{}, lat: map[string][]time.Duration{}, started: time.Now(), load0: loadAvg(),
 		broker: "RabbitMQ " + e.b.Version()}
 	kinds := []string{"raw", "hopper"}
+	if e.baseBin != "" {
+		kinds = append(kinds, "base")
+	}
 	for _, p := range e.o.paths {
 		switch p {
 		case "fair":
@@ -911,6 +937,7 @@ func (e *env) bench() (*report, error) {
 			}
 		}
 	}
+	kinds = kinds[:2] // the latency test compares Hopper with the raw loop only
 	if e.o.latRate > 0 && len(e.o.rawPaths()) > 0 {
 		raw, hop, err := e.latency()
 		if err != nil {
@@ -959,6 +986,15 @@ func consumerCPU(rs []runResult) float64 {
 	return summarize(cpus(rs, func(r runResult) time.Duration { return r.cpu })).med
 }
 
+// maxAnon is the highest sampled anonymous RSS of runs, in MiB.
+func maxAnon(rs []runResult) float64 {
+	var m int64
+	for _, r := range rs {
+		m = max(m, r.anonKB)
+	}
+	return float64(m) / 1024
+}
+
 func maxHWM(rs []runResult) float64 {
 	var m int64
 	for _, r := range rs {
@@ -976,15 +1012,19 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	fmt.Fprintf(w, "(cpu: the consumer process; broker: beam.smp; app: this process; others: cores other processes of the machine kept busy meanwhile)\n")
 	fmt.Fprintf(w, "load average at start %s, at end %s\n\n", rep.load0, loadAvg())
 	if len(o.rawPaths()) > 0 {
-		fmt.Fprintf(w, "%-8s %-7s %9s %9s %9s %10s %10s %10s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "others")
+		fmt.Fprintf(w, "(rss_MiB: peak RSS, the binary's pages included; anon_MiB: peak anonymous RSS, heap, stacks and runtime data, sampled every %s)\n", anonEvery)
+		fmt.Fprintf(w, "%-8s %-7s %9s %9s %9s %10s %10s %10s %8s %8s %8s\n", "path", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "anon_MiB", "others")
 	}
 	ok := true
 	var happyH, happyR summary
 	var happyRSS, cpuRatio float64
 	for _, p := range o.rawPaths() {
 		byKind := rep.paths[p]
-		for _, k := range []string{"raw", "hopper"} {
+		for _, k := range []string{"raw", "hopper", "base"} {
 			rs := byKind[k]
+			if len(rs) == 0 {
+				continue
+			}
 			s := summarize(rates(rs))
 			c := summarize(cpus(rs, func(r runResult) time.Duration { return r.cpu }))
 			bc := summarize(cpus(rs, func(r runResult) time.Duration { return r.broker }))
@@ -996,7 +1036,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 				}
 				return xs
 			}())
-			fmt.Fprintf(w, "%-8s %-7s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.2f\n", p, k, s.med, s.min, s.max, c.med, bc.med, ac.med, maxHWM(rs), oc.med)
+			fmt.Fprintf(w, "%-8s %-7s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.1f %8.2f\n", p, k, s.med, s.min, s.max, c.med, bc.med, ac.med, maxHWM(rs), maxAnon(rs), oc.med)
 		}
 		h, r := summarize(rates(byKind["hopper"])), summarize(rates(byKind["raw"]))
 		hc, rc := consumerCPU(byKind["hopper"]), consumerCPU(byKind["raw"])
@@ -1009,6 +1049,11 @@ func (rep *report) print(w io.Writer, o *options) bool {
 		}
 		fmt.Fprintf(w, "%-8s ratio   %9.3f (hopper/raw medians; per run pair: %s, their median %.3f)   cpu ratio %.2f\n",
 			p, h.med/r.med, strings.Join(pairs, " "), summarize(pairRatios).med, hc/rc)
+		if bs := byKind["base"]; len(bs) > 0 {
+			b := summarize(rates(bs))
+			fmt.Fprintf(w, "%-8s base    %9.3f (base/raw medians)   cpu ratio %.2f;   hopper/base %.3f, cpu %.2f\n",
+				p, b.med/r.med, consumerCPU(bs)/rc, h.med/b.med, hc/consumerCPU(bs))
+		}
 		// When the machine is CPU-bound, throughput is cores / CPU per
 		// message of everything on the path (consumer + broker + app); this
 		// ratio does not depend on how busy the machine was during each run.
@@ -1075,7 +1120,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 
 	// The other paths' lines come just before the final line, which stays
 	// last.
-	lines := rep.pathLines()
+	lines := append(rep.baselineLines(), rep.pathLines()...)
 	if happyR.med == 0 && len(lines) > 0 {
 		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
 		for _, l := range lines {
@@ -1112,8 +1157,8 @@ func (rep *report) print(w io.Writer, o *options) bool {
 		if len(rep.lat["raw"]) > 0 {
 			p99 = fmt.Sprintf("%.3f", p99Added)
 		}
-		fmt.Fprintf(w, "bench: hopper=%.0f/s raw=%.0f/s ratio=%.3f p99_added_ms=%s rss_mb=%.1f cpu_ratio=%.2f\n",
-			happyH.med, happyR.med, ratio, p99, happyRSS, cpuRatio)
+		fmt.Fprintf(w, "bench: hopper=%.0f/s raw=%.0f/s ratio=%.3f p99_added_ms=%s rss_mb=%.1f cpu_ratio=%.2f anon_mb=%.1f\n",
+			happyH.med, happyR.med, ratio, p99, happyRSS, cpuRatio, maxAnon(rep.paths["happy"]["hopper"]))
 	}
 	return ok
 }
@@ -1159,8 +1204,33 @@ func (rep *report) pathLines() []string {
 func (rep *report) rawPathLine(p string) string {
 	byKind := rep.paths[p]
 	h, r := summarize(rates(byKind["hopper"])).med, summarize(rates(byKind["raw"])).med
-	return fmt.Sprintf("bench: %s hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f",
-		p, h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]))
+	return fmt.Sprintf("bench: %s hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f",
+		p, h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]), maxAnon(byKind["hopper"]))
+}
+
+// baselineLines are the figures of --baseline-bin, in the shape of the
+// bench lines but named baseline, so that bench/benchtable leaves them
+// alone: per raw path, the baseline against the same raw runs
+// (base=, raw=, ratio=, cpu_ratio=, rss_mb=, anon_mb=), and the batch
+// path's (see batchLines). A before/after comparison reads each bench
+// line against the baseline line of its path: both come from one run,
+// interleaved.
+func (rep *report) baselineLines() []string {
+	var out []string
+	for _, p := range rep.o.rawPaths() {
+		byKind := rep.paths[p]
+		bs := byKind["base"]
+		if len(bs) == 0 {
+			continue
+		}
+		b, r := summarize(rates(bs)).med, summarize(rates(byKind["raw"])).med
+		out = append(out, fmt.Sprintf("baseline: %s base=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f",
+			p, b, r, b/r, consumerCPU(bs)/consumerCPU(byKind["raw"]), maxHWM(bs), maxAnon(bs)))
+	}
+	if len(rep.batch["base"]) > 0 {
+		out = append(out, rep.baselineBatchLine())
+	}
+	return out
 }
 
 // cpuMark is the CPU time the consumer, the broker, this process (the app)
@@ -1191,6 +1261,8 @@ type measuredRun struct {
 	c     *child
 	r     *appRun
 	start cpuMark // set by r's first request, read after r is done
+	// anon is the consumer's anonymous memory, sampled while it runs.
+	anon *anonWatch
 }
 
 // startMeasured starts the consumer for an app run of mode m expecting
@@ -1205,13 +1277,14 @@ func (e *env) startMeasured(m mode, target int64, kind, cfgPath string, plan *to
 		mr.start, _ = e.markCPU(int(pid.Load()))
 	})
 	e.app.run.Store(mr.r)
-	c, err := e.startConsumer(kind, cfgPath, plan, tag)
+	c, err := e.startConsumer(kind, cfgPath, plan, tag, int(target))
 	if err != nil {
 		e.app.run.Store(nil)
 		return nil, err
 	}
 	mr.c = c
 	pid.Store(int64(c.pid()))
+	mr.anon = watchAnon(c.pid())
 	return mr, nil
 }
 

@@ -19,7 +19,18 @@
 // The app is a trivial fasthttp server inside this process. A run's rate is
 // backlog / (last final answer − first request), so process start-up and
 // the readiness gate are not counted. CPU is utime+stime of the consumer
-// process over the same window (/proc/<pid>/stat), peak RSS is its VmHWM.
+// process over the same window (/proc/<pid>/stat), peak RSS is its VmHWM
+// (the pages of its binary included), and anon its highest RssAnon
+// sampled every 10 ms (heap, stacks and runtime data: what the process
+// itself allocates).
+//
+// With --baseline-bin, a second Hopper binary (the build before a change)
+// drains after hopper in every run of the happy, retry, dlq, defaults and
+// batch paths, against the same raw runs, so that a before/after
+// comparison comes from one run, interleaved; its figures are the
+// `baseline:` lines, in the shape of the bench lines of the same path:
+//
+//	baseline: PATH base=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z anon_mb=A
 //
 // Then it measures the latency Hopper adds: with idle queues it publishes at
 // a fixed rate (500 msg/s for 10 s by default) with the send time in a
@@ -44,7 +55,7 @@
 // paths: it tells what a user who leaves concurrency alone gets against a
 // consumer tuned for the app. Its line is
 //
-//	bench: defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//	bench: defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z anon_mb=A
 //
 // where cpu_ratio is Hopper's CPU per message over the raw worker's (both
 // medians) and rss_mb Hopper's peak RSS.
@@ -69,13 +80,14 @@
 //	bench: big size_kib=K hold=D held_max=H held_bound=B rss_mb=R rss_over_held_mb=X
 //
 // The batch path measures batch delivery (see batch.go) on the happy
-// path's backlog and app: the raw worker, the broker's floor (no app, one
-// multiple-ack per --batch-size deliveries), a hand-written batching loop
+// path's backlog and app: the raw worker, the broker's floor (a process of
+// its own, no app, one multiple-ack per --batch-size deliveries, measured
+// as Hopper is), a hand-written batching loop
 // and Hopper with consumer.batch.maxMessages = --batch-size, then Hopper
 // again with every 10th message answered 503 once in the results body.
 // Its lines are
 //
-//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z
+//	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z anon_mb=A
 //	bench: batch-raw size=S rawbatch=R4/s ratio=X
 //	bench: batch-retry size=S hopper=R5/s of_happy=X
 //
@@ -86,16 +98,16 @@
 //
 // When the happy path ran, the last line of standard output is
 //
-//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z cpu_ratio=C
+//	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z cpu_ratio=C anon_mb=A
 //
 // (p99_added_ms is n/a when the latency test did not run) and the lines of
 // the retry and dlq paths,
 //
-//	bench: retry hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
-//	bench: dlq hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z
+//	bench: retry hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z anon_mb=A
+//	bench: dlq hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z anon_mb=A
 //
 // (the figures of their rows in the table: medians, CPU ratio as on the
-// defaults line, Hopper's peak RSS), of the fair path,
+// defaults line, Hopper's peak RSS and peak anonymous RSS), of the fair path,
 //
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
 //

@@ -137,7 +137,7 @@ func (e *env) partitionRun(count, procs, run int) (runResult, error) {
 	defer e.app.run.Store(nil)
 	children := []*child{mr.c}
 	for i := 1; i < procs; i++ {
-		c, err := e.startConsumer("hopper", cfgPath, plans[0], fmt.Sprintf("%s-proc%d", tag, i))
+		c, err := e.startConsumer("hopper", cfgPath, plans[0], fmt.Sprintf("%s-proc%d", tag, i), 0)
 		if err != nil {
 			return runResult{}, err
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -60,6 +61,52 @@ func procStatusKB(pid int, key string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
+}
+
+// anonEvery is how often anonWatch samples.
+const anonEvery = 10 * time.Millisecond
+
+// anonWatch samples a process's anonymous resident memory (RssAnon of
+// /proc/<pid>/status: its heap, stacks and runtime data, not the pages of
+// its binary, which VmHWM counts as well) and keeps the highest sample. A
+// peak shorter than anonEvery may be missed; VmHWM never misses one.
+type anonWatch struct {
+	peak atomic.Int64
+	quit chan struct{}
+	done chan struct{}
+}
+
+func watchAnon(pid int) *anonWatch {
+	w := &anonWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(anonEvery)
+		defer t.Stop()
+		for {
+			kb, err := procStatusKB(pid, "RssAnon")
+			if err != nil {
+				return // the process is gone
+			}
+			w.peak.Store(max(w.peak.Load(), kb))
+			select {
+			case <-w.quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the sampling and returns the highest sample, in KiB.
+func (w *anonWatch) stop() int64 {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+	return w.peak.Load()
 }
 
 // child is a subprocess of the benchmark (hopper or the raw worker) whose

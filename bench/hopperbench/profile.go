@@ -28,7 +28,12 @@ import (
 //     exactly as cmd/hopper runs it, under runtime/pprof (CPU, and the
 //     allocations made during the drain: allocs-after minus allocs-before).
 //     The app is a separate process (`hopperbench app`) so the profile holds
-//     Hopper alone.
+//     Hopper alone. The memory the process holds is sampled every 10 ms
+//     (RssAnon, and runtime/metrics' classes: heap objects, heap free and
+//     released, stacks, runtime data, the GC's goal); the sample at the
+//     highest RssAnon is printed as a table, where each MB went, and
+//     heap-end.pprof is the heap (in use at the last collection) when the
+//     drain is done.
 //   - --perf: the real binary as a subprocess, recorded with
 //     `perf record -g -p <pid>` from its first request to its last; the app
 //     is in this process, which perf does not record.
@@ -47,7 +52,7 @@ func profileMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
-	pathName := fs.String("path", "happy", "happy, retry, dlq or batch (--batch-size messages per request)")
+	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys) or batch (--batch-size messages per request)")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight")
@@ -59,7 +64,11 @@ func profileMain(args []string) int {
 	mutexFrac := fs.Int("mutexprofilefraction", 0, "runtime.SetMutexProfileFraction; >0 writes mutex.pprof")
 	_ = fs.Parse(args)
 	runtime.MemProfileRate = *memRate
+	defaults := *pathName == "defaults"
 	m, err := parseMode(*pathName)
+	if defaults {
+		m, err = modeOK, nil
+	}
 	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ && m != modeBatch) {
 		fmt.Fprintf(os.Stderr, "hopperbench profile: unknown path %q\n", *pathName)
 		return 2
@@ -75,7 +84,7 @@ func profileMain(args []string) int {
 	if *usePerf {
 		err = profilePerf(&o, *pathName)
 	} else {
-		err = profileInProcess(&o, m, *out, *mutexFrac > 0)
+		err = profileInProcess(&o, m, defaults, *out, *mutexFrac > 0)
 	}
 	if err != nil {
 		logf("profile: %v", err)
@@ -84,7 +93,7 @@ func profileMain(args []string) int {
 	return 0
 }
 
-func profileInProcess(o *options, m mode, out string, mutex bool) error {
+func profileInProcess(o *options, m mode, defaults bool, out string, mutex bool) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -123,6 +132,11 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 	sp := e.newSpec(queue, "hopper", m)
 	if m == modeBatch {
 		sp.consumer = o.batchSetting()
+	}
+	label := appName
+	if defaults {
+		label = "defaults"
+		sp.tag, sp.consumer = "profile-defaults", consumerSetting{}
 	}
 	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {
@@ -165,6 +179,7 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 		}
 	}
 	st := sc.Stats()
+	mem := watchMemory()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	if err := writeProfile("allocs", filepath.Join(out, "allocs-before.pprof")); err != nil {
@@ -195,6 +210,7 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 	}
 	elapsed := time.Since(t0)
 	pprof.StopCPUProfile()
+	peak := mem.stop()
 	cpu1, _ := procCPU(os.Getpid())
 	runtime.ReadMemStats(&ms1)
 	if err := writeProfile("allocs", filepath.Join(out, "allocs-after.pprof")); err != nil {
@@ -205,15 +221,19 @@ func profileInProcess(o *options, m mode, out string, mutex bool) error {
 			return err
 		}
 	}
+	if err := writeProfile("heap", filepath.Join(out, "heap-end.pprof")); err != nil {
+		return err
+	}
 	n := float64(o.n)
 	fmt.Printf("profile: path=%s n=%d elapsed=%s rate=%.0f/s cpu_s/100k=%.2f allocs/msg=%.1f bytes/msg=%.0f gcs=%d gc_cpu_fraction=%.3f heap_inuse_mb=%.1f sys_mb=%.1f\n",
-		appName, o.n, elapsed.Round(time.Millisecond), n/elapsed.Seconds(), per100k(cpu1-cpu0, o.n),
+		label, o.n, elapsed.Round(time.Millisecond), n/elapsed.Seconds(), per100k(cpu1-cpu0, o.n),
 		float64(ms1.Mallocs-ms0.Mallocs)/n, float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, ms1.NumGC-ms0.NumGC,
 		ms1.GCCPUFraction, float64(ms1.HeapInuse)/(1<<20), float64(ms1.Sys)/(1<<20))
 	if b := st.Batches.Load(); b > 0 {
 		fmt.Printf("profile: %d batch requests, %.1f messages each\n", b, float64(st.BatchedMessages.Load())/float64(b))
 	}
-	fmt.Printf("profiles in %s: cpu.pprof allocs-before.pprof allocs-after.pprof (binary: %s)\n", out, self)
+	peak.print(os.Stdout)
+	fmt.Printf("profiles in %s: cpu.pprof allocs-before.pprof allocs-after.pprof heap-end.pprof (binary: %s)\n", out, self)
 	return nil
 }
 
@@ -263,7 +283,7 @@ func profilePerf(o *options, pathName string) error {
 		started <- perf.Start()
 	})
 	e.app.run.Store(r)
-	if c, err = e.startConsumer("hopper", cfgPath, plan, tag); err != nil {
+	if c, err = e.startConsumer("hopper", cfgPath, plan, tag, o.n); err != nil {
 		return err
 	}
 	select {

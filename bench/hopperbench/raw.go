@@ -49,6 +49,8 @@ func rawWorkerMain(args []string) int {
 	pubChannels := fs.Int("publish-channels", 8, "confirm-mode channels for republishes")
 	timeout := fs.Duration("timeout", 30*time.Second, "per request")
 	batch := fs.Int("batch", 0, "when > 1: the batching loop, one POST of a JSON envelope per this many deliveries (happy path only)")
+	floorN := fs.Int("floor", 0, "when > 0: the broker's floor, no app: take this many deliveries, acking them with one multiple-ack every --every, tell the app (--app) when the first came and when the last ack was taken, then wait for SIGTERM")
+	every := fs.Int("every", 32, "with --floor: deliveries per multiple-ack")
 	_ = fs.Parse(args)
 	if *url == "" || *queue == "" || *appURL == "" {
 		fmt.Fprintln(os.Stderr, "raw-worker: --broker, --queue and --app are required")
@@ -70,6 +72,9 @@ func rawWorkerMain(args []string) int {
 	run := func() error { return runRaw(ctx, *url, *queue, *prefetch, *workers, *pubChannels, w) }
 	if *batch > 1 {
 		run = func() error { return runRawBatch(ctx, *url, *queue, *prefetch, *workers, *batch, w) }
+	}
+	if *floorN > 0 {
+		run = func() error { return runFloor(ctx, *url, *queue, *appURL, *floorN, *prefetch, *every) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "raw-worker:", err)
