@@ -220,6 +220,9 @@ type Loop struct {
 	// stopping is closed when shutdown starts: holds end early and queued
 	// deliveries are returned instead of delivered.
 	stopping chan struct{}
+	// waiting counts the workers in a wait (see wait): the worker cap
+	// leaves them out.
+	waiting  atomic.Int64
 	stopOnce sync.Once
 
 	// disp groups the deliveries on their way to the app: each on its
@@ -300,7 +303,12 @@ func New(o Options) *Loop {
 		p.disp = newLanes(p)
 	default:
 		pl := newPool(p, func(ctx context.Context, j job) { p.handleSince(ctx, j.d, false, j.since) })
-		pl.crew.cap = o.WorkerCap
+		if o.WorkerCap != nil {
+			// A worker that waits (a 425's hold, a backoff) has no request
+			// at the app: it does not count against the cap, or a run of
+			// 425s would leave an idle app and deliveries queued.
+			pl.crew.cap = func() int { return o.WorkerCap() + int(p.waiting.Load()) }
+		}
 		p.disp = pl
 	}
 	return p

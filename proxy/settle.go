@@ -330,6 +330,8 @@ func (p *Loop) wait(d time.Duration) bool {
 	if d <= 0 {
 		return !p.stopped()
 	}
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
