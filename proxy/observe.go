@@ -1,11 +1,12 @@
 package proxy
 
 import (
-	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -157,20 +158,6 @@ func deliveryAttrs(d Delivery, m *msg.Message, in msg.Info) []attribute.KeyValue
 	return attrs
 }
 
-// startProducer opens the PRODUCER span of a move (a publish to queue
-// through the default exchange) and writes its context into the copy's
-// headers, so the next attempt's span joins the same trace.
-func startProducer(ctx context.Context, tr trace.Tracer, queue, why string, headers map[string]any) (context.Context, trace.Span) {
-	ctx, span := tr.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName("send"),
-			semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(defaultExchange),
-			semconv.MessagingRabbitMQDestinationRoutingKey(queue), keyMove.String(why))
-	}
-	propagator.Inject(ctx, headerCarrier(headers))
-	return ctx, span
-}
-
 // errorType is the low-cardinality error.type of a failed attempt: the
 // HTTP status code, or what went wrong before one came back.
 func errorType(o retry.Outcome) string {
@@ -193,10 +180,50 @@ func statusAttr(o retry.Outcome) attribute.KeyValue {
 	return semconv.HTTPResponseStatusCode(o.Status)
 }
 
-// traceID is the span's trace id, or "" when there is none.
-func traceID(span trace.Span) string {
-	if sc := span.SpanContext(); sc.HasTraceID() {
-		return sc.TraceID().String()
+// recordVerdict counts what became of an attempt as it was carried out
+// (done), and marks it on its span as it was decided (v).
+func (p *Loop) recordVerdict(span trace.Span, v verdict, done retry.Decision) {
+	p.record(v.out, v.called, done, v.latency)
+	markVerdict(span, v)
+}
+
+// markVerdict writes what became of an attempt on its span: the decision,
+// the app's status, and why the attempt failed.
+func markVerdict(span trace.Span, v verdict) {
+	out, dec := v.out, v.dec
+	if span.IsRecording() {
+		span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
+		if dec.Reason != "" {
+			span.SetAttributes(keyReason.String(dec.Reason))
+		}
 	}
-	return ""
+	if out.Error != "" && dec.Action != retry.Ack {
+		et := errorType(out)
+		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
+		span.SetAttributes(semconv.ErrorTypeKey.String(et))
+	}
+}
+
+// record counts a settled delivery, once, as what happened: in Stats and
+// through the Observer. It is the only place either is told of a decision.
+func (p *Loop) record(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
+	var c *atomic.Int64
+	switch dec.Action {
+	case retry.Ack:
+		c = &p.Stats.Acked
+	case retry.Drop:
+		c = &p.Stats.Dropped
+	case retry.Requeue:
+		c = &p.Stats.Requeued
+	case retry.Retry:
+		c = &p.Stats.Retried
+	case retry.DLQ:
+		c = &p.Stats.DeadLettered
+	case retry.Return:
+		c = &p.Stats.Returned
+	}
+	if c != nil {
+		c.Add(1)
+	}
+	p.obs.Decided(out, called, dec, latency)
 }
