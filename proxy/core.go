@@ -121,16 +121,20 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered
 	e := p.begin(ctx, d, rt)
 	e.ordered = ordered
 	defer e.span.End()
-	if rt.decided && rt.d.Outcome != route.Deliver {
+	var v verdict
+	backoff := true
+	switch {
+	case rt.decided && rt.d.Outcome != route.Deliver:
 		// Settled in its turn, like any other message of its key.
-		return p.finish(e, p.leftOut(e, rt.d), since, false)
+		v, backoff = p.leftOut(e, rt.d), false
+	case e.expired():
+		v = p.expire(e)
+	default:
+		start := time.Now()
+		out := p.o.App.Deliver(e.ctx, e.m, e.in)
+		v = p.judge(e, out, time.Since(start))
 	}
-	if e.expired() {
-		return p.finish(e, p.expire(e), since, true)
-	}
-	start := time.Now()
-	out := p.o.App.Deliver(e.ctx, e.m, e.in)
-	return p.finish(e, p.judge(e, out, time.Since(start)), since, true)
+	return p.finish(e, v, since, backoff)
 }
 
 // ready says whether a delivery is to be sent: not when its channel died
@@ -225,7 +229,8 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 func (p *Loop) beginBatched(ctx context.Context, d Delivery, since time.Time) *entry {
 	e := p.begin(ctx, d, nil)
 	if e.expired() {
-		p.finish(e, p.expire(e), since, false)
+		v := p.expire(e)
+		p.finish(e, v, since, false)
 		e.span.End()
 		return nil
 	}
