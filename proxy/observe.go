@@ -1,15 +1,12 @@
 package proxy
 
 import (
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -156,52 +153,6 @@ func deliveryAttrs(d Delivery, m *msg.Message, in msg.Info) []attribute.KeyValue
 		}
 	}
 	return attrs
-}
-
-// errorType is the low-cardinality error.type of a failed attempt: the
-// HTTP status code, or what went wrong before one came back.
-func errorType(o retry.Outcome) string {
-	switch {
-	case o.Status > 0:
-		return strconv.Itoa(o.Status)
-	case o.Refused:
-		return "refused"
-	case o.Kind == retry.Timeout:
-		return "timeout"
-	case o.Kind == retry.Unavailable:
-		return "unavailable"
-	case o.Kind == retry.Cut:
-		return "cut"
-	}
-	return semconv.ErrorTypeOther.Value.AsString()
-}
-
-func statusAttr(o retry.Outcome) attribute.KeyValue {
-	return semconv.HTTPResponseStatusCode(o.Status)
-}
-
-// recordVerdict counts what became of an attempt as it was carried out
-// (done), and marks it on its span as it was decided (v).
-func (p *Loop) recordVerdict(span trace.Span, v verdict, done retry.Decision) {
-	p.record(v.out, v.called, done, v.latency)
-	markVerdict(span, v)
-}
-
-// markVerdict writes what became of an attempt on its span: the decision,
-// the app's status, and why the attempt failed.
-func markVerdict(span trace.Span, v verdict) {
-	out, dec := v.out, v.dec
-	if span.IsRecording() {
-		span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
-		if dec.Reason != "" {
-			span.SetAttributes(keyReason.String(dec.Reason))
-		}
-	}
-	if out.Error != "" && dec.Action != retry.Ack {
-		et := errorType(out)
-		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
-		span.SetAttributes(semconv.ErrorTypeKey.String(et))
-	}
 }
 
 // record counts a settled delivery, once, as what happened: in Stats and

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -103,14 +105,18 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 	return false
 }
 
-// finish carries out a verdict, then tells the span and the counts what
-// happened (recordVerdict), once. It reports true when an in-place hold
-// has waited out its delay and the app is to be called again. backoff
-// says whether a return of a message the app could not take waits the
-// unavailable backoff first (a batch waits it once for all its messages).
+// finish carries out a verdict, then counts what happened, once, and
+// marks the verdict on the attempt's span. It reports true when an
+// in-place hold has waited out its delay and the app is to be called
+// again. backoff says whether a return of a message the app could not
+// take waits the unavailable backoff first (a batch waits it once for all
+// its messages).
 func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
+	// The span is marked even when carrying the verdict out panics: it
+	// ends all the same.
+	defer markVerdict(e.span, v)
 	again, done := p.carryOut(e, v, since, backoff)
-	p.recordVerdict(e.span, v, done)
+	p.record(v.out, v.called, done, v.latency)
 	return again
 }
 
@@ -146,6 +152,45 @@ func (p *Loop) unavailable(dec retry.Decision, out retry.Outcome) bool {
 		return false
 	}
 	return !out.Given() || out.Refused && p.o.PausedKeepsConsuming
+}
+
+// markVerdict writes what became of an attempt on its span: the decision,
+// the app's status, and why the attempt failed.
+func markVerdict(span trace.Span, v verdict) {
+	out, dec := v.out, v.dec
+	if span.IsRecording() {
+		span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
+		if dec.Reason != "" {
+			span.SetAttributes(keyReason.String(dec.Reason))
+		}
+	}
+	if out.Error != "" && dec.Action != retry.Ack {
+		et := errorType(out)
+		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
+		span.SetAttributes(semconv.ErrorTypeKey.String(et))
+	}
+}
+
+// errorType is the low-cardinality error.type of a failed attempt: the
+// HTTP status code, or what went wrong before one came back.
+func errorType(o retry.Outcome) string {
+	switch {
+	case o.Status > 0:
+		return strconv.Itoa(o.Status)
+	case o.Refused:
+		return "refused"
+	case o.Kind == retry.Timeout:
+		return "timeout"
+	case o.Kind == retry.Unavailable:
+		return "unavailable"
+	case o.Kind == retry.Cut:
+		return "cut"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}
+
+func statusAttr(o retry.Outcome) attribute.KeyValue {
+	return semconv.HTTPResponseStatusCode(o.Status)
 }
 
 // holdResult is what holdInPlace did.
