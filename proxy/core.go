@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hopper-sidecar/hopper/msg"
@@ -123,16 +121,20 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered
 	e := p.begin(ctx, d, rt)
 	e.ordered = ordered
 	defer e.span.End()
-	if rt.decided && rt.d.Outcome != route.Deliver {
+	var v verdict
+	backoff := true
+	switch {
+	case rt.decided && rt.d.Outcome != route.Deliver:
 		// Settled in its turn, like any other message of its key.
-		return p.finish(e, p.leftOut(e, rt.d), since, false)
+		v, backoff = p.leftOut(e, rt.d), false
+	case e.expired():
+		v = p.expire(e)
+	default:
+		start := time.Now()
+		out := p.o.App.Deliver(e.ctx, e.m, e.in)
+		v = p.judge(e, out, time.Since(start))
 	}
-	if e.expired() {
-		return p.finish(e, p.expire(e), since, true)
-	}
-	start := time.Now()
-	out := p.o.App.Deliver(e.ctx, e.m, e.in)
-	return p.finish(e, p.judge(e, out, time.Since(start)), since, true)
+	return p.finish(e, v, since, backoff)
 }
 
 // ready says whether a delivery is to be sent: not when its channel died
@@ -227,7 +229,8 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 func (p *Loop) beginBatched(ctx context.Context, d Delivery, since time.Time) *entry {
 	e := p.begin(ctx, d, nil)
 	if e.expired() {
-		p.finish(e, p.expire(e), since, false)
+		v := p.expire(e)
+		p.finish(e, v, since, false)
 		e.span.End()
 		return nil
 	}
@@ -270,46 +273,6 @@ func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict
 	return v
 }
 
-// finish carries out a verdict: it records it on the span, holds an
-// ordered delivery in place, or settles, and counts what happened. It
-// reports true when an in-place hold has waited out its delay and the app
-// is to be called again. backoff says whether a return of a message the
-// app could not take waits the unavailable backoff first (a batch waits it
-// once for all its messages).
-func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
-	out, dec := v.out, v.dec
-	if e.span.IsRecording() {
-		e.span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
-		if dec.Reason != "" {
-			e.span.SetAttributes(keyReason.String(dec.Reason))
-		}
-	}
-	if out.Error != "" && dec.Action != retry.Ack {
-		e.span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
-		e.span.SetAttributes(semconv.ErrorTypeKey.String(errorType(out)))
-	}
-	if e.ordered {
-		switch p.holdInPlace(e.ctx, e.d, e.m, e.in, dec, out, since) {
-		case heldAgain:
-			p.record(out, v.called, dec, v.latency)
-			return true
-		case heldThenGivenBack:
-			p.record(out, v.called, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: dec.Requeues}, v.latency)
-			return false
-		}
-	}
-	if backoff && p.unavailable(dec, out) {
-		p.wait(p.o.UnavailableBackoff)
-	}
-	// Counted once, after the settle, as what actually happened: a decision
-	// the proxy had to let go of is counted as a return.
-	if !p.settle(e.ctx, e.d, e.m, e.in, dec, out) {
-		dec = retry.Decision{Action: retry.Return, Retries: e.in.Retries, Requeues: e.in.Requeues}
-	}
-	p.record(out, v.called, dec, v.latency)
-	return false
-}
-
 // word is what a batch has to say about each of its messages between the
 // verdict and its settle, which are the core's: a batch concludes each
 // message through one call (conclude), and keeps its own part here.
@@ -333,132 +296,20 @@ func (p *Loop) conclude(e *entry, out retry.Outcome, latency time.Duration, sinc
 	if !w.judged(e, p.unavailable(v.dec, v.out)) {
 		return false
 	}
+	carry := func() bool { return p.finish(e, v, since, false) }
 	if v.dec.Action != retry.Ack && w.beside(e, func() {
 		defer e.span.End()
-		p.finish(e, v, since, false)
+		carry()
 	}) {
 		return false
 	}
-	again := p.finish(e, v, since, false)
+	again := carry()
 	e.span.End()
 	return again
 }
 
-// unavailable says whether a decision returns a message the app could not
-// take, which waits the unavailable backoff so that an app that is down
-// is not spun on. A refusal does not wait, since the consumer is paused
-// (unless it keeps consuming while paused), nor does a crash (the message
-// goes back with its count).
-func (p *Loop) unavailable(dec retry.Decision, out retry.Outcome) bool {
-	if dec.Action != retry.Return || out.Crashed {
-		return false
-	}
-	return !out.Given() || out.Refused && p.o.PausedKeepsConsuming
-}
-
-// holdResult is what holdInPlace did.
-type holdResult int
-
-const (
-	notHeld           holdResult = iota // the retry goes through the tier queue
-	heldAgain                           // waited out the delay: deliver again
-	heldThenGivenBack                   // shutdown cut the hold short
-)
-
-// holdInPlace carries out a decision of an ordered delivery in place, so
-// that no later message overtakes it: a retry waits out its tier's delay, a
-// 425 its hold, a message the app could not take (down, or the breaker
-// refusing) the unavailable backoff, with the delivery held unacked (the
-// messages behind it wait), and is then delivered again. What the decision
-// counts is written into the delivery's headers first, so the next attempt
-// sees it as a moved copy would carry it. It leaves the decision to the
-// usual path (notHeld) when the hold would keep the delivery unacked past
-// MoveHoldMax, under the broker's consumer_timeout, and always at shutdown.
-// A shutdown during the hold gives the delivery back.
-func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
-	dec retry.Decision, out retry.Outcome, since time.Time) holdResult {
-	var wait time.Duration
-	switch dec.Action {
-	case retry.Retry:
-		wait = dec.Tier
-	case retry.Requeue:
-		wait = max(dec.Hold, dec.Tier)
-	case retry.Return:
-		if out.CutOff || p.stopped() {
-			return notHeld // Hopper is letting go of it
-		}
-		// Never spin on an app that refuses at once.
-		wait = max(p.o.UnavailableBackoff, minUnavailableHold)
-	default:
-		return notHeld
-	}
-	now := p.o.Now()
-	if now.Add(wait).Sub(since) >= p.o.MoveHoldMax {
-		p.log.Warn("ordered message would be held too long in place; it takes the usual way and later messages overtake it",
-			"event", "ORDERED_HOLD_EXHAUSTED", "message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(),
-			"wait", wait.String(), "decision", dec.Action.String())
-		if dec.Action != retry.Return {
-			// A return keeps its place on a classic queue; on a quorum
-			// queue the republish reports it.
-			p.orderBroken(OrderHoldExhausted)
-		}
-		return notHeld
-	}
-	if m.Headers == nil {
-		m.Headers = map[string]any{}
-	}
-	switch dec.Action {
-	case retry.Retry:
-		// The failed attempt is written as a retry's copy would carry it,
-		// so the next attempt and a later DLQ copy see the same history.
-		msg.RecordFailure(m.Headers, dec.Retries, out.Status, now)
-	case retry.Requeue:
-		m.Headers[msg.HeaderRequeueCount] = int64(dec.Requeues)
-	case retry.Return:
-		if dec.Crashes > in.Crashes {
-			m.Headers[msg.HeaderCrashCount] = int64(dec.Crashes)
-		}
-	}
-	// The next attempt's span follows this one, as it would after a move.
-	propagator.Inject(ctx, headerCarrier(m.Headers))
-	if !p.waitHeld(wait, func() bool { return alive(d) }) {
-		in.Retries, in.Requeues, in.Crashes = dec.Retries, dec.Requeues, dec.Crashes
-		p.giveBack(ctx, d, m, in)
-		return heldThenGivenBack
-	}
-	return heldAgain
-}
-
 // noopSpan is the span of an attempt when tracing is off.
 var noopSpan = trace.SpanFromContext(context.Background())
-
-// minUnavailableHold is the least an ordered delivery the app could not
-// take waits before it goes again.
-const minUnavailableHold = 10 * time.Millisecond
-
-// record counts a settled delivery, once, as what happened: in Stats and
-// through the Observer. It is the only place either is told of a decision.
-func (p *Loop) record(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
-	var c *atomic.Int64
-	switch dec.Action {
-	case retry.Ack:
-		c = &p.Stats.Acked
-	case retry.Drop:
-		c = &p.Stats.Dropped
-	case retry.Requeue:
-		c = &p.Stats.Requeued
-	case retry.Retry:
-		c = &p.Stats.Retried
-	case retry.DLQ:
-		c = &p.Stats.DeadLettered
-	case retry.Return:
-		c = &p.Stats.Returned
-	}
-	if c != nil {
-		c.Add(1)
-	}
-	p.obs.Decided(out, called, dec, latency)
-}
 
 func (p *Loop) inFlight(delta int) {
 	p.Stats.InFlight.Add(int64(delta))

@@ -1,14 +1,12 @@
 package proxy
 
 import (
-	"context"
-	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -157,46 +155,26 @@ func deliveryAttrs(d Delivery, m *msg.Message, in msg.Info) []attribute.KeyValue
 	return attrs
 }
 
-// startProducer opens the PRODUCER span of a move (a publish to queue
-// through the default exchange) and writes its context into the copy's
-// headers, so the next attempt's span joins the same trace.
-func startProducer(ctx context.Context, tr trace.Tracer, queue, why string, headers map[string]any) (context.Context, trace.Span) {
-	ctx, span := tr.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName("send"),
-			semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(defaultExchange),
-			semconv.MessagingRabbitMQDestinationRoutingKey(queue), keyMove.String(why))
+// record counts a settled delivery, once, as what happened: in Stats and
+// through the Observer. It is the only place either is told of a decision.
+func (p *Loop) record(out retry.Outcome, called bool, dec retry.Decision, latency time.Duration) {
+	var c *atomic.Int64
+	switch dec.Action {
+	case retry.Ack:
+		c = &p.Stats.Acked
+	case retry.Drop:
+		c = &p.Stats.Dropped
+	case retry.Requeue:
+		c = &p.Stats.Requeued
+	case retry.Retry:
+		c = &p.Stats.Retried
+	case retry.DLQ:
+		c = &p.Stats.DeadLettered
+	case retry.Return:
+		c = &p.Stats.Returned
 	}
-	propagator.Inject(ctx, headerCarrier(headers))
-	return ctx, span
-}
-
-// errorType is the low-cardinality error.type of a failed attempt: the
-// HTTP status code, or what went wrong before one came back.
-func errorType(o retry.Outcome) string {
-	switch {
-	case o.Status > 0:
-		return strconv.Itoa(o.Status)
-	case o.Refused:
-		return "refused"
-	case o.Kind == retry.Timeout:
-		return "timeout"
-	case o.Kind == retry.Unavailable:
-		return "unavailable"
-	case o.Kind == retry.Cut:
-		return "cut"
+	if c != nil {
+		c.Add(1)
 	}
-	return semconv.ErrorTypeOther.Value.AsString()
-}
-
-func statusAttr(o retry.Outcome) attribute.KeyValue {
-	return semconv.HTTPResponseStatusCode(o.Status)
-}
-
-// traceID is the span's trace id, or "" when there is none.
-func traceID(span trace.Span) string {
-	if sc := span.SpanContext(); sc.HasTraceID() {
-		return sc.TraceID().String()
-	}
-	return ""
+	p.obs.Decided(out, called, dec, latency)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hopper-sidecar/hopper/internal/backoff"
@@ -102,6 +105,180 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 	return false
 }
 
+// finish carries out a verdict, then counts what happened, once, and
+// marks the verdict on the attempt's span. It reports true when an
+// in-place hold has waited out its delay and the app is to be called
+// again. backoff says whether a return of a message the app could not
+// take waits the unavailable backoff first (a batch waits it once for all
+// its messages).
+func (p *Loop) finish(e *entry, v verdict, since time.Time, backoff bool) bool {
+	// The span is marked even when carrying the verdict out panics: it
+	// ends all the same.
+	defer markVerdict(e.span, v)
+	again, done := p.carryOut(e, v, since, backoff)
+	p.record(v.out, v.called, done, v.latency)
+	return again
+}
+
+// carryOut holds an ordered delivery in place, or settles it. It returns
+// whether the app is to be called again, and the decision as it was
+// carried out: a decision the proxy had to let go of is a return.
+func (p *Loop) carryOut(e *entry, v verdict, since time.Time, backoff bool) (again bool, done retry.Decision) {
+	out, dec := v.out, v.dec
+	if e.ordered {
+		switch p.holdInPlace(e.ctx, e.d, e.m, e.in, dec, out, since) {
+		case heldAgain:
+			return true, dec
+		case heldThenGivenBack:
+			return false, retry.Decision{Action: retry.Return, Retries: dec.Retries, Requeues: dec.Requeues}
+		}
+	}
+	if backoff && p.unavailable(dec, out) {
+		p.wait(p.o.UnavailableBackoff)
+	}
+	if !p.settle(e.ctx, e.d, e.m, e.in, dec, out) {
+		return false, retry.Decision{Action: retry.Return, Retries: e.in.Retries, Requeues: e.in.Requeues}
+	}
+	return false, dec
+}
+
+// unavailable says whether a decision returns a message the app could not
+// take, which waits the unavailable backoff so that an app that is down
+// is not spun on. A refusal does not wait, since the consumer is paused
+// (unless it keeps consuming while paused), nor does a crash (the message
+// goes back with its count).
+func (p *Loop) unavailable(dec retry.Decision, out retry.Outcome) bool {
+	if dec.Action != retry.Return || out.Crashed {
+		return false
+	}
+	return !out.Given() || out.Refused && p.o.PausedKeepsConsuming
+}
+
+// markVerdict writes what became of an attempt on its span: the decision,
+// the app's status, and why the attempt failed.
+func markVerdict(span trace.Span, v verdict) {
+	out, dec := v.out, v.dec
+	if span.IsRecording() {
+		span.SetAttributes(keyDecision.String(dec.Action.String()), statusAttr(out))
+		if dec.Reason != "" {
+			span.SetAttributes(keyReason.String(dec.Reason))
+		}
+	}
+	if out.Error != "" && dec.Action != retry.Ack {
+		et := errorType(out)
+		span.SetStatus(codes.Error, msg.Truncate(out.Error, msg.MaxErrorLen))
+		span.SetAttributes(semconv.ErrorTypeKey.String(et))
+	}
+}
+
+// errorType is the low-cardinality error.type of a failed attempt: the
+// HTTP status code, or what went wrong before one came back.
+func errorType(o retry.Outcome) string {
+	switch {
+	case o.Status > 0:
+		return strconv.Itoa(o.Status)
+	case o.Refused:
+		return "refused"
+	case o.Kind == retry.Timeout:
+		return "timeout"
+	case o.Kind == retry.Unavailable:
+		return "unavailable"
+	case o.Kind == retry.Cut:
+		return "cut"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}
+
+func statusAttr(o retry.Outcome) attribute.KeyValue {
+	return semconv.HTTPResponseStatusCode(o.Status)
+}
+
+// holdResult is what holdInPlace did.
+type holdResult int
+
+const (
+	notHeld           holdResult = iota // the retry goes through the tier queue
+	heldAgain                           // waited out the delay: deliver again
+	heldThenGivenBack                   // shutdown cut the hold short
+)
+
+// holdInPlace carries out a decision of an ordered delivery in place, so
+// that no later message overtakes it: a retry waits out its tier's delay, a
+// 425 its hold, a message the app could not take (down, or the breaker
+// refusing) the unavailable backoff, with the delivery held unacked (the
+// messages behind it wait), and is then delivered again. What the decision
+// counts is written into the delivery's headers first, so the next attempt
+// sees it as a moved copy would carry it. It leaves the decision to the
+// usual path (notHeld) when the hold would keep the delivery unacked past
+// MoveHoldMax, under the broker's consumer_timeout, and always at shutdown.
+// A shutdown during the hold gives the delivery back.
+func (p *Loop) holdInPlace(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
+	dec retry.Decision, out retry.Outcome, since time.Time) holdResult {
+	var wait time.Duration
+	switch dec.Action {
+	case retry.Retry:
+		wait = dec.Tier
+	case retry.Requeue:
+		wait = max(dec.Hold, dec.Tier)
+	case retry.Return:
+		if out.CutOff || p.stopped() {
+			return notHeld // Hopper is letting go of it
+		}
+		// Never spin on an app that refuses at once.
+		wait = max(p.o.UnavailableBackoff, minUnavailableHold)
+	default:
+		return notHeld
+	}
+	now := p.o.Now()
+	if now.Add(wait).Sub(since) >= p.o.MoveHoldMax {
+		p.log.Warn("ordered message would be held too long in place; it takes the usual way and later messages overtake it",
+			"event", "ORDERED_HOLD_EXHAUSTED", "message_id", m.MessageID, "held_ms", now.Sub(since).Milliseconds(),
+			"wait", wait.String(), "decision", dec.Action.String())
+		if dec.Action != retry.Return {
+			// A return keeps its place on a classic queue; on a quorum
+			// queue the republish reports it.
+			p.orderBroken(OrderHoldExhausted)
+		}
+		return notHeld
+	}
+	if m.Headers == nil {
+		m.Headers = map[string]any{}
+	}
+	switch dec.Action {
+	case retry.Retry:
+		// The failed attempt is written as a retry's copy would carry it,
+		// so the next attempt and a later DLQ copy see the same history.
+		msg.RecordFailure(m.Headers, dec.Retries, out.Status, now)
+	case retry.Requeue:
+		m.Headers[msg.HeaderRequeueCount] = int64(dec.Requeues)
+	case retry.Return:
+		if dec.Crashes > in.Crashes {
+			m.Headers[msg.HeaderCrashCount] = int64(dec.Crashes)
+		}
+	}
+	// The next attempt's span follows this one, as it would after a move.
+	propagator.Inject(ctx, headerCarrier(m.Headers))
+	if !p.waitHeld(wait, func() bool { return alive(d) }) {
+		in.Retries, in.Requeues, in.Crashes = dec.Retries, dec.Requeues, dec.Crashes
+		p.giveBack(ctx, d, m, in)
+		return heldThenGivenBack
+	}
+	return heldAgain
+}
+
+// minUnavailableHold is the least an ordered delivery the app could not
+// take waits before it goes again.
+const minUnavailableHold = 10 * time.Millisecond
+
+// traceID is the span's trace id, or "" when there is none: a dead-lettered
+// copy carries it, and the log lines about the attempt.
+func traceID(span trace.Span) string {
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
 func (p *Loop) toTier(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
 	cp *msg.Message, tier time.Duration, why string) bool {
 	q, ok := p.o.Plan.TierQueue(tier)
@@ -181,6 +358,20 @@ func (p *Loop) publish(ctx context.Context, queue string, cp *msg.Message, why s
 	}
 	span.End()
 	return err
+}
+
+// startProducer opens the PRODUCER span of a move (a publish to queue
+// through the default exchange) and writes its context into the copy's
+// headers, so the next attempt's span joins the same trace.
+func startProducer(ctx context.Context, tr trace.Tracer, queue, why string, headers map[string]any) (context.Context, trace.Span) {
+	ctx, span := tr.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName("send"),
+			semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(defaultExchange),
+			semconv.MessagingRabbitMQDestinationRoutingKey(queue), keyMove.String(why))
+	}
+	propagator.Inject(ctx, headerCarrier(headers))
+	return ctx, span
 }
 
 func (p *Loop) movesFailing(delta int64) {
