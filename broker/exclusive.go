@@ -572,6 +572,9 @@ func (e *Exclusive) Close() error {
 				}
 			}
 		}
+		if e.idle == 0 && !e.s.conn.IsClosed() {
+			e.dropLock()
+		}
 		e.s.dead.Store(true)
 		if err := e.s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 			errs = append(errs, fmt.Errorf("close connection: %w", err))
@@ -579,4 +582,21 @@ func (e *Exclusive) Close() error {
 		e.closeErr = errors.Join(errs...)
 	})
 	return e.closeErr
+}
+
+// dropLock deletes the owner's lock queue before its connection closes.
+// The broker also deletes an exclusive queue when the connection that
+// declared it ends, but RabbitMQ 4.x does that after the close is
+// answered: a tool started right after this one ends would otherwise be
+// told the queue is in use. The channel is closed first, which hands back
+// whatever the return above left unacked (all of it with
+// ReturnByClosing), so the next owner finds every message in the queue. A
+// failed delete is left to the connection close.
+func (e *Exclusive) dropLock() {
+	e.s.ch.Close() //nolint:errcheck // a dead channel hands its messages back all the same
+	ch, err := e.s.conn.Channel()
+	if err != nil {
+		return
+	}
+	ch.QueueDelete(LockQueue(e.queue), false, false, false) //nolint:errcheck // ifUnused, ifEmpty, noWait all false; see above
 }

@@ -599,3 +599,33 @@ func TestBrowseStopReturnsWhatWasPushed(t *testing.T) {
 		}
 	}
 }
+
+// A tool run right after another ends must be able to own the queue: the
+// lock queue is gone once Close returns, not some time after.
+func TestExclusiveNextOwnerRightAfterClose(t *testing.T) {
+	needBroker(t)
+	q := declareQueue(t, 3)
+	ctx := context.Background()
+	for i := range 40 {
+		e, err := OpenExclusive(ctx, opts(), q, 2)
+		if err != nil {
+			t.Fatalf("owner %d: %v", i, err)
+		}
+		take(t, e, 0)
+		if i%2 == 1 {
+			e.ReturnByClosing()
+		}
+		if err := e.Close(); err != nil {
+			t.Fatalf("owner %d: close: %v", i, err)
+		}
+	}
+	in, err := OpenInspector(ctx, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	waitfor.Until(t, 30*time.Second, "all 3 messages back in the queue", func() bool {
+		n, err := in.Depth(q)
+		return err == nil && n == 3
+	})
+}
