@@ -827,7 +827,10 @@ func (b *Broker) startNodeLocked() error {
 		}
 	}()
 	secs := strconv.Itoa(int((b.startTimeout + time.Second - 1) / time.Second))
-	_, err = b.ctl(ctx, b.env, "wait", b.nodePath(b.pidFile), "--timeout", secs)
+	err = waitForPidFile(ctx, b.pidFile, p.done)
+	if err == nil {
+		_, err = b.ctl(ctx, b.env, "wait", b.nodePath(b.pidFile), "--timeout", secs)
+	}
 	if err == nil {
 		err = waitForPort(b.addrLocked(), dialTimeout, p.done)
 	}
@@ -930,6 +933,28 @@ func (b *Broker) ctl(ctx context.Context, env []string, args ...string) (string,
 
 // waitForPort waits until addr accepts TCP connections. It normally
 // succeeds at once: `rabbitmqctl wait` returns after the listeners are up.
+// waitForPidFile waits until the node's pid file holds a whole number.
+// The node creates the file before it writes the pid into it (a few
+// digits, one write), and `rabbitmqctl wait` that reads it in between
+// gives up at once ("garbage_in_pid_file"), as it did on a loaded machine.
+func waitForPidFile(ctx context.Context, file string, exited <-chan struct{}) error {
+	for {
+		data, err := os.ReadFile(file)
+		if err == nil {
+			if _, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("server exited before writing its pid file")
+		case <-ctx.Done():
+			return fmt.Errorf("pid file %s not written: %w", file, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func waitForPort(addr string, timeout time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	for {
