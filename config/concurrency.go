@@ -138,8 +138,8 @@ const RuntimeReserve = 32 << 20
 // PrefetchBudget is the message bytes the consumers together may hold in
 // a container whose memory limit is container: a quarter of what
 // RuntimeReserve leaves, at least 1 byte (one message at a time). A held
-// message costs about twice its body (the broker client grows the body as
-// frames arrive, and the collector needs room for what was freed), so the
+// message costs about twice its body (the frames it arrived in are garbage
+// beside it, and the collector needs room for what was freed), so the
 // held messages take at most half of what is left, and the collector the
 // other half. In a memory cgroup of 64 MiB that is 8 MiB, of 128 MiB 24
 // MiB.
