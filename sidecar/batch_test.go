@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
@@ -454,7 +455,10 @@ func TestBatchCrashPillBisected(t *testing.T) {
 }
 
 // splitDown says whether a request with the pill among others was followed
-// by requests halving it down to the pill alone.
+// by requests halving it down to the pill alone. An odd size splits into a
+// larger first half and a smaller second one; the pill may be in either
+// (a batch of 24, filled before its linger ended on a loaded machine,
+// halves to 12, 6, 3, then 2 and 1).
 func splitDown(reqs []batchRequest) bool {
 	size := 0
 	for _, r := range reqs {
@@ -464,7 +468,7 @@ func splitDown(reqs []batchRequest) bool {
 		switch {
 		case size == 0 && len(r.ids) > 1:
 			size = len(r.ids)
-		case size > 1 && len(r.ids) == (size+1)/2:
+		case size > 1 && (len(r.ids) == batch.Half(size) || len(r.ids) == size-batch.Half(size)):
 			size = len(r.ids)
 		}
 		if size == 1 {
