@@ -198,6 +198,7 @@ func openExclusive(ctx context.Context, o Options, queue string, prefetch int, i
 	if err != nil {
 		return nil, fmt.Errorf("connect to broker: %w", err)
 	}
+	wholeBodies(conn)
 	fail := func(err error) (*Exclusive, error) {
 		conn.Close()
 		return nil, err

@@ -198,15 +198,3 @@ func (g *Group) Close() error {
 	}
 	return nil
 }
-
-// wholeBodies makes the client take each delivery's body into one buffer
-// of the size its header announces. With the frame size it negotiated, the
-// client starts the buffer at one frame (128 KiB) and grows it by
-// appending every frame, which allocates about five times the body before
-// it is whole: 40 MiB for an 8 MiB message, faster than the collector
-// frees it, so a 64 MiB container was killed now and then with one message
-// held. The client reads the frame size there and when it publishes, and
-// this connection publishes nothing; frames are still read within the
-// negotiated size. The broker bounds what the header may announce (its
-// max_message_size).
-func wholeBodies(conn *amqp.Connection) { conn.Config.FrameSize = 0 }

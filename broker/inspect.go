@@ -25,6 +25,7 @@ func OpenInspector(ctx context.Context, o Options) (*Inspector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to broker: %w", err)
 	}
+	wholeBodies(conn)
 	ch, err := conn.Channel()
 	if err != nil {
 		conn.Close()
