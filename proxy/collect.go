@@ -77,6 +77,26 @@ func (c *collector) collect(ctx context.Context) {
 			waited = true
 		}
 	}
+	// take adds j if it fits, else keeps it for the next batch and stops
+	// reading until this one is handed over.
+	take := func(j job) {
+		if c.p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
+			add(j)
+		} else {
+			next, in = j, nil
+		}
+	}
+	// handedOver starts the next batch with what was kept for it.
+	handedOver := func() {
+		cur, bytes, expired, waited = formed{}, 0, nil, false
+		if timer != nil {
+			timer.Stop()
+		}
+		if next.d != nil {
+			add(next)
+			next, in = job{}, c.pending
+		}
+	}
 	for {
 		ready := len(cur.ds) > 0 && (waited || c.p.o.Batch.Full(len(cur.ds), bytes) ||
 			c.p.o.BatchWait <= 0 && c.sending.Load() == 0)
@@ -91,11 +111,7 @@ func (c *collector) collect(ctx context.Context) {
 					if !ok {
 						break fill // closed: the select below sees it again
 					}
-					if c.p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
-						add(j)
-					} else {
-						next, in = j, nil
-					}
+					take(j)
 				default:
 					break fill
 				}
@@ -114,14 +130,7 @@ func (c *collector) collect(ctx context.Context) {
 				c.sending.Add(-1) // not handed yet
 			}
 			if handed {
-				cur, bytes, expired, waited = formed{}, 0, nil, false
-				if timer != nil {
-					timer.Stop()
-				}
-				if next.d != nil {
-					add(next)
-					next, in = job{}, c.pending
-				}
+				handedOver()
 				continue
 			}
 			out = c.batches
@@ -132,21 +141,10 @@ func (c *collector) collect(ctx context.Context) {
 				c.p.giveBackAll(ctx, append(cur.ds, next.d))
 				return
 			}
-			if c.p.o.Batch.Fits(len(cur.ds), bytes, len(j.d.Message().Body)) {
-				add(j)
-			} else {
-				next, in = j, nil
-			}
+			take(j)
 		case out <- cur:
 			c.sending.Add(1)
-			cur, bytes, expired, waited = formed{}, 0, nil, false
-			if timer != nil {
-				timer.Stop()
-			}
-			if next.d != nil {
-				add(next)
-				next, in = job{}, c.pending
-			}
+			handedOver()
 		case <-expired:
 			expired, waited = nil, true
 		case <-c.idle:
