@@ -190,16 +190,20 @@ func scrub(err error, raw string) error {
 	return err
 }
 
-// wholeBodies makes the client take each delivery's body into one buffer
-// of the size its header announces. With the frame size it negotiated, the
-// client starts the buffer at one frame (128 KiB) and grows it by
-// appending every frame, which allocates about five times the body before
-// it is whole: 40 MiB for an 8 MiB message, faster than the collector
-// frees it, so a 64 MiB container was killed now and then with one message
-// held. The client reads the frame size there and when it publishes (where
-// 0 would send a whole body as one frame, which the broker refuses), so
-// only connections that never publish take it: consumers and the tools'
-// readers; every publish goes through a Publisher's own connection. Frames
-// are still read within the negotiated size, and the broker bounds what a
-// header may announce (its max_message_size).
-func wholeBodies(conn *amqp.Connection) { conn.Config.FrameSize = 0 }
+// wholeBodies makes the client take each delivery's body, up to
+// wholeBodyMax, into one buffer of the size its header announces. With the
+// frame size it negotiated, the client starts the buffer at one frame (128
+// KiB) and grows it by appending every frame, which allocates about five
+// times the body before it is whole: 40 MiB for an 8 MiB message, faster
+// than the collector frees it, so a 64 MiB container was killed now and
+// then with one message held. The client reads the frame size there and
+// when it publishes (where it would send frames larger than the broker
+// takes), so only connections that never publish take it: consumers and
+// the tools' readers; every publish goes through a Publisher's own
+// connection. Frames are still read within the negotiated size.
+func wholeBodies(conn *amqp.Connection) { conn.Config.FrameSize = wholeBodyMax }
+
+// wholeBodyMax bounds what a header's announced size can make the client
+// set aside before any of the body has arrived: RabbitMQ 4.x's default
+// max_message_size. A larger body grows from there as it arrives.
+const wholeBodyMax = 16 << 20
