@@ -43,6 +43,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
+	"github.com/expr-lang/expr/vm/runtime"
 
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -104,6 +105,11 @@ type rule struct {
 	key      string
 	prog     *vm.Program
 	usesBody bool
+	// members are the top-level members of the body the rule reads by
+	// name (body.kind, body["kind"]); wholeBody says it reads the body some
+	// other way too, and needs all of it.
+	members   []string
+	wholeBody bool
 }
 
 // Error is an expression that does not compile, with where it went wrong.
@@ -126,7 +132,7 @@ func (e *Error) Error() string {
 // Compile compiles every rule of s. Every problem is reported, each as an
 // *Error, joined.
 func Compile(s Spec) (*Table, error) {
-	t := &Table{parse: json.Unmarshal}
+	t := &Table{}
 	var errs []error
 	switch s.OnFiltered {
 	case "", "ack":
@@ -184,7 +190,38 @@ func Compile(s Spec) (*Table, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	t.parse = bodyReader(t.rules())
 	return t, nil
+}
+
+// rules are the filter, when there is one, and the routes' rules.
+func (t *Table) rules() []*rule {
+	var rs []*rule
+	if t.filter != nil {
+		rs = append(rs, t.filter)
+	}
+	for i := range t.routes {
+		rs = append(rs, &t.routes[i].rule)
+	}
+	return rs
+}
+
+// bodyReader is how the body is read for rules: when they read only
+// members of a JSON object by name, only those are decoded (a body is
+// mostly what the rules do not look at); else all of it.
+func bodyReader(rules []*rule) func([]byte, any) error {
+	names := map[string]bool{}
+	for _, r := range rules {
+		if r.wholeBody {
+			return json.Unmarshal
+		}
+		for _, n := range r.members {
+			names[n] = true
+		}
+	}
+	return func(data []byte, v any) error {
+		return decodeMembers(data, names, v.(*any))
+	}
 }
 
 func validName(s string) bool {
@@ -202,8 +239,11 @@ func validName(s string) bool {
 // checked here: a rule that cannot be a bool, or compares a string with a
 // number, is refused now rather than failing on every message.
 func compile(key, src string) (rule, error) {
-	finder := &bodyFinder{}
-	prog, err := expr.Compile(src, expr.Env(&env{}), expr.AsBool(), expr.Patch(finder), expr.Patch(headerLookup{}))
+	finder, reads := &bodyFinder{}, &bodyLookup{}
+	// The env is described by a struct value, not a pointer: the program
+	// then reads its fields by index, where with a pointer it looks each
+	// one up by name through reflection on every message.
+	prog, err := expr.Compile(src, expr.Env(env{}), expr.AsBool(), expr.Patch(finder), expr.Patch(headerLookup{}), expr.Patch(reads))
 	if err != nil {
 		e := &Error{Key: key, Msg: err.Error()}
 		var fe *file.Error
@@ -213,16 +253,19 @@ func compile(key, src string) (rule, error) {
 		}
 		return rule{}, e
 	}
-	return rule{key: key, prog: prog, usesBody: finder.found}, nil
+	// Each member read by name holds one of the rule's mentions of the
+	// body; any mention beyond those reads the body some other way.
+	return rule{key: key, prog: prog, usesBody: finder.mentions > 0,
+		members: reads.members, wholeBody: finder.mentions > len(reads.members)}, nil
 }
 
-// bodyFinder notes whether an expression reads the body, so that messages
+// bodyFinder counts an expression's mentions of the body, so that messages
 // are parsed only for the rules that need it.
-type bodyFinder struct{ found bool }
+type bodyFinder struct{ mentions int }
 
 func (f *bodyFinder) Visit(n *ast.Node) {
 	if id, ok := (*n).(*ast.IdentifierNode); ok && id.Value == "body" {
-		f.found = true
+		f.mentions++
 	}
 }
 
@@ -262,6 +305,59 @@ func (headerLookup) Visit(n *ast.Node) {
 		Callee:    &ast.IdentifierNode{Value: headerFuncName},
 		Arguments: []ast.Node{&ast.IdentifierNode{Value: "headers"}, &ast.StringNode{Value: name.Value}},
 	})
+}
+
+// bodyLookup turns body.name and body["name"], and a member read the same
+// way below one (body.order.id), into a call of field: a JSON object's
+// member is a map index there, where the language's generic access goes
+// through reflection on every message. What is not an object (an array
+// indexed by number, a scalar, null) keeps the language's own answer and
+// error, and so do a name computed at run time and an optional read
+// (body?.name). It notes the names of the body's own members it reads.
+type bodyLookup struct{ members []string }
+
+func (b *bodyLookup) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok || m.Optional || m.Method {
+		return
+	}
+	name, ok := m.Property.(*ast.StringNode)
+	if !ok {
+		return
+	}
+	switch of := m.Node.(type) {
+	case *ast.IdentifierNode:
+		if of.Value != "body" {
+			return
+		}
+		b.members = append(b.members, name.Value)
+	case *ast.CallNode:
+		// A member of a member of the body, read by field already: the
+		// walk reaches the inner read first.
+		if id, ok := of.Callee.(*ast.IdentifierNode); !ok || id.Value != fieldFuncName {
+			return
+		}
+	default:
+		return
+	}
+	ast.Patch(n, &ast.CallNode{
+		Callee:    &ast.IdentifierNode{Value: fieldFuncName},
+		Arguments: []ast.Node{m.Node, &ast.StringNode{Value: name.Value}},
+	})
+}
+
+// fieldFuncName is env's field holding field.
+const fieldFuncName = "$field"
+
+// field is from[name] for a JSON object (nil when the member is missing,
+// as the language answers), and the language's own member read for
+// anything else.
+func field(from, name any) any {
+	if o, ok := from.(map[string]any); ok {
+		s, _ := name.(string)
+		return o[s]
+	}
+	return runtime.Fetch(from, name)
 }
 
 // headerFuncName is env's field holding header; a rule cannot name it, as
@@ -304,6 +400,8 @@ type env struct {
 	Header func(any, any) any `expr:"$header"`
 	// HasHeader is hasHeader, for the tests headerLookup writes.
 	HasHeader func(any, any) bool `expr:"$hasHeader"`
+	// Field is field, for the member reads bodyLookup writes.
+	Field func(any, any) any `expr:"$field"`
 }
 
 // Properties are a message's AMQP properties as expressions see them.
@@ -394,6 +492,7 @@ func (t *Table) Decide(m *msg.Message, routingKey, exchange string) Decision {
 	v.m, v.parse, v.env = m, t.parse, env{
 		Header:     header,
 		HasHeader:  hasHeader,
+		Field:      field,
 		RoutingKey: routingKey,
 		Exchange:   exchange,
 		Headers:    headers(m.Headers),

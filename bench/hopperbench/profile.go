@@ -52,7 +52,7 @@ func profileMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
-	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys) or batch (--batch-size messages per request)")
+	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules) or batch (--batch-size messages per request)")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight")
@@ -65,8 +65,9 @@ func profileMain(args []string) int {
 	_ = fs.Parse(args)
 	runtime.MemProfileRate = *memRate
 	defaults := *pathName == "defaults"
+	routed := *pathName == "routes"
 	m, err := parseMode(*pathName)
-	if defaults {
+	if defaults || routed {
 		m, err = modeOK, nil
 	}
 	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ && m != modeBatch) {
@@ -84,7 +85,7 @@ func profileMain(args []string) int {
 	if *usePerf {
 		err = profilePerf(&o, *pathName)
 	} else {
-		err = profileInProcess(&o, m, defaults, *out, *mutexFrac > 0)
+		err = profileInProcess(&o, m, defaults, routed, *out, *mutexFrac > 0)
 	}
 	if err != nil {
 		logf("profile: %v", err)
@@ -93,7 +94,7 @@ func profileMain(args []string) int {
 	return 0
 }
 
-func profileInProcess(o *options, m mode, defaults bool, out string, mutex bool) error {
+func profileInProcess(o *options, m mode, defaults, routed bool, out string, mutex bool) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -138,6 +139,10 @@ func profileInProcess(o *options, m mode, defaults bool, out string, mutex bool)
 		label = "defaults"
 		sp.tag, sp.consumer = "profile-defaults", consumerSetting{}
 	}
+	if routed {
+		label = "routes"
+		sp.tag, sp.routed, sp.routedBacklog = "profile-routes", true, true
+	}
 	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {
 		return err
@@ -145,7 +150,11 @@ func profileInProcess(o *options, m mode, defaults bool, out string, mutex bool)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	logf("publishing %d messages", o.n)
-	if _, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
+	publish := publishBacklog
+	if routed {
+		publish = publishRoutedBacklog
+	}
+	if _, err := publish(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
 		return err
 	}
 	cfg, _, err := config.Load(cfgPath, nil)
@@ -262,14 +271,24 @@ func profilePerf(o *options, pathName string) error {
 		return err
 	}
 	m, _ := parseMode(pathName)
+	routed := pathName == "routes"
+	if routed {
+		m = modeOK
+	}
 	tag := "perf-" + pathName
-	cfgPath, plan, err := e.prepare(e.newSpec(tag, "hopper", m))
+	sp := e.newSpec(tag, "hopper", m)
+	sp.routed, sp.routedBacklog = routed, routed
+	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.runTimeout)
 	defer cancel()
-	if _, err := publishBacklog(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
+	publish := publishBacklog
+	if routed {
+		publish = publishRoutedBacklog
+	}
+	if _, err := publish(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
 		return err
 	}
 	perfData := filepath.Join(e.dir, "perf.data")
