@@ -165,3 +165,40 @@ func TestBodyWithAHugeNumberNoRuleReads(t *testing.T) {
 		t.Fatalf("route %q, problems %v: want none, and a body problem", d.RouteName(), d.Problems)
 	}
 }
+
+// TestComparisonsJudgeAsTheProgram: a rule comparing a header or a member
+// of the body with a string is judged without running its program, and
+// every message gets the same decision as from the program: strings equal
+// or not, header bytes, numbers, missing values, and bodies that are not
+// objects or not JSON.
+func TestComparisonsJudgeAsTheProgram(t *testing.T) {
+	spec := Spec{Routes: []RouteSpec{
+		{Name: "h", Match: `headers["x-kind"] == "a"`},
+		{Name: "h2", Match: `"b" == headers.x`},
+		{Name: "b", Match: `body.kind == "b"`},
+		{Name: "b2", Match: `"caf` + "\u00e9" + `" == body["kind"]`},
+	}}
+	fast := mustCompile(t, spec)
+	slow := mustCompile(t, spec)
+	for i := range fast.routes {
+		if fast.routes[i].rule.cmp == nil {
+			t.Fatalf("%s: not judged as a comparison", fast.routes[i].Name)
+		}
+		slow.routes[i].rule.cmp = nil
+	}
+	headerValues := []any{"a", "b", []byte("a"), int32(5), nil, "A", true}
+	for _, body := range membersBodies {
+		for _, hv := range headerValues {
+			m := &msg.Message{Body: []byte(body), Headers: map[string]any{"x-kind": hv, "x": hv}}
+			got, want := fast.Decide(m, "k", ""), slow.Decide(m, "k", "")
+			if fmt.Sprint(got.RouteName(), got.Outcome, got.Problems) != fmt.Sprint(want.RouteName(), want.Outcome, want.Problems) {
+				t.Errorf("body %q, header %#v: %q %v; the program: %q %v", body, hv, got.RouteName(), got.Problems, want.RouteName(), want.Problems)
+			}
+		}
+	}
+	for _, src := range []string{`body.kind != "a"`, `headers.x == 5`, `body.order.id == "7"`, `body?.kind == "a"`, `headers.x == "a" && body.kind == "b"`} {
+		if r, err := compile("x", src); err != nil || r.cmp != nil {
+			t.Errorf("%s: judged as a comparison (%v)", src, err)
+		}
+	}
+}

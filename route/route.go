@@ -110,6 +110,9 @@ type rule struct {
 	// other way too, and needs all of it.
 	members   []string
 	wholeBody bool
+	// cmp, when not nil, is the rule's whole meaning in its most common
+	// form, judged without running prog.
+	cmp *comparison
 }
 
 // Error is an expression that does not compile, with where it went wrong.
@@ -256,7 +259,61 @@ func compile(key, src string) (rule, error) {
 	// Each member read by name holds one of the rule's mentions of the
 	// body; any mention beyond those reads the body some other way.
 	return rule{key: key, prog: prog, usesBody: finder.mentions > 0,
-		members: reads.members, wholeBody: finder.mentions > len(reads.members)}, nil
+		members: reads.members, wholeBody: finder.mentions > len(reads.members), cmp: comparisonOf(prog.Node())}, nil
+}
+
+// comparison is a rule that compares one header, or one member of the
+// body, with a string (headers["type"] == "order", body.kind == "refund"):
+// the form most rules take, judged in a map lookup where running the
+// program costs more than the rest of judging the message.
+type comparison struct {
+	body        bool // a member of the body, else a header
+	name, value string
+}
+
+// comparisonOf is the comparison the compiled rule n is, or nil: n is
+// what headerLookup and bodyLookup made of it.
+func comparisonOf(n ast.Node) *comparison {
+	b, ok := n.(*ast.BinaryNode)
+	if !ok || b.Operator != "==" {
+		return nil
+	}
+	read, lit := b.Left, b.Right
+	if _, ok := read.(*ast.StringNode); ok {
+		read, lit = lit, read
+	}
+	value, ok := lit.(*ast.StringNode)
+	call, isCall := read.(*ast.CallNode)
+	if !ok || !isCall || len(call.Arguments) != 2 {
+		return nil
+	}
+	callee, _ := call.Callee.(*ast.IdentifierNode)
+	of, _ := call.Arguments[0].(*ast.IdentifierNode)
+	name, isName := call.Arguments[1].(*ast.StringNode)
+	switch {
+	case callee == nil || of == nil || !isName:
+		return nil
+	case callee.Value == headerFuncName && of.Value == "headers":
+		return &comparison{name: name.Value, value: value.Value}
+	case callee.Value == fieldFuncName && of.Value == "body":
+		return &comparison{body: true, name: name.Value, value: value.Value}
+	}
+	return nil
+}
+
+// judge is the comparison's answer for env, as the language gives it (a
+// value equals a string only when it is that string), and whether it
+// could be given: a body that is not a JSON object is left to the
+// program, whose answer is an error.
+func (c *comparison) judge(env *env) (ok, judged bool) {
+	from := env.Headers
+	if c.body {
+		if from, judged = env.Body.(map[string]any); !judged {
+			return false, false
+		}
+	}
+	s, isString := from[c.name].(string)
+	return isString && s == c.value, true
 }
 
 // bodyFinder counts an expression's mentions of the body, so that messages
@@ -545,6 +602,11 @@ func (t *Table) eval(v *view, r *rule, d *Decision) (ok bool, kind string, err e
 		if err := v.body(); err != nil {
 			d.Problems = append(d.Problems, Problem{Rule: r.key, Kind: ProblemBody, Err: err})
 			return false, ProblemBody, err
+		}
+	}
+	if r.cmp != nil {
+		if ok, judged := r.cmp.judge(&v.env); judged {
+			return ok, "", nil
 		}
 	}
 	out, err := v.vm.Run(r.prog, &v.env)
