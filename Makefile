@@ -61,7 +61,8 @@ check: test tools
 ## fuzz: the whole delivery path (hostile headers, properties and bodies
 ## through read -> decide -> copy -> forward, alone and in batches), the
 ## header mapping, the config loader, the batch encoding and the reading of
-## batch answers, and the routing rules' evaluation under the Go fuzzer.
+## batch answers, the routing rules' evaluation and their reading of a body
+## in part (held to encoding/json's) under the Go fuzzer.
 ## FUZZTIME is a duration or a count of inputs (20000x); `make test` uses a
 ## count, since a time-bounded run can end in "context deadline exceeded"
 ## when the deadline falls during an input on a busy machine.
@@ -72,6 +73,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./config/
 	$(GO) test -run='^$$' -fuzz=FuzzRead -fuzztime=$(FUZZTIME) ./batch/
 	$(GO) test -run='^$$' -fuzz=FuzzEval -fuzztime=$(FUZZTIME) ./route/
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeMembers -fuzztime=$(FUZZTIME) ./route/
 
 ## jaeger-check: one message failing twice then accepted shows as one trace in a
 ## real Jaeger (publisher span, three attempts, two retry moves)
