@@ -10,7 +10,8 @@ import "encoding/json"
 // members not named are checked as JSON but not decoded: a routed body is
 // mostly data the rules never look at, and building its values was most
 // of what judging it cost. (So a number too large for a float64 in a
-// member no rule reads no longer makes the body unreadable.)
+// member no rule reads no longer makes the body unreadable.) A map already
+// in *v is emptied and filled, so that judging a message need not make one.
 func decodeMembers(data []byte, names map[string]bool, v *any) error {
 	if !json.Valid(data) {
 		return json.Unmarshal(data, v)
@@ -19,7 +20,12 @@ func decodeMembers(data []byte, names map[string]bool, v *any) error {
 	if data[i] != '{' {
 		return json.Unmarshal(data, v)
 	}
-	obj := map[string]any{}
+	obj, ok := (*v).(map[string]any)
+	if ok {
+		clear(obj)
+	} else {
+		obj = map[string]any{}
+	}
 	*v = obj
 	i = skipSpace(data, i+1)
 	if data[i] == '}' {

@@ -539,6 +539,9 @@ type view struct {
 	vm      *vm.VM
 	parsed  bool
 	bodyErr error
+	// members is the map a body read in part is decoded into, kept
+	// (empty) from one message to the next.
+	members map[string]any
 }
 
 // Decide judges m. routingKey and exchange are the ones the message was
@@ -630,7 +633,8 @@ var views = sync.Pool{New: func() any { return &view{vm: &vm.VM{}} }}
 
 // release returns v to views, keeping nothing of its message.
 func (v *view) release() {
-	*v = view{vm: v.vm}
+	clear(v.members)
+	*v = view{vm: v.vm, members: v.members}
 	views.Put(v)
 }
 
@@ -644,6 +648,11 @@ func (v *view) body() error {
 		v.bodyErr = err
 		return err
 	}
+	if v.members == nil {
+		v.members = map[string]any{}
+	}
+	// A body read in part goes into v.members; read whole, it replaces it.
+	v.env.Body = v.members
 	if err := v.parse(v.m.Body, &v.env.Body); err != nil {
 		v.bodyErr = fmt.Errorf("body is not JSON: %w", err)
 		v.env.Body = nil
