@@ -381,6 +381,59 @@ func TestDeliverHonoursCancel(t *testing.T) {
 	}
 }
 
+// TestDeliverCancelCutsEveryContext: the cancellation of a request's
+// context cuts it off whether that context is the one the client watches
+// for all requests (the first it saw) or another one; a request on a
+// context cancelled before it began is not sent at all.
+func TestDeliverCancelCutsEveryContext(t *testing.T) {
+	arrived := make(chan struct{}, 8)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	app := NewClient(ClientOptions{URL: srv.URL, Timeout: time.Minute})
+	// deliver runs a request on ctx, cancels it once the app holds the
+	// request (unless it is cancelled already), and reports how it ended.
+	deliver := func(ctx context.Context, cancel context.CancelFunc) retry.Outcome {
+		t.Helper()
+		out := make(chan retry.Outcome, 1)
+		go func() { out <- app.Deliver(ctx, &msg.Message{Body: []byte("x")}, msg.Info{}) }()
+		if ctx.Err() == nil {
+			<-arrived
+			cancel()
+		}
+		select {
+		case o := <-out:
+			return o
+		case <-time.After(30 * time.Second):
+			t.Fatal("the request was not cut off by its context's cancellation (the app timeout is a minute)")
+			return retry.Outcome{}
+		}
+	}
+	first, cancelFirst := context.WithCancel(context.Background())
+	if o := deliver(first, cancelFirst); !o.CutOff {
+		t.Fatalf("the first context: %+v, want cut off", o)
+	}
+	other, cancelOther := context.WithCancel(context.Background())
+	if o := deliver(other, cancelOther); !o.CutOff {
+		t.Fatalf("another context: %+v, want cut off", o)
+	}
+	if o := deliver(first, cancelFirst); !o.CutOff {
+		t.Fatalf("the first context, cancelled before the request: %+v, want cut off", o)
+	}
+	select {
+	case <-arrived:
+		t.Fatal("a request whose context was cancelled before it began reached the app")
+	default:
+	}
+}
+
 func TestDeliverContextDeadlineShortensTimeout(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -75,6 +75,9 @@ type Client struct {
 	// the app's address.
 	spanAttrs []attribute.KeyValue
 	conns     connSet
+	// watched is the Done channel of the context whose cancellation
+	// closes conns already (see do).
+	watched atomic.Pointer[<-chan struct{}]
 	// HeadersSkipped counts application headers not forwarded because
 	// their name is not an HTTP token or their value not a scalar.
 	HeadersSkipped atomic.Int64
@@ -376,15 +379,53 @@ func (a *Client) exchange(ctx context.Context, span trace.Span, req *fasthttp.Re
 // do runs the request; cancelling ctx closes the app connections, which
 // ends the call at once.
 func (a *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() {
-			if errors.Is(ctx.Err(), context.Canceled) { // a deadline is fasthttp's own
-				a.conns.closeAll()
-			}
-		})
-		defer stop()
+	if done := ctx.Done(); done != nil {
+		if err := ctx.Err(); errors.Is(err, context.Canceled) {
+			// Cancelled before it was sent: it is not sent. (Watched, it
+			// could get its connection after the watch had closed every
+			// one, and reach the app after shutdown.)
+			return err
+		}
+		if !a.watching(ctx, done) {
+			stop := context.AfterFunc(ctx, a.cutOff(ctx))
+			defer stop()
+		}
 	}
 	return a.client.DoDeadline(req, resp, deadline)
+}
+
+// watching says whether the cancellation of ctx, whose Done channel is
+// done, closes the connections already, and makes it so for the first
+// context it is asked about. Every request's context derives from the
+// delivery loop's, which is cancelled at shutdown: watched once, it spares
+// every request registering a watch on it and taking it down again, each
+// a lock on that one context taken by every worker in turn. A context
+// done already is not watched here.
+func (a *Client) watching(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return false
+	default:
+	}
+	if w := a.watched.Load(); w != nil {
+		return *w == done
+	}
+	if !a.watched.CompareAndSwap(nil, &done) {
+		return *a.watched.Load() == done
+	}
+	context.AfterFunc(ctx, a.cutOff(ctx))
+	return true
+}
+
+// cutOff closes every connection once ctx is cancelled, cutting off the
+// requests on them: fasthttp does not watch a context. A deadline is
+// fasthttp's own.
+func (a *Client) cutOff(ctx context.Context) func() {
+	return func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			a.conns.closeAll()
+		}
+	}
 }
 
 // head is what the request's head holds besides the headers Build
