@@ -34,13 +34,8 @@ func decodeMembers(data []byte, names map[string]bool, v *any) error {
 	for {
 		// data is valid JSON: a member is "name" : value, then ',' or '}'.
 		start, end := i, skipString(data, i)
-		name, plain := data[start+1:end-1], true
-		for _, c := range name {
-			if c == '\\' || c >= 0x80 {
-				plain = false
-				break
-			}
-		}
+		name := data[start+1 : end-1]
+		plain := plainText(name)
 		i = skipSpace(data, end)
 		i = skipSpace(data, i+1) // the ':'
 		valueEnd := skipValue(data, i)
@@ -76,15 +71,9 @@ func decodeMembers(data []byte, names map[string]bool, v *any) error {
 func decodeValue(b []byte) (any, error) {
 	switch b[0] {
 	case '"':
-		s := b[1 : len(b)-1]
-		for _, c := range s {
-			if c == '\\' || c >= 0x80 {
-				var v any
-				err := json.Unmarshal(b, &v)
-				return v, err
-			}
+		if s := b[1 : len(b)-1]; plainText(s) {
+			return string(s), nil
 		}
-		return string(s), nil
 	case 't':
 		return true, nil
 	case 'f':
@@ -95,6 +84,17 @@ func decodeValue(b []byte) (any, error) {
 	var v any
 	err := json.Unmarshal(b, &v)
 	return v, err
+}
+
+// plainText says whether the inside of a JSON string is its text as it
+// is: no escape, and ASCII only (json.Unmarshal replaces invalid UTF-8).
+func plainText(s []byte) bool {
+	for _, c := range s {
+		if c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // The skips below read only data that json.Valid accepted, so every index
