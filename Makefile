@@ -188,11 +188,13 @@ bench: deps
 ## poison-crash, overload and subscriptions (two queues in one hopper, one failing every
 ## message, each accounted for on its own); every message id is accounted for (acked or in the DLQ with a
 ## reason, lost=0); big-messages (hopper at its defaults in 64 and 128 MiB memory cgroups
-## against backlogs of 1 and 8 MiB messages: every one acked, no OOM kill). Output also in faults.log.
+## against backlogs of 1 and 8 MiB messages: every one acked, no OOM kill); classic-tier-restart
+## (the broker alone, 5 graceful restarts per tier type: a quorum tier loses nothing, what a
+## classic one loses is reported). Output also in faults.log.
 faults: SHELL := /bin/bash
 faults: .SHELLFLAGS := -o pipefail -c
 faults: deps
-	HOPPER_FAULTS_N=5000 $(GO) test -count=1 -v -run TestFault -timeout 30m ./faults/ 2>&1 | tee faults.log
+	HOPPER_FAULTS_N=5000 HOPPER_FAULTS_TIER_RESTARTS=5 $(GO) test -count=1 -v -run TestFault -timeout 30m ./faults/ 2>&1 | tee faults.log
 
 .PHONY: dlq-bench
 

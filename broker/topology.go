@@ -478,6 +478,11 @@ func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) e
 					"change %s to match the queue, or move to a new queue (a new queue.name, or drain and delete this one, then let Hopper declare it): %w",
 					ErrTopology, q.Name, key, describeArg(current), describeArg(args[key]), configKey(key), err)
 			}
+			if q.Role == topology.RoleTier {
+				if err := tierTypeChanged(conn, q, args, err); err != nil {
+					return err
+				}
+			}
 			if strings.Contains(ae.Reason, "inequivalent arg") {
 				return fmt.Errorf("%w: %s queue %q exists with other arguments than planned (%v); delete it or change the config: %w",
 					ErrTopology, q.Role, q.Name, q.Args, err)
@@ -493,6 +498,23 @@ func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) e
 		return fmt.Errorf("declare %s queue %q: %w", q.Role, q.Name, err)
 	}
 	return nil
+}
+
+// tierTypeChanged explains a delay tier's refused declare when the tier
+// exists with another queue type than planned (queue.tierType changed):
+// the broker names the first argument that differs, seldom the type. It
+// returns nil when the type is not what differs.
+func tierTypeChanged(conn *amqp.Connection, q topology.Queue, args map[string]any, declareErr error) error {
+	want, _ := args["x-queue-type"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := queueType(ctx, conn, q.Name)
+	if err != nil || want == "" || string(got) == want {
+		return nil
+	}
+	return fmt.Errorf("%w: delay tier %q exists as a %s queue, the config asks for a %s one (queue.tierType, queue.type). A queue's type cannot change once it exists: "+
+		"stop the Hopper processes of this queue, let the tier empty (its messages go back to the work queue when their delay runs out), delete it, and start them again: %w",
+		ErrTopology, q.Name, got, want, declareErr)
 }
 
 // declarePassive checks that a durable queue exists, creating nothing. A

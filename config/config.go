@@ -116,13 +116,14 @@ type RouteRetry struct {
 }
 
 // Subscription is one queue consumed by the sidecar. Unset keys inherit the
-// top-level ones: queue.type and queue.deliveryLimit from queue, bindings
+// top-level ones: queue.type, queue.tierType and queue.deliveryLimit from queue, bindings
 // from topology.bindings, consumer.* from consumer, retry.* from retry.
 type Subscription struct {
 	// Queue names the subscription's work queue, with the keys of the
 	// top-level queue section. name is required and unique across
-	// subscriptions; type "" and deliveryLimit 0 inherit queue.type and
-	// queue.deliveryLimit, arguments given replace queue.arguments whole.
+	// subscriptions; type "", tierType "" and deliveryLimit 0 inherit
+	// queue.type, queue.tierType and queue.deliveryLimit, arguments given
+	// replace queue.arguments whole.
 	Queue Queue `yaml:"queue,omitempty"`
 	// Bindings route messages from exchanges to this queue, as
 	// topology.bindings do for the top-level queue. Default
@@ -292,6 +293,16 @@ type Queue struct {
 	// nack on a classic queue, a confirmed republish on a quorum queue.
 	// Default classic.
 	Type string `yaml:"type"`
+	// TierType is the type of the delay tier queues Hopper declares:
+	// classic or quorum. A tier hands each message back to the work queue
+	// when its delay runs out. A classic tier does so at most once:
+	// RabbitMQ 4.x can drop a message whose delay runs out while the
+	// broker stops (a restart, a rolling upgrade), after Hopper has acked
+	// the original. A quorum tier hands it back at least once, into a
+	// classic work queue too, at the cost of a quorum queue's write per
+	// retry. A quorum work queue's tiers are always quorum. Default ""
+	// (the work queue's type).
+	TierType string `yaml:"tierType,omitempty"`
 	// DeliveryLimit is the x-delivery-limit of a declared quorum work
 	// queue. Default 0 (not set: the broker's own applies, 20 on RabbitMQ
 	// 4).

@@ -295,6 +295,15 @@ and in hopper_consumer_active). A new broker consumer joins the
 back of the line, so on such a queue the prefetch never follows the
 concurrency limit (consumer.prefetch, or twice the workers, fixes
 it). Default false.`,
+	"Queue.TierType": `TierType is the type of the delay tier queues Hopper declares:
+classic or quorum. A tier hands each message back to the work queue
+when its delay runs out. A classic tier does so at most once:
+RabbitMQ 4.x can drop a message whose delay runs out while the
+broker stops (a restart, a rolling upgrade), after Hopper has acked
+the original. A quorum tier hands it back at least once, into a
+classic work queue too, at the cost of a quorum queue's write per
+retry. A quorum work queue's tiers are always quorum. Default ""
+(the work queue's type).`,
 	"Queue.Type": `Type is classic or quorum; it applies to the queues Hopper declares
 and decides how a message the app could not take is returned: a
 nack on a classic queue, a confirmed republish on a quorum queue.
@@ -373,7 +382,7 @@ Ed25519 secret key> with Ed25519 ("v1a,<base64>"). Each one signs
 every request, so a key is rotated without a gap: add the new one,
 let the app learn it, drop the old one. Default "": not signed.`,
 	"Subscription": `Subscription is one queue consumed by the sidecar. Unset keys inherit the
-top-level ones: queue.type and queue.deliveryLimit from queue, bindings
+top-level ones: queue.type, queue.tierType and queue.deliveryLimit from queue, bindings
 from topology.bindings, consumer.* from consumer, retry.* from retry.`,
 	"Subscription.Bindings": `Bindings route messages from exchanges to this queue, as
 topology.bindings do for the top-level queue. Default
@@ -398,8 +407,9 @@ port stay app.url's: one sidecar serves one app. Default app.url's own
 path.`,
 	"Subscription.Queue": `Queue names the subscription's work queue, with the keys of the
 top-level queue section. name is required and unique across
-subscriptions; type "" and deliveryLimit 0 inherit queue.type and
-queue.deliveryLimit, arguments given replace queue.arguments whole.`,
+subscriptions; type "", tierType "" and deliveryLimit 0 inherit
+queue.type, queue.tierType and queue.deliveryLimit, arguments given
+replace queue.arguments whole.`,
 	"Subscription.Retry": `Retry sets this queue's retry policy; a key left out inherits the
 retry key of the same name.`,
 	"Subscription.Routes": `Routes are this queue's routes, as the top-level routes are for the

@@ -68,6 +68,9 @@ func (c *Config) subscription(s Subscription) Config {
 	if s.Queue.Type != "" {
 		e.Queue.Type = s.Queue.Type
 	}
+	if s.Queue.TierType != "" {
+		e.Queue.TierType = s.Queue.TierType
+	}
 	if s.Queue.DeliveryLimit != 0 {
 		e.Queue.DeliveryLimit = s.Queue.DeliveryLimit
 	}

@@ -116,6 +116,15 @@ func (c *Config) validateOne() []error {
 	if c.Queue.Type != "classic" && c.Queue.Type != "quorum" {
 		add("queue.type", "must be classic or quorum, got %q", c.Queue.Type)
 	}
+	switch c.Queue.TierType {
+	case "", "quorum":
+	case "classic":
+		if c.Queue.Type == "quorum" {
+			add("queue.tierType", "classic tiers would hand a quorum work queue's retries back at most once: a quorum work queue's tiers are quorum (leave tierType out)")
+		}
+	default:
+		add("queue.tierType", "must be classic or quorum, got %q", c.Queue.TierType)
+	}
 	if c.Queue.DeliveryLimit < 0 || c.Queue.DeliveryLimit > math.MaxInt32 {
 		add("queue.deliveryLimit", "must be between 0 and %d", math.MaxInt32)
 	}

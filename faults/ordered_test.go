@@ -48,11 +48,7 @@ func ordered(t *testing.T, name, queueType string) {
 	r.killHopper(300 * time.Millisecond)
 
 	r.waitDelivered(n / 2)
-	r.step("broker restarting")
-	if err := rabbit.Restart(); err != nil {
-		t.Fatalf("broker restart: %v", err)
-	}
-	r.step("broker back")
+	r.restartBroker()
 
 	r.waitDelivered(3 * n / 4)
 	r.crashApp(time.Second)

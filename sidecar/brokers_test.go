@@ -136,3 +136,46 @@ func TestMessageAtTheDefaultMaxSizeMoves(t *testing.T) {
 		t.Errorf("DLQ copy body %d bytes, want the %d of the original", len(m.Body), size)
 	}
 }
+
+// queue.tierType quorum on a classic work queue: a retry goes through a
+// quorum tier (which hands it back at least once) and comes back to the
+// app; switching an existing classic tier to quorum is refused at start,
+// naming the tier and what to do, since a queue's type cannot change.
+func TestQuorumTiersOnClassicWorkQueue(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	classic := cfg
+	plan := topology.FromConfig(&classic)
+	bo := broker.ConfigOptions(cfg.Broker, testLogger(t), "declare")
+	if err := broker.Apply(context.Background(), bo, &plan, true); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Queue.TierType = "quorum"
+	sc := sidecar.New(&cfg, testLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := sc.Run(ctx)
+	if !errors.Is(err, broker.ErrTopology) || !strings.Contains(err.Error(), plan.Tiers[0].Name) ||
+		!strings.Contains(err.Error(), "exists as a classic queue, the config asks for a quorum one") {
+		t.Fatalf("Run over classic tiers with tierType quorum = %v, want the tier's type named", err)
+	}
+
+	cfg = testConfig(t, app.URL)
+	cfg.Queue.TierType = "quorum"
+	r := start(t, cfg)
+	for _, q := range r.sc.Plan().Queues() {
+		want := broker.Classic
+		if q.Role == topology.RoleTier {
+			want = broker.Quorum
+		}
+		if got, err := broker.QueueTypeOf(context.Background(), bo, q.Name); err != nil || got != want {
+			t.Errorf("%s queue %s: type %v (%v), want %v", q.Role, q.Name, got, err, want)
+		}
+	}
+	app.script("t1", 503, 200)
+	r.publish("t1")
+	r.settled(0)
+	if got := app.statuses("t1"); len(got) != 2 || got[1] != 200 {
+		t.Fatalf("t1 answered %v, want 503 then 200 after the quorum tier", got)
+	}
+}

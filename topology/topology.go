@@ -129,15 +129,19 @@ func FromConfig(c *config.Config) Plan {
 		p.Work.Checked = append(p.Work.Checked, ArgSingleActiveConsumer)
 	}
 	slices.Sort(p.Work.Checked)
+	tierQuorum := c.Queue.Type == "quorum" || c.Queue.TierType == "quorum"
 	for _, d := range c.AllTiers() {
 		args := typeArgs()
+		if tierQuorum {
+			args = map[string]any{"x-queue-type": "quorum"}
+		}
 		// Expiry happens only at the head of a queue, so each delay has its
 		// own queue; expired messages go back to the work queue alone, via
 		// the default exchange, never fanned out again.
 		args["x-message-ttl"] = int32(d / time.Millisecond)
 		args["x-dead-letter-exchange"] = ""
 		args["x-dead-letter-routing-key"] = q
-		if c.Queue.Type == "quorum" {
+		if tierQuorum {
 			// Quorum queues dead-letter at-most-once by default; at-least-once
 			// needs reject-publish overflow.
 			args["x-dead-letter-strategy"] = "at-least-once"
@@ -145,7 +149,7 @@ func FromConfig(c *config.Config) Plan {
 		}
 		p.Tiers = append(p.Tiers, Queue{
 			Name: Name(c.Topology.RetryQueue, q, d), Role: RoleTier, Delay: d, Args: args, Owned: true,
-			Unbounded: c.Queue.Type == "quorum",
+			Unbounded: tierQuorum,
 		})
 	}
 	dargs := typeArgs()

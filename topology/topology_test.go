@@ -182,6 +182,46 @@ func TestFromConfigQuorum(t *testing.T) {
 	assertNeverExpires(t, &p)
 }
 
+// TestFromConfigQuorumTiersOnClassic: queue.tierType quorum makes a
+// classic work queue's tiers quorum queues that hand messages back at least
+// once; the work queue and the DLQ stay classic.
+func TestFromConfigQuorumTiersOnClassic(t *testing.T) {
+	c := topoConfig(t, func(c *config.Config) {
+		c.Queue.TierType = "quorum"
+		c.Retry.Tiers = durs(time.Second, 5*time.Second)
+	})
+	p := topology.FromConfig(c)
+	for _, q := range []topology.Queue{p.Work, p.DLQ} {
+		if q.Args["x-queue-type"] != "classic" || q.Unbounded {
+			t.Errorf("%s queue %s: args %#v, unbounded %t; want a classic queue", q.Role, q.Name, q.Args, q.Unbounded)
+		}
+	}
+	if _, ok := p.Work.Args["x-dead-letter-strategy"]; ok {
+		t.Errorf("classic work queue given a dead-letter strategy: %#v", p.Work.Args)
+	}
+	if len(p.Tiers) != 2 {
+		t.Fatalf("%d tiers", len(p.Tiers))
+	}
+	for i, q := range p.Tiers {
+		want := map[string]any{
+			"x-queue-type":              "quorum",
+			"x-message-ttl":             int32([]int{1000, 5000}[i]),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": "orders",
+			"x-dead-letter-strategy":    "at-least-once",
+			"x-overflow":                "reject-publish",
+		}
+		if !reflect.DeepEqual(q.Args, want) || !q.Unbounded {
+			t.Errorf("tier %s args %#v unbounded %t, want %#v and unbounded", q.Name, q.Args, q.Unbounded, want)
+		}
+	}
+	// tierType classic is the classic work queue's default spelled out.
+	c.Queue.TierType = "classic"
+	if got := topology.FromConfig(c).Tiers[0].Args["x-queue-type"]; got != "classic" {
+		t.Errorf("tierType classic: tier type %v", got)
+	}
+}
+
 func TestQuorumWithoutDeliveryLimitWarns(t *testing.T) {
 	p := topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Queue.Type = "quorum" }))
 	if _, ok := p.Work.Args["x-delivery-limit"]; ok {
