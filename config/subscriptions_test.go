@@ -162,6 +162,11 @@ subscriptions:
 			`subscriptions[1].bindings: exchange "events" is bound as type=fanout durable=false, but subscriptions[0] binds it as type=fanout durable=true`,
 			`subscriptions[2].bindings: exchange "events" is bound as type=topic durable=true, but subscriptions[0]`,
 		}, nil},
+		{"classic tiers inherited by a quorum subscription", `
+queue: {tierType: classic}
+subscriptions: [{queue: {name: a}}, {queue: {name: b, type: quorum}}]`, []string{
+			"subscriptions[1].queue.tierType: classic tiers would hand a quorum work queue's retries back at most once",
+		}, []string{"subscriptions[0].queue.tierType"}},
 		{"unknown key", `
 subscriptions: [{queue: {name: a}, prefetch: 3}]`, []string{"subscriptions[0].prefetch: unknown key"}, nil},
 	} {
