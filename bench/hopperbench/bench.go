@@ -41,6 +41,10 @@ type options struct {
 	// baselineBin, when set, is a second Hopper binary (the build before a
 	// change) that drains beside hopper, run by run.
 	baselineBin   string
+	// rawContract adds, on the paths that compare Hopper with the raw
+	// loop, the raw loop carrying the contract's headers (raw-worker
+	// --contract): the `contract:` lines.
+	rawContract bool
 	keep, strict  bool
 	latPersistent bool
 	latDump       bool
@@ -90,7 +94,8 @@ func benchMain(args []string) int {
 	fs.StringVar(&o.latMode, "lat-mode", "paired", "latency test: paired (each tick publishes one message to each client's queue) or alternate (segments of --lat-segment to one client, then the other)")
 	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
 	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
-	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults and batch paths; its figures against the same raw runs are the `baseline:` lines")
+	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), interleaved run by run; Hopper against it is the contract: lines")
+	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults and batch paths; its figures against the same raw runs are the baseline: lines")
 	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, child logs)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
@@ -507,6 +512,9 @@ func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag strin
 			"--prefetch", strconv.Itoa(e.o.prefetch), "--workers", strconv.Itoa(e.o.workers),
 			"--publish-channels", strconv.Itoa(e.o.pubChannels)}
 	}
+	if kind == "rawc" {
+		argv = append(argv, "--contract")
+	}
 	// No HOPPER_* variable of the caller may change the config under test.
 	var environ []string
 	for _, kv := range os.Environ() {
@@ -580,7 +588,7 @@ func per100k(d time.Duration, n int) float64 { return d.Seconds() * 100_000 / fl
 func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 	m, _ := pathMode(pathName)
 	s := e.newSpec(fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run), kind, m)
-	if pathName == "defaults" && kind != "raw" {
+	if pathName == "defaults" && kind != "raw" && kind != "rawc" {
 		s.consumer = consumerSetting{}
 	}
 	return e.drain(s)
@@ -868,6 +876,9 @@ func (e *env) bench() (*report, error) {
 	if e.baseBin != "" {
 		kinds = append(kinds, "base")
 	}
+	if e.o.rawContract {
+		kinds = append(kinds, "rawc")
+	}
 	for _, p := range e.o.paths {
 		switch p {
 		case "fair":
@@ -1020,7 +1031,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	var happyRSS, cpuRatio float64
 	for _, p := range o.rawPaths() {
 		byKind := rep.paths[p]
-		for _, k := range []string{"raw", "hopper", "base"} {
+		for _, k := range []string{"raw", "hopper", "base", "rawc"} {
 			rs := byKind[k]
 			if len(rs) == 0 {
 				continue
@@ -1120,7 +1131,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 
 	// The other paths' lines come just before the final line, which stays
 	// last.
-	lines := append(rep.baselineLines(), rep.pathLines()...)
+	lines := append(append(rep.baselineLines(), rep.contractLines()...), rep.pathLines()...)
 	if happyR.med == 0 && len(lines) > 0 {
 		fmt.Fprintf(w, "(took %s)\n", time.Since(rep.started).Round(time.Second))
 		for _, l := range lines {
@@ -1206,6 +1217,25 @@ func (rep *report) rawPathLine(p string) string {
 	h, r := summarize(rates(byKind["hopper"])).med, summarize(rates(byKind["raw"])).med
 	return fmt.Sprintf("bench: %s hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f",
 		p, h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]), maxAnon(byKind["hopper"]))
+}
+
+// contractLines are the figures of --raw-contract: per raw path, the raw
+// loop carrying the contract's headers (rawc=) against the plain raw loop
+// (raw_cpu_ratio, what the headers cost a loop) and Hopper against it
+// (ratio, cpu_ratio: what Hopper costs beyond them).
+func (rep *report) contractLines() []string {
+	var out []string
+	for _, p := range rep.o.rawPaths() {
+		byKind := rep.paths[p]
+		rc := byKind["rawc"]
+		if len(rc) == 0 {
+			continue
+		}
+		c, h := summarize(rates(rc)).med, summarize(rates(byKind["hopper"])).med
+		out = append(out, fmt.Sprintf("contract: %s hopper=%.0f/s rawc=%.0f/s ratio=%.3f cpu_ratio=%.2f raw_cpu_ratio=%.2f",
+			p, h, c, h/c, consumerCPU(byKind["hopper"])/consumerCPU(rc), consumerCPU(rc)/consumerCPU(byKind["raw"])))
+	}
+	return out
 }
 
 // baselineLines are the figures of --baseline-bin, in the shape of the

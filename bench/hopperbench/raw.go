@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	happ "github.com/hopper-sidecar/hopper/app"
 	"github.com/hopper-sidecar/hopper/msg"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
@@ -32,6 +33,10 @@ import (
 type rawWorker struct {
 	appURL, retryQueue, dlq string
 	timeout                 time.Duration
+	// contract makes the loop carry the headers Hopper's contract has it
+	// carry (see handleContract); queue is the work queue they name.
+	contract bool
+	queue    string
 
 	client *fasthttp.Client
 	pool   chan *amqp.Channel
@@ -51,6 +56,7 @@ func rawWorkerMain(args []string) int {
 	batch := fs.Int("batch", 0, "when > 1: the batching loop, one POST of a JSON envelope per this many deliveries (happy path only)")
 	floorN := fs.Int("floor", 0, "when > 0: the broker's floor, no app: take this many deliveries, acking them with one multiple-ack every --every, tell the app (--app) when the first came and when the last ack was taken, then wait for SIGTERM")
 	every := fs.Int("every", 32, "with --floor: deliveries per multiple-ack")
+	contract := fs.Bool("contract", false, "send the request headers and write the copy headers Hopper's contract has (with Hopper's own header functions), and nothing else of Hopper")
 	_ = fs.Parse(args)
 	if *url == "" || *queue == "" || *appURL == "" {
 		fmt.Fprintln(os.Stderr, "raw-worker: --broker, --queue and --app are required")
@@ -68,7 +74,7 @@ func rawWorkerMain(args []string) int {
 		}
 		defer done()
 	}
-	w := &rawWorker{appURL: *appURL, retryQueue: *retryQueue, dlq: *dlq, timeout: *timeout}
+	w := &rawWorker{appURL: *appURL, retryQueue: *retryQueue, dlq: *dlq, timeout: *timeout, contract: *contract, queue: *queue}
 	run := func() error { return runRaw(ctx, *url, *queue, *prefetch, *workers, *pubChannels, w) }
 	if *batch > 1 {
 		run = func() error { return runRawBatch(ctx, *url, *queue, *prefetch, *workers, *batch, w) }
@@ -200,6 +206,10 @@ func profileRaw(dir string) (func(), error) {
 
 func (w *rawWorker) handle(ctx context.Context, d *amqp.Delivery) {
 	rawHandled.Add(1)
+	if w.contract {
+		w.handleContract(ctx, d)
+		return
+	}
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -259,6 +269,121 @@ func (w *rawWorker) move(ctx context.Context, d *amqp.Delivery, queue string, re
 		return
 	}
 	_ = d.Ack(false)
+}
+
+// handleContract is handle carrying what Hopper's contract makes a
+// delivery carry, built by the functions Hopper builds it with: the
+// request's headers (identity, history, trace context and every
+// application header, app.BuildHeaders) and, on a failure, a retry copy
+// with the attempt's history (msg.RetryCopy). What it leaves out is the
+// rest of Hopper: breaker, limiter, acker, spans, metrics, the publisher's
+// pipeline. Against it, Hopper's CPU per message is what Hopper costs
+// beyond the contract's headers.
+func (w *rawWorker) handleContract(ctx context.Context, d *amqp.Delivery) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	m := &msg.Message{Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered, Headers: plainTable(d.Headers),
+		ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode, CorrelationID: d.CorrelationId,
+		MessageID: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppID: d.AppId, Body: d.Body}
+	now := time.Now()
+	in := msg.Read(m, w.queue, "", now)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(w.appURL)
+	ct := d.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	req.Header.SetContentType(ct)
+	var buf [32]happ.Header
+	hs, _ := happ.BuildHeaders(buf[:0], m, in)
+	for _, h := range hs {
+		req.Header.Add(h.Name, h.Value)
+	}
+	req.SetBodyRaw(d.Body)
+
+	err := w.client.DoTimeout(req, resp, w.timeout)
+	var status int
+	if err == nil {
+		status = resp.StatusCode()
+	}
+	switch {
+	case err != nil:
+		_ = d.Nack(false, true) // multiple=false, requeue=true
+	case status >= 200 && status <= 299:
+		_ = d.Ack(false)
+	default:
+		queue := w.retryQueue
+		if status == fasthttp.StatusBadRequest {
+			queue = w.dlq
+		}
+		cp := msg.RetryCopy(m, in, in.Retries+1, status, now)
+		pc := <-w.pool
+		err := publishConfirmed(ctx, pc, queue, amqp.Publishing{
+			Headers:      amqpTable(cp.Headers),
+			ContentType:  cp.ContentType,
+			DeliveryMode: amqp.Persistent,
+			MessageId:    cp.MessageID,
+			Body:         cp.Body,
+		})
+		w.pool <- pc
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "raw-worker: move:", err)
+			_ = d.Nack(false, true) // multiple=false, requeue=true
+			return
+		}
+		_ = d.Ack(false)
+	}
+}
+
+// plainTable is t with its nested tables (x-death's entries) as the plain
+// maps Hopper's header functions read, as Hopper's consumer hands them
+// over.
+func plainTable(t amqp.Table) map[string]any {
+	h := make(map[string]any, len(t))
+	for k, v := range t {
+		h[k] = plainValue(v)
+	}
+	return h
+}
+
+func plainValue(v any) any {
+	switch v := v.(type) {
+	case amqp.Table:
+		return plainTable(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = plainValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// amqpTable is plainTable's inverse, for publishing.
+func amqpTable(h map[string]any) amqp.Table {
+	t := make(amqp.Table, len(h))
+	for k, v := range h {
+		t[k] = amqpValue(v)
+	}
+	return t
+}
+
+func amqpValue(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		return amqpTable(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = amqpValue(e)
+		}
+		return out
+	}
+	return v
 }
 
 func publishConfirmed(ctx context.Context, ch *amqp.Channel, queue string, p amqp.Publishing) error {

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// The contract loop hands Hopper's header functions the plain maps they
+// read: an x-death the broker wrote stays a readable list of tables (not
+// set aside as invalid), and the copy goes out as the AMQP client's tables
+// again.
+func TestContractLoopKeepsXDeathReadable(t *testing.T) {
+	d := amqp.Table{
+		"x-retry-count": int32(1),
+		"x-death": []any{amqp.Table{"queue": "q.retry.100ms", "reason": "expired", "count": int64(1),
+			"routing-keys": []any{"q"}}},
+	}
+	h := plainTable(d)
+	m := &msg.Message{Headers: h, MessageID: "m1"}
+	in := msg.Read(m, "q", "", m.Timestamp)
+	cp := msg.RetryCopy(m, in, in.Retries+1, 503, m.Timestamp)
+	if _, set := cp.Headers[msg.HeaderInvalidDeath]; set {
+		t.Fatalf("x-death taken for invalid: %v", cp.Headers)
+	}
+	back := amqpTable(cp.Headers)
+	if _, ok := back["x-death"].([]any)[0].(amqp.Table); !ok {
+		t.Fatalf("x-death entry published as %T, want amqp.Table", back["x-death"].([]any)[0])
+	}
+	if err := back.Validate(); err != nil {
+		t.Fatalf("copy headers not publishable: %v", err)
+	}
+	if !reflect.DeepEqual(amqpTable(h)["x-death"], d["x-death"]) {
+		t.Errorf("round trip changed x-death: %v", amqpTable(h)["x-death"])
+	}
+}
