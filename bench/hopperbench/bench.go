@@ -40,11 +40,11 @@ type options struct {
 	hopperBin, workDir string
 	// baselineBin, when set, is a second Hopper binary (the build before a
 	// change) that drains beside hopper, run by run.
-	baselineBin   string
+	baselineBin string
 	// rawContract adds, on the paths that compare Hopper with the raw
 	// loop, the raw loop carrying the contract's headers (raw-worker
 	// --contract): the `contract:` lines.
-	rawContract bool
+	rawContract   bool
 	keep, strict  bool
 	latPersistent bool
 	latDump       bool
