@@ -52,7 +52,7 @@ func profileMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
-	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules) or batch (--batch-size messages per request)")
+	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules), signed (happy, every request signed with a Standard Webhooks secret) or batch (--batch-size messages per request)")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight")
@@ -66,8 +66,9 @@ func profileMain(args []string) int {
 	runtime.MemProfileRate = *memRate
 	defaults := *pathName == "defaults"
 	routed := *pathName == "routes"
+	signed := *pathName == "signed"
 	m, err := parseMode(*pathName)
-	if defaults || routed {
+	if defaults || routed || signed {
 		m, err = modeOK, nil
 	}
 	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ && m != modeBatch) {
@@ -85,7 +86,7 @@ func profileMain(args []string) int {
 	if *usePerf {
 		err = profilePerf(&o, *pathName)
 	} else {
-		err = profileInProcess(&o, m, defaults, routed, *out, *mutexFrac > 0)
+		err = profileInProcess(&o, m, defaults, routed, signed, *out, *mutexFrac > 0)
 	}
 	if err != nil {
 		logf("profile: %v", err)
@@ -94,7 +95,7 @@ func profileMain(args []string) int {
 	return 0
 }
 
-func profileInProcess(o *options, m mode, defaults, routed bool, out string, mutex bool) error {
+func profileInProcess(o *options, m mode, defaults, routed, signed bool, out string, mutex bool) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -142,6 +143,13 @@ func profileInProcess(o *options, m mode, defaults, routed bool, out string, mut
 	if routed {
 		label = "routes"
 		sp.tag, sp.routed, sp.routedBacklog = "profile-routes", true, true
+	}
+	if signed {
+		label = "signed"
+		sp.tag = "profile-signed"
+		if sp.signingSecret, err = e.writeSigningSecret(); err != nil {
+			return err
+		}
 	}
 	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {
