@@ -44,7 +44,10 @@ type options struct {
 	// rawContract adds, on the paths that compare Hopper with the raw
 	// loop, the raw loop carrying the contract's headers (raw-worker
 	// --contract): the `contract:` lines.
-	rawContract   bool
+	rawContract bool
+	// rawSigned adds, on the signed path, the raw loop unsigned and
+	// signing each request itself (raw-worker --sign-secret).
+	rawSigned     bool
 	keep, strict  bool
 	latPersistent bool
 	latDump       bool
@@ -94,6 +97,7 @@ func benchMain(args []string) int {
 	fs.StringVar(&o.latMode, "lat-mode", "paired", "latency test: paired (each tick publishes one message to each client's queue) or alternate (segments of --lat-segment to one client, then the other)")
 	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
 	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
+	fs.BoolVar(&o.rawSigned, "raw-signed", false, "on the signed path, also drain with the raw loop unsigned and signing every request itself (standard library HMAC, the same three headers), interleaved run by run; the signed-raw: line")
 	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), interleaved run by run; Hopper against it is the contract: lines")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults and batch paths; its figures against the same raw runs are the baseline: lines")
 	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
@@ -158,6 +162,8 @@ type env struct {
 	mgmt      *amqp.Connection
 	quiet     *slog.Logger
 	pairDiffs []time.Duration // paired latency test: hopper − raw per tick
+	// signSecret is the secret file of the signed path's drains.
+	signSecret string
 }
 
 func setup(o *options) (*env, error) {
@@ -512,8 +518,11 @@ func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag strin
 			"--prefetch", strconv.Itoa(e.o.prefetch), "--workers", strconv.Itoa(e.o.workers),
 			"--publish-channels", strconv.Itoa(e.o.pubChannels)}
 	}
-	if kind == "rawc" {
+	switch kind {
+	case "rawc":
 		argv = append(argv, "--contract")
+	case "rawsigned":
+		argv = append(argv, "--sign-secret", e.signSecret)
 	}
 	// No HOPPER_* variable of the caller may change the config under test.
 	var environ []string
@@ -1192,6 +1201,9 @@ func (rep *report) pathLines() []string {
 		case "routes":
 			out = append(out, rep.routesLine())
 		case "signed":
+			if l := rep.signedRawLine(); l != "" {
+				out = append(out, l)
+			}
 			out = append(out, rep.signedLine())
 		case "big":
 			out = append(out, rep.bigLine())

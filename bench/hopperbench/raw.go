@@ -37,6 +37,9 @@ type rawWorker struct {
 	// carry (see handleContract); queue is the work queue they name.
 	contract bool
 	queue    string
+	// sign, when set, signs every request as the Standard Webhooks
+	// specification has it (--sign-secret).
+	sign *rawSigner
 
 	client *fasthttp.Client
 	pool   chan *amqp.Channel
@@ -56,6 +59,7 @@ func rawWorkerMain(args []string) int {
 	batch := fs.Int("batch", 0, "when > 1: the batching loop, one POST of a JSON envelope per this many deliveries (happy path only)")
 	floorN := fs.Int("floor", 0, "when > 0: the broker's floor, no app: take this many deliveries, acking them with one multiple-ack every --every, tell the app (--app) when the first came and when the last ack was taken, then wait for SIGTERM")
 	every := fs.Int("every", 32, "with --floor: deliveries per multiple-ack")
+	signSecret := fs.String("sign-secret", "", "a file holding one whsec_ secret: sign every request with it as the Standard Webhooks specification has it (webhook-id, webhook-timestamp, webhook-signature)")
 	contract := fs.Bool("contract", false, "send the request headers and write the copy headers Hopper's contract has (with Hopper's own header functions), and nothing else of Hopper")
 	_ = fs.Parse(args)
 	if *url == "" || *queue == "" || *appURL == "" {
@@ -75,6 +79,13 @@ func rawWorkerMain(args []string) int {
 		defer done()
 	}
 	w := &rawWorker{appURL: *appURL, retryQueue: *retryQueue, dlq: *dlq, timeout: *timeout, contract: *contract, queue: *queue}
+	if *signSecret != "" {
+		var err error
+		if w.sign, err = newRawSigner(*signSecret); err != nil {
+			fmt.Fprintln(os.Stderr, "raw-worker:", err)
+			return 2
+		}
+	}
 	run := func() error { return runRaw(ctx, *url, *queue, *prefetch, *workers, *pubChannels, w) }
 	if *batch > 1 {
 		run = func() error { return runRawBatch(ctx, *url, *queue, *prefetch, *workers, *batch, w) }
@@ -229,6 +240,9 @@ func (w *rawWorker) handle(ctx context.Context, d *amqp.Delivery) {
 		req.Header.Set(hdrSent, strconv.FormatInt(sent, 10))
 	}
 	req.SetBodyRaw(d.Body)
+	if w.sign != nil {
+		w.sign.sign(req, d.MessageId, time.Now().Unix(), d.Body)
+	}
 
 	err := w.client.DoTimeout(req, resp, w.timeout)
 	var status int

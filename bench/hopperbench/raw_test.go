@@ -1,10 +1,13 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/valyala/fasthttp"
 
 	"github.com/hopper-sidecar/hopper/msg"
 )
@@ -35,5 +38,31 @@ func TestContractLoopKeepsXDeathReadable(t *testing.T) {
 	}
 	if !reflect.DeepEqual(amqpTable(h)["x-death"], d["x-death"]) {
 		t.Errorf("round trip changed x-death: %v", amqpTable(h)["x-death"])
+	}
+}
+
+// The raw loop's signer signs the Standard Webhooks test vector (the one
+// the specification's reference libraries check against) as published.
+func TestRawSignerSignsTheTestVector(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "whsec")
+	if err := os.WriteFile(file, []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newRawSigner(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	s.sign(req, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
+	req.Header.DisableNormalizing() // the names went in lowercase, as the specification spells them
+	for name, want := range map[string]string{
+		"webhook-id":        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+		"webhook-timestamp": "1614265330",
+		"webhook-signature": "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+	} {
+		if got := string(req.Header.Peek(name)); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
 	}
 }

@@ -50,18 +50,34 @@ func (e *env) signedness() (map[string][]runResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.signSecret = secret
+	drain := func(who, kind string, run int, signed bool) error {
+		s := e.newSpec(fmt.Sprintf("bench-signed-%s-%d", who, run), kind, modeOK)
+		if signed {
+			s.signingSecret = secret
+		}
+		res, err := e.drain(s)
+		if err != nil {
+			return fmt.Errorf("signed path, %s run %d: %w", who, run, err)
+		}
+		out[who] = append(out[who], res)
+		logRun("signed", who, run, e.o.runs, res)
+		return nil
+	}
 	for run := 1; run <= e.o.runs; run++ {
 		for _, signed := range []bool{false, true} {
-			s := e.newSpec(fmt.Sprintf("bench-signed-%s-%d", signedWho(signed), run), "hopper", modeOK)
-			if signed {
-				s.signingSecret = secret
+			if err := drain(signedWho(signed), "hopper", run, signed); err != nil {
+				return nil, err
 			}
-			res, err := e.drain(s)
-			if err != nil {
-				return nil, fmt.Errorf("signed path, %s run %d: %w", signedWho(signed), run, err)
-			}
-			out[signedWho(signed)] = append(out[signedWho(signed)], res)
-			logRun("signed", signedWho(signed), run, e.o.runs, res)
+		}
+		if !e.o.rawSigned {
+			continue
+		}
+		if err := drain("raw", "raw", run, false); err != nil {
+			return nil, err
+		}
+		if err := drain("rawsigned", "rawsigned", run, false); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -71,10 +87,13 @@ func (e *env) signedness() (map[string][]runResult, error) {
 func (rep *report) printSigned(w io.Writer, o *options) {
 	fmt.Fprintf(w, "signed: one Hopper drains a happy backlog of %d messages, unsigned and with one Standard Webhooks secret\n", o.n)
 	fmt.Fprintf(w, "%-10s %9s %9s %9s %10s %8s\n", "form", "median/s", "min/s", "max/s", "cpu_s/100k", "rss_MiB")
-	for _, signed := range []bool{false, true} {
-		runs := rep.signed[signedWho(signed)]
+	for _, who := range []string{signedWho(false), signedWho(true), "raw", "rawsigned"} {
+		runs := rep.signed[who]
+		if len(runs) == 0 {
+			continue
+		}
 		r := summarize(rates(runs))
-		fmt.Fprintf(w, "%-10s %9.0f %9.0f %9.0f %10.2f %8.1f\n", signedWho(signed), r.med, r.min, r.max, consumerCPU(runs), maxHWM(runs))
+		fmt.Fprintf(w, "%-10s %9.0f %9.0f %9.0f %10.2f %8.1f\n", who, r.med, r.min, r.max, consumerCPU(runs), maxHWM(runs))
 	}
 	fmt.Fprintln(w)
 }
@@ -86,4 +105,16 @@ func (rep *report) signedLine() string {
 	cpu := func(signed bool) float64 { return consumerCPU(rep.signed[signedWho(signed)]) }
 	h, plain := med(true), med(false)
 	return fmt.Sprintf("bench: signed hopper=%.0f/s plain=%.0f/s ratio=%.3f cpu_ratio=%.3f", h, plain, h/plain, cpu(true)/cpu(false))
+}
+
+// signedRawLine is the raw loop's signed and unsigned drains (--raw-signed)
+// in the shape of signedLine: what signing costs a loop with no Hopper in
+// it, on the same machine in the same run.
+func (rep *report) signedRawLine() string {
+	raw, signed := rep.signed["raw"], rep.signed["rawsigned"]
+	if len(raw) == 0 || len(signed) == 0 {
+		return ""
+	}
+	r, s := summarize(rates(raw)).med, summarize(rates(signed)).med
+	return fmt.Sprintf("signed-raw: signed=%.0f/s plain=%.0f/s ratio=%.3f cpu_ratio=%.3f", s, r, s/r, consumerCPU(signed)/consumerCPU(raw))
 }
