@@ -127,6 +127,23 @@ func checkKeyOrder(t *testing.T, recs []record) {
 	t.Logf("per-key order: %d messages answered 2xx over %d keys, %d out of order", len(acked), len(last), len(bad))
 	if len(bad) > 0 {
 		t.Errorf("first 2xx out of publish order within a key: %s", sample(bad, 10))
+		// The first pair's stories, for the post-mortem: every request of
+		// each, with its attempt, requeue count, answer and time.
+		first, _, _ := strings.Cut(bad[0], " ")
+		key, _, _ := strings.Cut(first, "-")
+		later := fmt.Sprintf("%s-%06d", key, last[key])
+		if i := strings.LastIndex(bad[0], " after "); i >= 0 {
+			later = bad[0][i+len(" after "):]
+		}
+		for _, id := range []string{first, later} {
+			var parts []string
+			for _, rec := range recs {
+				if rec.ID == id {
+					parts = append(parts, fmt.Sprintf("a%d/r%d:%d@%s", rec.Attempt, rec.Requeues, rec.Status, rec.At.Format("15:04:05.000")))
+				}
+			}
+			t.Logf("%s: %s", id, strings.Join(parts, " "))
+		}
 	}
 }
 
