@@ -268,9 +268,15 @@ func (w *rawWorker) move(ctx context.Context, d *amqp.Delivery, queue string, re
 		h[k] = v
 	}
 	h["x-retry-count"] = int32(retries)
+	w.moveWith(ctx, d, queue, h)
+}
+
+// moveWith publishes a copy of d carrying headers to queue with a
+// confirm, then acks d; a failed publish nacks it.
+func (w *rawWorker) moveWith(ctx context.Context, d *amqp.Delivery, queue string, headers amqp.Table) {
 	pc := <-w.pool
 	err := publishConfirmed(ctx, pc, queue, amqp.Publishing{
-		Headers:      h,
+		Headers:      headers,
 		ContentType:  d.ContentType,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    d.MessageId,
@@ -333,22 +339,7 @@ func (w *rawWorker) handleContract(ctx context.Context, d *amqp.Delivery) {
 		if status == fasthttp.StatusBadRequest {
 			queue = w.dlq
 		}
-		cp := msg.RetryCopy(m, in, in.Retries+1, status, now)
-		pc := <-w.pool
-		err := publishConfirmed(ctx, pc, queue, amqp.Publishing{
-			Headers:      amqpTable(cp.Headers),
-			ContentType:  cp.ContentType,
-			DeliveryMode: amqp.Persistent,
-			MessageId:    cp.MessageID,
-			Body:         cp.Body,
-		})
-		w.pool <- pc
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "raw-worker: move:", err)
-			_ = d.Nack(false, true) // multiple=false, requeue=true
-			return
-		}
-		_ = d.Ack(false)
+		w.moveWith(ctx, d, queue, amqpTable(msg.RetryCopy(m, in, in.Retries+1, status, now).Headers))
 	}
 }
 
