@@ -35,6 +35,12 @@ func Declare(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error
 			}
 			continue
 		}
+		if q.Role == topology.RoleTier {
+			if err := declareTier(conn, p, q); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if err := declare(conn, q); err != nil {
 			errs = append(errs, err)
 		}
@@ -71,6 +77,12 @@ func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if q.Role == topology.RoleTier && q.Successor != "" && exists(conn, q.Successor) == nil {
+			if err := declareSuccessor(conn, p, q); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if err := exists(conn, q.Name); err != nil {
 			errs = append(errs, err)
 			continue
@@ -85,6 +97,12 @@ func Verify(ctx context.Context, conn *amqp.Connection, p *topology.Plan) error 
 				continue
 			}
 			if err := verifyWork(conn, q); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if q.Role == topology.RoleTier {
+			if err := verifyTier(conn, p, q); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -500,6 +518,22 @@ func declareWith(conn *amqp.Connection, q topology.Queue, args map[string]any) e
 	return nil
 }
 
+// tierTypeError is a tier's declare refused because the tier exists with
+// another queue type than planned.
+type tierTypeError struct {
+	name, got, want string
+	err             error
+}
+
+func (e *tierTypeError) Error() string {
+	return fmt.Sprintf("%v: delay tier %q exists as a %s queue, the config asks for a %s one (queue.tierType, queue.type). A queue's type cannot change once it exists: "+
+		"leave queue.tierType out (Hopper then keeps the old tier handing back what it holds and sends new retries to a new tier), or "+
+		"stop the Hopper processes of this queue, let the tier empty (its messages go back to the work queue when their delay runs out), delete it, and start them again: %v",
+		ErrTopology, e.name, e.got, e.want, e.err)
+}
+
+func (e *tierTypeError) Unwrap() []error { return []error{ErrTopology, e.err} }
+
 // tierTypeChanged explains a delay tier's refused declare when the tier
 // exists with another queue type than planned (queue.tierType changed):
 // the broker names the first argument that differs, seldom the type. It
@@ -512,9 +546,106 @@ func tierTypeChanged(conn *amqp.Connection, q topology.Queue, args map[string]an
 	if err != nil || want == "" || string(got) == want {
 		return nil
 	}
-	return fmt.Errorf("%w: delay tier %q exists as a %s queue, the config asks for a %s one (queue.tierType, queue.type). A queue's type cannot change once it exists: "+
-		"stop the Hopper processes of this queue, let the tier empty (its messages go back to the work queue when their delay runs out), delete it, and start them again: %w",
-		ErrTopology, q.Name, got, want, declareErr)
+	return &tierTypeError{name: q.Name, got: string(got), want: string(want), err: declareErr}
+}
+
+// declareTier declares the tier q of plan p, or the queue that succeeds
+// it, and records on p which of the two takes its retries.
+//
+// A tier's type cannot change while it exists, so an upgrade that changes
+// the tiers' default type meets tiers of the old type, possibly holding
+// retries. Left to the default, such a tier is replaced in place when it
+// is empty; otherwise it keeps handing back what it holds as each delay
+// runs out (it needs no consumer for that), new retries go to its
+// successor, and the old tier is deleted at a later declare once it reads
+// empty. A successor once in use stays in use, so every process of the
+// queue agrees on it whatever order they start in. A publisher still
+// sending to a deleted tier has its copy returned as unroutable, a failed
+// move it retries, never a lost message.
+func declareTier(conn *amqp.Connection, p *topology.Plan, q topology.Queue) error {
+	if q.Successor != "" && exists(conn, q.Successor) == nil {
+		return declareSuccessor(conn, p, q)
+	}
+	err := declare(conn, q)
+	var te *tierTypeError
+	if !errors.As(err, &te) || p.TierTypeChosen || q.Successor == "" {
+		if err == nil {
+			p.UseTier(q.Delay, q.Name)
+		}
+		return err
+	}
+	if deleteIfEmpty(conn, q.Name) {
+		if err := declare(conn, q); err != nil {
+			return err
+		}
+		p.UseTier(q.Delay, q.Name)
+		p.NoteTier(q.Name, fmt.Sprintf("delay tier %q was an empty %s queue: replaced by a %s one", q.Name, te.got, te.want))
+		return nil
+	}
+	return declareSuccessor(conn, p, q)
+}
+
+// declareSuccessor declares q's successor, records it as the queue of q's
+// delay, and deletes q itself if it is of another type and empty.
+func declareSuccessor(conn *amqp.Connection, p *topology.Plan, q topology.Queue) error {
+	s := q
+	s.Name = q.Successor
+	if err := declare(conn, s); err != nil {
+		return err
+	}
+	p.UseTier(q.Delay, s.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	want, _ := q.Args["x-queue-type"].(string)
+	got, err := queueType(ctx, conn, q.Name)
+	switch {
+	case err != nil:
+		// Gone: the successor is all there is.
+		p.NoteTier(q.Name, fmt.Sprintf("delay tier %q: retries go to %q, which succeeded it", q.Name, s.Name))
+	case string(got) != want && deleteIfEmpty(conn, q.Name):
+		p.NoteTier(q.Name, fmt.Sprintf("delay tier %q: the old %s tier was empty and is deleted; retries go to %q", q.Name, got, s.Name))
+	case string(got) != want:
+		p.NoteTier(q.Name, fmt.Sprintf("delay tier %q is a %s queue an earlier setting declared: it hands back what it holds as each delay runs out, "+
+			"new retries go to the %s queue %q, and it is deleted at a later start or reconnect once it reads empty", q.Name, got, want, s.Name))
+	default:
+		p.NoteTier(q.Name, fmt.Sprintf("delay tier %q: retries go to %q, which succeeded it", q.Name, s.Name))
+	}
+	return nil
+}
+
+// verifyTier checks a tier that the operator declared (topology.declare
+// false). One of the other type than the default plans is kept, with a
+// note, since Hopper may not replace the operator's queues; a type the
+// config names is required.
+func verifyTier(conn *amqp.Connection, p *topology.Plan, q topology.Queue) error {
+	err := declare(conn, q)
+	var te *tierTypeError
+	if errors.As(err, &te) && !p.TierTypeChosen {
+		p.UseTier(q.Delay, q.Name)
+		p.NoteTier(q.Name, fmt.Sprintf("delay tier %q is a %s queue, Hopper's default is %s: kept as it is, since topology.declare is false; "+
+			"a classic tier can drop a retry whose delay runs out while the broker stops. Declare it as a %s queue (or %q) to avoid that, "+
+			"or set queue.tierType: %s to say the classic tier is meant", q.Name, te.got, te.want, te.want, q.Successor, te.got))
+		return nil
+	}
+	if err == nil {
+		p.UseTier(q.Delay, q.Name)
+	}
+	return err
+}
+
+// deleteIfEmpty deletes the queue name if it holds no message, and says
+// whether it did. The broker checks emptiness and deletes in one step.
+func deleteIfEmpty(conn *amqp.Connection, name string) bool {
+	ch, err := conn.Channel()
+	if err != nil {
+		return false
+	}
+	defer closeQuietly(ch)
+	_, err = ch.QueueDelete(name,
+		false, // ifUnused
+		true,  // ifEmpty
+		false) // noWait
+	return err == nil
 }
 
 // declarePassive checks that a durable queue exists, creating nothing. A

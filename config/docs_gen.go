@@ -296,14 +296,18 @@ back of the line, so on such a queue the prefetch never follows the
 concurrency limit (consumer.prefetch, or twice the workers, fixes
 it). Default false.`,
 	"Queue.TierType": `TierType is the type of the delay tier queues Hopper declares:
-classic or quorum. A tier hands each message back to the work queue
-when its delay runs out. A classic tier does so at most once:
-RabbitMQ 4.x can drop a message whose delay runs out while the
-broker stops (a restart, a rolling upgrade), after Hopper has acked
-the original. A quorum tier hands it back at least once, into a
-classic work queue too, at the cost of a quorum queue's write per
-retry. A quorum work queue's tiers are always quorum. Default ""
-(the work queue's type).`,
+quorum or classic. A tier hands each message back to the work queue
+when its delay runs out. A quorum tier does so at least once, into a
+classic work queue too. A classic tier does so at most once: RabbitMQ
+can drop a message whose delay runs out while the broker stops (a
+restart, a rolling upgrade), after Hopper has acked the original, so
+classic tiers are an opt-in that trades that risk for a lighter write
+per retry. A quorum work queue's tiers are always quorum. Default ""
+(quorum). Left to the default, a tier an earlier Hopper declared as
+classic keeps handing back what it holds and new retries go to a
+quorum tier named after it with ".quorum" appended (the old tier is
+deleted once empty); naming a type makes a tier of the other type an
+error at start.`,
 	"Queue.Type": `Type is classic or quorum; it applies to the queues Hopper declares
 and decides how a message the app could not take is returned: a
 nack on a classic queue, a confirmed republish on a quorum queue.

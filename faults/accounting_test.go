@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Dead-letter reasons hopper may write (README, "Dead-letter headers").
@@ -28,9 +27,6 @@ type accounting struct {
 
 	stuck   []string // ids still in the work or a tier queue after settling
 	lostIDs []string // sorted
-	// tierLost are ids lost the way the broker loses them, not Hopper
-	// (see excuseTierLoss); not counted in lost.
-	tierLost []string
 	byReason map[string]int // DLQ messages by x-dead-letter-reason
 	problems []string       // anything that must not happen, already explained
 
@@ -44,66 +40,8 @@ func (a *accounting) duplicates() int { return a.extra2xx + a.ackedAndDLQ }
 
 // line is the one line a scenario prints.
 func (a *accounting) line() string {
-	l := fmt.Sprintf("accounting: scenario=%s published=%d acked=%d dlq=%d lost=%d duplicates=%d",
+	return fmt.Sprintf("accounting: scenario=%s published=%d acked=%d dlq=%d lost=%d duplicates=%d",
 		a.scenario, a.published, a.acked, a.dlq, a.lost, a.duplicates())
-	if len(a.tierLost) > 0 {
-		l += fmt.Sprintf(" lost_in_classic_tier=%d", len(a.tierLost))
-	}
-	return l
-}
-
-// brokerStop is one graceful restart of the broker: from the stop command
-// to the node accepting connections again.
-type brokerStop struct{ began, back time.Time }
-
-// tierLossWindow bounds how long before a broker stop a request could
-// have begun whose retry copy was still in a delay tier when the stop
-// began: the app timeout (500ms), the move's publish and confirm, and the
-// longest tier (500ms), with room for a slow machine.
-const tierLossWindow = 3 * time.Second
-
-// excuseTierLoss takes out of the lost ids those that RabbitMQ 4.x itself
-// loses on classic queues, and that no client can keep: a retry's copy
-// whose time in a classic delay tier runs out while the broker stops is
-// dead-lettered at most once, and the work queue, stopping too, may not
-// take it. An id qualifies only when its last request, a failure that
-// sends the message through a tier (a hang, a reset, 409, 429 or a 5xx),
-// began within tierLossWindow before a stop or during it. The broker
-// alone loses such copies the same way (TestFaultClassicTierRestartBrokerAlone);
-// quorum tiers dead-letter at least once and lose none.
-func (a *accounting) excuseTierLoss(stops []brokerStop) {
-	kept := a.lostIDs[:0]
-	for _, id := range a.lostIDs {
-		calls := a.calls[id]
-		if len(calls) > 0 && throughTier(calls[len(calls)-1].Status) && duringStop(calls[len(calls)-1].At, stops) {
-			a.tierLost = append(a.tierLost, id)
-			continue
-		}
-		kept = append(kept, id)
-	}
-	a.lostIDs = kept
-	a.lost = len(kept)
-}
-
-// throughTier says whether an answer of the fault app sends the message
-// to a delay tier on its next move.
-func throughTier(status int) bool {
-	switch {
-	case status == statusHang, status == statusReset:
-		return true
-	case status == 409, status == 429, status >= 500:
-		return true
-	}
-	return false
-}
-
-func duringStop(at time.Time, stops []brokerStop) bool {
-	for _, s := range stops {
-		if !at.Before(s.began.Add(-tierLossWindow)) && !at.After(s.back) {
-			return true
-		}
-	}
-	return false
 }
 
 // account matches what was published against what the app answered and
@@ -205,14 +143,6 @@ func (a *accounting) report(t *testing.T) {
 	t.Logf("duplicates: %d extra 2xx answers + %d ids both answered 2xx and dead-lettered; %d extra DLQ copies (not counted above)",
 		a.extra2xx, a.ackedAndDLQ, a.dlqCopies)
 	t.Logf("DLQ by reason: %v", a.byReason)
-	if len(a.tierLost) > 0 {
-		var ex []string
-		for _, id := range a.tierLost[:min(len(a.tierLost), 10)] {
-			ex = append(ex, id+": "+a.history(id))
-		}
-		t.Logf("lost by the broker: %d retry copies in a classic delay tier while the broker stopped (RabbitMQ 4.x dead-letters classic queues at most once):\n  %s",
-			len(a.tierLost), strings.Join(ex, "\n  "))
-	}
 	for _, p := range a.problems {
 		t.Error(p)
 	}

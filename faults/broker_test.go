@@ -39,22 +39,32 @@ func brokerOptions(name string) broker.Options {
 	}
 }
 
-// depths returns ready+unacked messages of every queue, from one
-// rabbitmqctl call.
+// depths returns the messages every queue holds, from one rabbitmqctl
+// call: ready and unacked, and on a quorum queue those on their way to its
+// dead-letter target too (messages_dlx: dropped from the queue, held until
+// the target confirms them). A quorum tier hands a message back that way,
+// so for seconds after a broker restart a retry can be in neither queue's
+// ready count; a settled count must include it.
 func depths() (map[string]int, error) {
-	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages")
+	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages", "messages_dlx")
 	if err != nil {
 		return nil, err
 	}
 	m := map[string]int{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(strings.TrimRight(line, "\r"), "\t")
-		if len(f) != 2 {
+		if len(f) != 3 {
 			continue
 		}
-		if n, err := strconv.Atoi(strings.TrimSpace(f[1])); err == nil {
-			m[f[0]] = n
+		n, err := strconv.Atoi(strings.TrimSpace(f[1]))
+		if err != nil {
+			continue
 		}
+		// A classic queue has no such count (the column is empty).
+		if dlx, err := strconv.Atoi(strings.TrimSpace(f[2])); err == nil {
+			n += dlx
+		}
+		m[f[0]] = n
 	}
 	return m, nil
 }

@@ -29,10 +29,8 @@ type run struct {
 	hopper *hopperProc
 	began  time.Time
 	killed int // SIGKILLs that hit a delivery in flight at the app
-	// queueType is the type of the scenario's queues; stops are the
-	// broker restarts it made (see tierLoss).
+	// queueType is the type of the scenario's queues.
 	queueType string
-	stops     []brokerStop
 }
 
 // begin starts the app and hopper for a scenario and waits until hopper
@@ -105,16 +103,13 @@ func (r *run) killHopper(down time.Duration) {
 }
 
 // restartBroker restarts the shared broker gracefully, as an operator
-// would, and records when it was down.
+// would.
 func (r *run) restartBroker() {
 	r.t.Helper()
 	r.step("broker restarting")
-	stop := brokerStop{began: time.Now()}
 	if err := rabbit.Restart(); err != nil {
 		r.t.Fatalf("broker restart: %v", err)
 	}
-	stop.back = time.Now()
-	r.stops = append(r.stops, stop)
 	r.step("broker back")
 }
 
@@ -155,9 +150,6 @@ func (r *run) finish(pubDone <-chan publishStats) *accounting {
 	left := drain(r.t, r.q)
 	a := account(ps.confirmed, r.app.snapshot(), left, r.q)
 	a.scenario = r.name
-	if r.queueType != "quorum" && rabbit.Series() >= 4 {
-		a.excuseTierLoss(r.stops)
-	}
 	r.step("accounted for %d ids", a.published)
 	return a
 }
@@ -609,18 +601,12 @@ func TestFaultSubscriptions(t *testing.T) {
 	}
 	a := account(publishedA, recsA, drain(t, qa), qa)
 	a.scenario = "subscriptions-a"
-	if rabbit.Series() >= 4 {
-		a.excuseTierLoss(r.stops)
-	}
 	a.report(t)
 	checkScripts(t, a, scripts)
 	b := account(publishedB, recsB, drain(t, qb), qb)
 	b.scenario = "subscriptions-b"
-	if rabbit.Series() >= 4 {
-		b.excuseTierLoss(r.stops)
-	}
 	b.report(t)
-	if b.acked != 0 || b.dlq+len(b.tierLost) != len(publishedB) {
+	if b.acked != 0 || b.dlq != len(publishedB) {
 		t.Errorf("queue b: %d acked, %d in its DLQ, want all %d in its DLQ", b.acked, b.dlq, len(publishedB))
 	}
 	for id, reasons := range b.inDLQ {

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/topology"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // An operator's quorum work queue (topology.declare false): on RabbitMQ 4.x
@@ -145,6 +148,7 @@ func TestQuorumTiersOnClassicWorkQueue(t *testing.T) {
 	app := newScriptApp(t)
 	cfg := testConfig(t, app.URL)
 	classic := cfg
+	classic.Queue.TierType = "classic"
 	plan := topology.FromConfig(&classic)
 	bo := broker.ConfigOptions(cfg.Broker, testLogger(t), "declare")
 	if err := broker.Apply(context.Background(), bo, &plan, true); err != nil {
@@ -177,5 +181,127 @@ func TestQuorumTiersOnClassicWorkQueue(t *testing.T) {
 	r.settled(0)
 	if got := app.statuses("t1"); len(got) != 2 || got[1] != 200 {
 		t.Fatalf("t1 answered %v, want 503 then 200 after the quorum tier", got)
+	}
+}
+
+// TestUpgradeOverClassicTiers: tiers an earlier Hopper declared as classic
+// queues (its default) meet today's default of quorum tiers. Hopper
+// starts: an empty classic tier is replaced in place by a quorum one; one
+// that holds retries keeps handing them back to the work queue as their
+// delays run out, while new retries go to a quorum successor; once it is
+// empty, the next declare deletes it and the successor stays in use.
+func TestUpgradeOverClassicTiers(t *testing.T) {
+	app := newScriptApp(t)
+	cfg := testConfig(t, app.URL)
+	cfg.Retry.Tiers = []config.Duration{config.Duration(200 * time.Millisecond), config.Duration(10 * time.Minute)}
+	old := cfg
+	old.Queue.TierType = "classic"
+	oldPlan := topology.FromConfig(&old)
+	bo := broker.ConfigOptions(cfg.Broker, testLogger(t), "declare")
+	if err := broker.Apply(context.Background(), bo, &oldPlan, true); err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := oldPlan.Tiers[0], oldPlan.Tiers[1]
+	// Retries an earlier Hopper left in its 10m classic tier: five whose
+	// own expiration hands them back within seconds, then one that stays
+	// for the tier's whole delay and keeps the tier from being empty.
+	conn, err := amqp.Dial(rabbit.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	var waiting []string
+	put := func(id, expiration string) {
+		t.Helper()
+		dc, err := ch.PublishWithDeferredConfirm("", slow.Name, true, false,
+			amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Expiration: expiration, Body: []byte(id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dc.Wait() {
+			t.Fatalf("%s not confirmed", id)
+		}
+	}
+	for i := range 5 {
+		id := fmt.Sprintf("old-%d", i)
+		waiting = append(waiting, id)
+		put(id, "1500")
+	}
+	put("old-long", "")
+
+	r := start(t, cfg)
+	plan := r.sc.Plan()
+	typeOf := func(name string) broker.QueueType {
+		t.Helper()
+		got, err := broker.QueueTypeOf(context.Background(), bo, name)
+		if err != nil {
+			t.Fatalf("type of %s: %v", name, err)
+		}
+		return got
+	}
+	if got := typeOf(fast.Name); got != broker.Quorum {
+		t.Errorf("empty classic tier %s: type %v after the upgrade, want quorum in its place", fast.Name, got)
+	}
+	if name, _ := plan.TierQueue(fast.Delay); name != fast.Name {
+		t.Errorf("retries of %s go to %q, want the tier itself", fast.Delay, name)
+	}
+	if got := typeOf(slow.Name); got != broker.Classic {
+		t.Errorf("classic tier %s holding a retry: type %v, want it kept", slow.Name, got)
+	}
+	successor := plan.Tiers[1].Successor
+	if name, _ := plan.TierQueue(slow.Delay); name != successor || typeOf(successor) != broker.Quorum {
+		t.Errorf("retries of %s go to %q, want the quorum successor %q", slow.Delay, name, successor)
+	}
+	if notes := strings.Join(plan.TierNotes(), "\n"); !strings.Contains(notes, slow.Name) || !strings.Contains(notes, successor) {
+		t.Errorf("notes %q do not say where the old tier's retries went", notes)
+	}
+	// The old tier's retries come back and are delivered; a new retry
+	// goes through the quorum tier that replaced the empty one.
+	app.script("new", 503, 200)
+	r.publish("new")
+	waitfor.Until(t, 30*time.Second, "the old tier's expired retries and the new one delivered", func() bool {
+		for _, id := range append(waiting, "new") {
+			if st := app.statuses(id); len(st) == 0 || st[len(st)-1] != 200 {
+				t.Logf("%s answered %v; queues %v", id, st, allDepths(t))
+				return false
+			}
+		}
+		return true
+	})
+	if got := app.statuses("new"); len(got) != 2 {
+		t.Errorf("new answered %v, want 503 then 200", got)
+	}
+
+	// The last old retry leaves the tier (taken here, as its delay
+	// running out would); the next declare, as at a reconnect, deletes
+	// the empty old tier and keeps the successor.
+	got := r.drain(slow.Name)
+	if _, ok := got["old-long"]; !ok || len(got) != 1 {
+		t.Fatalf("old tier held %v, want old-long alone", got)
+	}
+	if err := broker.Apply(context.Background(), bo, plan, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := broker.QueueTypeOf(context.Background(), bo, slow.Name); err == nil {
+		t.Errorf("empty old tier %s still there after a declare", slow.Name)
+	}
+	if name, _ := plan.TierQueue(slow.Delay); name != successor {
+		t.Errorf("after the old tier's deletion retries go to %q, want %q", name, successor)
+	}
+	// And a Hopper starting afterwards agrees.
+	again := cfg
+	p2 := topology.FromConfig(&again)
+	if err := broker.Apply(context.Background(), bo, &p2, true); err != nil {
+		t.Fatal(err)
+	}
+	if name, _ := p2.TierQueue(slow.Delay); name != successor {
+		t.Errorf("a later start sends retries of %s to %q, want %q", slow.Delay, name, successor)
 	}
 }

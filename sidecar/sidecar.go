@@ -1007,6 +1007,20 @@ func (s *Sidecar) noteDeliveryLimits(ctx context.Context, opts broker.Options, s
 	}
 }
 
+// noteTiers logs what the topology's declare found of tiers of another
+// type than planned (kept, replaced or succeeded), and shows the kept
+// ones on /readyz.
+func (s *Sidecar) noteTiers(sub *subscription) {
+	notes := sub.plan.TierNotes()
+	for _, n := range notes {
+		s.log.Warn(n, "event", "TIER_TYPE_CHANGED", "queue", sub.name())
+	}
+	if len(notes) > 0 {
+		old, _ := s.notes.Load().([]string)
+		s.notes.Store(append(slices.Clone(old), notes...))
+	}
+}
+
 // Workers is the number of concurrent deliveries the config asks for.
 func Workers(cfg *config.Config) int {
 	_, w, _ := cfg.Concurrency()
@@ -1025,6 +1039,7 @@ func (s *Sidecar) prepareTopology(ctx context.Context) error {
 			err := broker.Apply(ctx, opts, &sub.plan, sub.plan.Declare)
 			if err == nil {
 				s.noteDeliveryLimits(ctx, opts, sub)
+				s.noteTiers(sub)
 				break
 			}
 			if errors.Is(err, broker.ErrTopology) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/config"
@@ -43,6 +44,12 @@ type Queue struct {
 	// topology.declare false they are verified against the queue, which
 	// is otherwise only checked to exist.
 	Checked []string
+	// Successor is the name a tier takes when a queue of another type
+	// already holds its name: a classic tier declared by an earlier
+	// Hopper, whose type cannot change while it exists. The old tier
+	// still hands what it holds back to the work queue as each delay runs
+	// out; new retries go to the successor. Tier queues only.
+	Successor string
 }
 
 // ArgSingleActiveConsumer is the argument of a single-active-consumer queue.
@@ -88,6 +95,66 @@ type Plan struct {
 	Bindings  []Binding
 	// Declare says whether run declares (true) or only verifies.
 	Declare bool
+	// TierTypeChosen is true when the config names the tiers' type
+	// (queue.tierType): a tier of another type is then refused. Left to
+	// the default, an existing tier of the other type is kept working
+	// (see Queue.Successor).
+	TierTypeChosen bool
+
+	// inUse holds the tier names the broker package settled on, which
+	// differ from Tiers' names only where a tier was succeeded. It is
+	// shared by copies of the plan and read by every move to a tier while
+	// a reconnect may write it.
+	inUse *tierNames
+}
+
+type tierNames struct {
+	mu    sync.RWMutex
+	names map[time.Duration]string
+	notes map[string]string // by tier name
+}
+
+// NoteTier records what an operator should know about the tier named
+// name (it was succeeded, or kept although of another type); one note per
+// tier, the latest kept.
+func (p *Plan) NoteTier(name, note string) {
+	if p.inUse == nil {
+		return
+	}
+	p.inUse.mu.Lock()
+	defer p.inUse.mu.Unlock()
+	if p.inUse.notes == nil {
+		p.inUse.notes = map[string]string{}
+	}
+	p.inUse.notes[name] = note
+}
+
+// TierNotes returns the notes NoteTier recorded, in tier name order.
+func (p *Plan) TierNotes() []string {
+	if p.inUse == nil {
+		return nil
+	}
+	p.inUse.mu.RLock()
+	defer p.inUse.mu.RUnlock()
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(p.inUse.notes)) {
+		out = append(out, p.inUse.notes[k])
+	}
+	return out
+}
+
+// UseTier records the queue that takes the retries of delay d: its own
+// name or its successor, as found on the broker.
+func (p *Plan) UseTier(d time.Duration, name string) {
+	if p.inUse == nil {
+		return // a plan not made by FromConfig: its names are final
+	}
+	p.inUse.mu.Lock()
+	defer p.inUse.mu.Unlock()
+	if p.inUse.names == nil {
+		p.inUse.names = map[time.Duration]string{}
+	}
+	p.inUse.names[d] = name
 }
 
 // Roles.
@@ -112,7 +179,7 @@ func FromConfig(c *config.Config) Plan {
 		}
 		return map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}
 	}
-	p := Plan{Declare: c.Topology.Declare}
+	p := Plan{Declare: c.Topology.Declare, TierTypeChosen: c.Queue.TierType != "", inUse: &tierNames{}}
 	p.Work = Queue{Name: q, Role: RoleWork, Args: typeArgs(), Owned: c.Topology.Declare}
 	if c.Queue.Type == "quorum" && c.Queue.DeliveryLimit > 0 {
 		p.Work.Args["x-delivery-limit"] = int32(c.Queue.DeliveryLimit)
@@ -129,7 +196,16 @@ func FromConfig(c *config.Config) Plan {
 		p.Work.Checked = append(p.Work.Checked, ArgSingleActiveConsumer)
 	}
 	slices.Sort(p.Work.Checked)
-	tierQuorum := c.Queue.Type == "quorum" || c.Queue.TierType == "quorum"
+	// A classic tier dead-letters at most once: a message whose delay
+	// runs out while the broker stops can be dropped after Hopper acked
+	// the original. A quorum tier with at-least-once dead-lettering
+	// cannot drop it, so tiers are quorum unless the config opts in to
+	// classic ones.
+	tierQuorum := c.Queue.Type == "quorum" || c.Queue.TierType != "classic"
+	tierType := "classic"
+	if tierQuorum {
+		tierType = "quorum"
+	}
 	for _, d := range c.AllTiers() {
 		args := typeArgs()
 		if tierQuorum {
@@ -147,9 +223,10 @@ func FromConfig(c *config.Config) Plan {
 			args["x-dead-letter-strategy"] = "at-least-once"
 			args["x-overflow"] = "reject-publish"
 		}
+		name := Name(c.Topology.RetryQueue, q, d)
 		p.Tiers = append(p.Tiers, Queue{
-			Name: Name(c.Topology.RetryQueue, q, d), Role: RoleTier, Delay: d, Args: args, Owned: true,
-			Unbounded: tierQuorum,
+			Name: name, Role: RoleTier, Delay: d, Args: args, Owned: true,
+			Unbounded: tierQuorum, Successor: name + "." + tierType,
 		})
 	}
 	dargs := typeArgs()
@@ -251,8 +328,18 @@ func bindings(bs []config.Binding, queue, toExchange string) ([]Exchange, []Bind
 	return exs, out
 }
 
-// TierQueue returns the queue name for a delay.
+// TierQueue returns the queue name for a delay: the tier's own, or its
+// successor's when the broker package found the tier's name held by a
+// queue of another type.
 func (p *Plan) TierQueue(d time.Duration) (string, bool) {
+	if p.inUse != nil {
+		p.inUse.mu.RLock()
+		name, ok := p.inUse.names[d]
+		p.inUse.mu.RUnlock()
+		if ok {
+			return name, true
+		}
+	}
 	for _, t := range p.Tiers {
 		if t.Delay == d {
 			return t.Name, true
@@ -278,6 +365,9 @@ func (p *Plan) Warnings() []string {
 		if _, ok := p.Work.Args["x-delivery-limit"]; !ok {
 			w = append(w, fmt.Sprintf("quorum work queue %q has no x-delivery-limit: RabbitMQ 4.x applies a default of 20 returns; Hopper republishes messages it gives back instead of nacking them so the limit is not spent on messages the app never saw", p.Work.Name))
 		}
+	}
+	if len(p.Tiers) > 0 && p.Tiers[0].Args["x-queue-type"] == "classic" {
+		w = append(w, fmt.Sprintf("delay tiers of %q are classic queues (queue.tierType: classic): a classic tier hands a retry back at most once, and RabbitMQ can drop one whose delay runs out while the broker stops, after Hopper acked the original; quorum tiers (the default) cannot", p.Work.Name))
 	}
 	for _, q := range p.Queues() {
 		for _, k := range sortedKeys(q.Args) {

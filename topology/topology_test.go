@@ -63,15 +63,19 @@ func TestFromConfigClassic(t *testing.T) {
 	}
 	for i, w := range wantTiers {
 		q := p.Tiers[i]
-		if q.Name != w.name || q.Role != topology.RoleTier || q.Delay != mixedTiers[i] || !q.Owned {
+		if q.Name != w.name || q.Role != topology.RoleTier || q.Delay != mixedTiers[i] || !q.Owned || !q.Unbounded ||
+			q.Successor != w.name+".quorum" {
 			t.Errorf("tier %d: %+v, want name %s delay %v", i, q, w.name, mixedTiers[i])
 		}
+		// A classic work queue's tiers are quorum by default: a classic
+		// tier hands a retry back at most once.
 		want := map[string]any{
-			"x-queue-type":              "classic",
-			"x-queue-version":           int32(2),
+			"x-queue-type":              "quorum",
 			"x-message-ttl":             w.ttl, // int32: an int64 would be a different argument to the broker
 			"x-dead-letter-exchange":    "",
 			"x-dead-letter-routing-key": "orders",
+			"x-dead-letter-strategy":    "at-least-once",
+			"x-overflow":                "reject-publish",
 		}
 		if !reflect.DeepEqual(q.Args, want) {
 			t.Errorf("tier %s args %#v, want %#v", q.Name, q.Args, want)
@@ -215,10 +219,40 @@ func TestFromConfigQuorumTiersOnClassic(t *testing.T) {
 			t.Errorf("tier %s args %#v unbounded %t, want %#v and unbounded", q.Name, q.Args, q.Unbounded, want)
 		}
 	}
-	// tierType classic is the classic work queue's default spelled out.
+	// tierType classic is an opt-in, with the risk it takes in a warning.
 	c.Queue.TierType = "classic"
-	if got := topology.FromConfig(c).Tiers[0].Args["x-queue-type"]; got != "classic" {
-		t.Errorf("tierType classic: tier type %v", got)
+	cp := topology.FromConfig(c)
+	if got := cp.Tiers[0].Args["x-queue-type"]; got != "classic" || cp.Tiers[0].Successor != "orders.retry.1s.classic" {
+		t.Errorf("tierType classic: tier type %v, successor %q", got, cp.Tiers[0].Successor)
+	}
+	if !cp.TierTypeChosen {
+		t.Error("tierType classic: the plan does not say the type was chosen")
+	}
+	if w := strings.Join(cp.Warnings(), "\n"); !strings.Contains(w, "at most once") {
+		t.Errorf("classic tiers without a warning: %q", w)
+	}
+	c.Queue.TierType = ""
+	if dp := topology.FromConfig(c); dp.TierTypeChosen || strings.Contains(strings.Join(dp.Warnings(), "\n"), "at most once") {
+		t.Errorf("default tiers: chosen %t, warnings %q", dp.TierTypeChosen, dp.Warnings())
+	}
+}
+
+// TestTierQueueFollowsUseTier: the name a move publishes to is the one
+// the broker package settled on, for every copy of the plan.
+func TestTierQueueFollowsUseTier(t *testing.T) {
+	p := topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Retry.Tiers = durs(time.Second) }))
+	cp := p
+	if name, _ := cp.TierQueue(time.Second); name != "orders.retry.1s" {
+		t.Fatalf("tier before UseTier: %q", name)
+	}
+	p.UseTier(time.Second, p.Tiers[0].Successor)
+	if name, _ := cp.TierQueue(time.Second); name != "orders.retry.1s.quorum" {
+		t.Errorf("a copy of the plan publishes to %q after UseTier", name)
+	}
+	p.NoteTier("orders.retry.1s", "b")
+	p.NoteTier("orders.retry.1s", "a")
+	if n := cp.TierNotes(); len(n) != 1 || n[0] != "a" {
+		t.Errorf("notes %q", n)
 	}
 }
 
@@ -362,7 +396,7 @@ func TestVerifyModeAndPlanText(t *testing.T) {
 	for _, want := range []string{
 		"mode: verify (topology.declare=false)",
 		"work  orders durable=true x-queue-type=classic x-queue-version=2",
-		"tier  orders.retry.1s durable=true x-dead-letter-exchange= x-dead-letter-routing-key=orders x-message-ttl=1000 x-queue-type=classic",
+		"tier  orders.retry.1s durable=true x-dead-letter-exchange= x-dead-letter-routing-key=orders x-dead-letter-strategy=at-least-once x-message-ttl=1000 x-overflow=reject-publish x-queue-type=quorum",
 		"tier  orders.retry.30m durable=true",
 		"dlq   orders.dlq durable=true",
 	} {

@@ -1,0 +1,123 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFaultTiersFullRestarts: Hopper at its default tiers (quorum queues,
+// which hand a retry back at least once) in front of a classic work
+// queue, the broker stopped again and again while the tiers hold hundreds
+// of confirmed retry copies: graceful restarts, then SIGKILLs of the node.
+// Every message fails twice (409, a retry through the tiers) and then
+// succeeds; each must end answered 2xx, lost=0.
+//
+// Rounds: HOPPER_FAULTS_TIER_ROUNDS graceful restarts (default 2), then one
+// SIGKILL per five of them (at least one); each round publishes
+// HOPPER_FAULTS_N/2 messages. make tier-restarts runs 50 rounds.
+func TestFaultTiersFullRestarts(t *testing.T) { tiersFull(t, "tiersfull", "classic") }
+
+// TestFaultTiersFullRestartsQuorum is TestFaultTiersFullRestarts on a
+// quorum work queue.
+func TestFaultTiersFullRestartsQuorum(t *testing.T) {
+	tiersFull(t, "tiersfull-quorum", "quorum")
+}
+
+func tiersFull(t *testing.T, name, queueType string) {
+	graceful := envInt(t, "HOPPER_FAULTS_TIER_ROUNDS", 2)
+	kills := max(1, graceful/5)
+	per := max(100, messageCount(t)/2)
+	rounds := graceful + kills
+	var ids []string
+	scripts := map[string]*script{}
+	for i := range rounds * per {
+		id := fmt.Sprintf("%s-%06d", name, i)
+		ids = append(ids, id)
+		scripts[id] = &script{fails: []behavior{answer409, answer409}, final: answer2xx, want: expectAck}
+	}
+	// Tiers long enough to hold a round's retries while the node stops,
+	// short enough that the run keeps moving.
+	r := beginApp(t, name, startApp(t, scripts), hopperConfig{QueueType: queueType, Extra: "retry:\n  tiers: [2s, 4s]\n"})
+	r.step("%d rounds of %d messages, each failing twice (409) through the tiers, then 2xx; %d graceful restarts, then %d SIGKILLs",
+		rounds, per, graceful, kills)
+
+	all := publishStats{confirmed: map[string]bool{}}
+	inTiers := make([]int, 0, rounds)
+	for round := range rounds {
+		batch := ids[round*per : (round+1)*per]
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ps := publishPaced(ctx, t, r.q.work, batch, 2*time.Second)
+		cancel()
+		for id := range ps.confirmed {
+			all.confirmed[id] = true
+		}
+		all.failures += ps.failures
+		all.took += ps.took
+		// The tiers fill as the app refuses each message's first
+		// attempts; the stop comes once they hold a tenth of the round.
+		held := r.waitInTiers(per / 10)
+		inTiers = append(inTiers, held)
+		if round < graceful {
+			r.restartBroker()
+		} else {
+			r.killBroker()
+		}
+	}
+	r.step("retry copies in the tiers at each stop: %v", inTiers)
+	done := make(chan publishStats, 1)
+	done <- all
+	a := r.finish(done)
+	a.report(t)
+	checkScripts(t, a, scripts)
+	if a.dlq != 0 {
+		t.Errorf("%d message(s) dead-lettered, want none (by reason %v)", a.dlq, a.byReason)
+	}
+	total := 0
+	for _, n := range inTiers {
+		total += n
+	}
+	t.Logf("RabbitMQ %s, %s work queue: %d graceful restarts and %d SIGKILLs with %d retry copies in the tiers in all (at least %d each time): lost=%d",
+		rabbit.Version(), queueType, graceful, kills, total, per/10, a.lost)
+}
+
+// waitInTiers waits until the scenario's tier queues hold at least k
+// messages together and returns how many they held.
+func (r *run) waitInTiers(k int) int {
+	r.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		held := 0
+		if d, err := depths(); err == nil {
+			for name, n := range d {
+				if strings.HasPrefix(name, r.q.work+".retry.") {
+					held += n
+				}
+			}
+		}
+		if held >= k {
+			r.step("the tiers hold %d retry copies", held)
+			return held
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the tiers held %d retry copies after 2m, waiting for %d", held, k)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killBroker SIGKILLs the broker's node, the hard fault, and starts it
+// again on the same data.
+func (r *run) killBroker() {
+	r.t.Helper()
+	r.step("broker SIGKILLed")
+	if err := rabbit.KillNode(); err != nil {
+		r.t.Fatalf("broker kill: %v", err)
+	}
+	if err := rabbit.StartNode(); err != nil {
+		r.t.Fatalf("broker start after kill: %v", err)
+	}
+	r.step("broker back")
+}
