@@ -196,6 +196,20 @@ faults: .SHELLFLAGS := -o pipefail -c
 faults: deps
 	HOPPER_FAULTS_N=5000 HOPPER_FAULTS_TIER_RESTARTS=5 $(GO) test -count=1 -v -run TestFault -timeout 30m ./faults/ 2>&1 | tee faults.log
 
+.PHONY: tier-restarts
+
+## tier-restarts: Hopper at its default delay tiers (quorum queues) through 50 graceful broker
+## restarts and 10 SIGKILLs of the node, each while the tiers hold retries, on a classic and a
+## quorum work queue, every message accounted for (lost=0); then the broker alone through 10
+## rounds per tier type and way down, reported (about an hour; log in tier-restarts.log;
+## TIER_TYPE=classic runs Hopper's rounds on classic tiers instead)
+TIER_TYPE ?=
+tier-restarts: SHELL := /bin/bash
+tier-restarts: .SHELLFLAGS := -o pipefail -c
+tier-restarts: deps
+	HOPPER_FAULTS_TIER_TYPE=$(TIER_TYPE) HOPPER_FAULTS_TIER_ROUNDS=50 HOPPER_FAULTS_TIER_RESTARTS=10 \
+		$(GO) test -count=1 -v -run 'TestFaultTiersFullRestarts|TestFaultTierRestartBrokerAlone' -timeout 150m ./faults/ 2>&1 | tee tier-restarts.log
+
 .PHONY: dlq-bench
 
 ## dlq-bench: `hopper dlq replay` against a raw get / publish-with-confirm / ack loop and

@@ -39,34 +39,45 @@ func brokerOptions(name string) broker.Options {
 	}
 }
 
-// depths returns the messages every queue holds, from one rabbitmqctl
-// call: ready and unacked, and on a quorum queue those on their way to its
-// dead-letter target too (messages_dlx: dropped from the queue, held until
-// the target confirms them). A quorum tier hands a message back that way,
-// so for seconds after a broker restart a retry can be in neither queue's
-// ready count; a settled count must include it.
+// depths returns the messages every queue holds: ready and unacked, and on
+// a quorum queue those on their way to its dead-letter target too
+// (messages_dlx: dropped from the queue, held until the target confirms
+// them). A quorum tier hands a message back that way, so for seconds after
+// a broker restart a retry can be in neither queue's ready count; a
+// settled count must include it. list_queues does not offer that count,
+// so it is asked of each quorum queue by an eval.
 func depths() (map[string]int, error) {
-	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages", "messages_dlx")
+	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages")
 	if err != nil {
 		return nil, err
 	}
 	m := map[string]int{}
+	addCounts(m, out)
+	out, err = target.Ctl("-q", "eval", dlxCounts)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters under way: %w", err)
+	}
+	addCounts(m, out)
+	return m, nil
+}
+
+// dlxCounts prints "name<TAB>messages_dlx" for every quorum queue.
+const dlxCounts = `[io:format("~s\t~p~n", [element(4, amqqueue:get_name(Q)),
+	proplists:get_value(messages_dlx, rabbit_amqqueue:info(Q, [messages_dlx]), 0)])
+	|| Q <- rabbit_amqqueue:list(), amqqueue:get_type(Q) =:= rabbit_quorum_queue], ok.`
+
+// addCounts adds each "name<TAB>count" line of out to m; other lines are
+// skipped.
+func addCounts(m map[string]int, out string) {
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(strings.TrimRight(line, "\r"), "\t")
-		if len(f) != 3 {
+		if len(f) != 2 {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(f[1]))
-		if err != nil {
-			continue
+		if n, err := strconv.Atoi(strings.TrimSpace(f[1])); err == nil {
+			m[f[0]] += n
 		}
-		// A classic queue has no such count (the column is empty).
-		if dlx, err := strconv.Atoi(strings.TrimSpace(f[2])); err == nil {
-			n += dlx
-		}
-		m[f[0]] = n
 	}
-	return m, nil
 }
 
 // publishStats describe one publishing run.

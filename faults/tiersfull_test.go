@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 // Every message fails twice (409, a retry through the tiers) and then
 // succeeds; each must end answered 2xx, lost=0.
 //
+// HOPPER_FAULTS_TIER_TYPE=classic runs it on classic tiers instead.
 // Rounds: HOPPER_FAULTS_TIER_ROUNDS graceful restarts (default 2), then one
 // SIGKILL per five of them (at least one); each round publishes
 // HOPPER_FAULTS_N/2 messages. make tier-restarts runs 50 rounds.
@@ -40,7 +42,14 @@ func tiersFull(t *testing.T, name, queueType string) {
 	}
 	// Tiers long enough to hold a round's retries while the node stops,
 	// short enough that the run keeps moving.
-	r := beginApp(t, name, startApp(t, scripts), hopperConfig{QueueType: queueType, Extra: "retry:\n  tiers: [2s, 4s]\n"})
+	extra := "retry:\n  tiers: [2s, 4s]\n"
+	// HOPPER_FAULTS_TIER_TYPE=classic runs the scenario on classic tiers,
+	// to see what that opt-in risks.
+	tierType := os.Getenv("HOPPER_FAULTS_TIER_TYPE")
+	if tierType != "" {
+		extra += "queue:\n  tierType: " + tierType + "\n"
+	}
+	r := beginApp(t, name, startApp(t, scripts), hopperConfig{QueueType: queueType, Extra: extra})
 	r.step("%d rounds of %d messages, each failing twice (409) through the tiers, then 2xx; %d graceful restarts, then %d SIGKILLs",
 		rounds, per, graceful, kills)
 
@@ -48,6 +57,7 @@ func tiersFull(t *testing.T, name, queueType string) {
 	inTiers := make([]int, 0, rounds)
 	for round := range rounds {
 		batch := ids[round*per : (round+1)*per]
+		base := r.app.received()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		ps := publishPaced(ctx, t, r.q.work, batch, 2*time.Second)
 		cancel()
@@ -57,7 +67,12 @@ func tiersFull(t *testing.T, name, queueType string) {
 		all.failures += ps.failures
 		all.took += ps.took
 		// The tiers fill as the app refuses each message's first
-		// attempts; the stop comes once they hold a tenth of the round.
+		// attempts. The stop comes once a quarter of the round has come
+		// back from the first tier for its second attempt, so that copies
+		// are on their way from a tier to the work queue and to Hopper as
+		// well as waiting in the tiers, which must hold a tenth of the
+		// round.
+		r.waitDelivered(base + per + per/4)
 		held := r.waitInTiers(per / 10)
 		inTiers = append(inTiers, held)
 		if round < graceful {
@@ -79,8 +94,11 @@ func tiersFull(t *testing.T, name, queueType string) {
 	for _, n := range inTiers {
 		total += n
 	}
-	t.Logf("RabbitMQ %s, %s work queue: %d graceful restarts and %d SIGKILLs with %d retry copies in the tiers in all (at least %d each time): lost=%d",
-		rabbit.Version(), queueType, graceful, kills, total, per/10, a.lost)
+	if tierType == "" {
+		tierType = "default"
+	}
+	t.Logf("RabbitMQ %s, %s work queue, %s tiers: %d graceful restarts and %d SIGKILLs with %d retry copies in the tiers in all (at least %d each time): lost=%d",
+		rabbit.Version(), queueType, tierType, graceful, kills, total, per/10, a.lost)
 }
 
 // waitInTiers waits until the scenario's tier queues hold at least k

@@ -34,6 +34,7 @@ type options struct {
 	pubChannels        int
 	paths              []string
 	tier               time.Duration
+	tierType           string // queue.tierType of every Hopper run: "" (quorum) or classic
 	latRate            int
 	latDur, latSegment time.Duration
 	latMode            string
@@ -90,6 +91,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.deepN, "deep-n", 1_000_000, "deep path: backlog size")
 	fs.IntVar(&o.deepRuns, "deep-runs", 1, "deep path: runs per consumer")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
+	fs.StringVar(&o.tierType, "tier-type", "", `queue.tierType of the runs ("" for Hopper's default, quorum, or classic): the raw loop moves its retries into the same tier`)
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
 	fs.DurationVar(&o.latDur, "lat-duration", 10*time.Second, "latency test: publishing time per client")
 	fs.BoolVar(&o.latPersistent, "lat-persistent", false, "latency test publishes persistent messages (adds the broker's disk writes to both)")
@@ -415,6 +417,7 @@ func (e *env) hopperConfig(s spec) string {
   publishChannels: %d
 queue:
   name: %s
+  tierType: %q
 topology:
   declare: true
 app:
@@ -429,7 +432,7 @@ admin:
 log:
   level: info
   format: json
-%s`, e.url, e.o.pubChannels, s.tag, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
+%s`, e.url, e.o.pubChannels, s.tag, e.o.tierType, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
 		config.FormatDuration(tier), failures, rules)
 }
 
