@@ -382,6 +382,8 @@ type spec struct {
 	// signingSecret, when set, is a Standard Webhooks secret file Hopper
 	// signs every request with.
 	signingSecret string
+	// tierType is queue.tierType; "" is --tier-type.
+	tierType string
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -403,6 +405,10 @@ func (e *env) hopperConfig(s spec) string {
 	tier := s.tier
 	if tier == 0 {
 		tier = e.o.tier
+	}
+	tierType := s.tierType
+	if tierType == "" {
+		tierType = e.o.tierType
 	}
 	rules := ""
 	auth := ""
@@ -432,7 +438,7 @@ admin:
 log:
   level: info
   format: json
-%s`, e.url, e.o.pubChannels, s.tag, e.o.tierType, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
+%s`, e.url, e.o.pubChannels, s.tag, tierType, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
 		config.FormatDuration(tier), failures, rules)
 }
 
@@ -580,6 +586,8 @@ func pathMode(p string) (mode, error) {
 	switch p {
 	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes", "signed":
 		return modeOK, nil
+	case "retry-classic":
+		return modeRetry, nil
 	case "batch":
 		return modeBatch, nil
 	case "latency", "batch-retry": // modes of the app, not paths: the latency test always runs, batch runs batch-retry
@@ -602,6 +610,12 @@ func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 	s := e.newSpec(fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run), kind, m)
 	if pathName == "defaults" && kind != "raw" && kind != "rawc" {
 		s.consumer = consumerSetting{}
+	}
+	if pathName == "retry-classic" {
+		// The retry path through classic delay tiers, for what the
+		// default quorum tiers cost beside them: the raw loop moves its
+		// retries into the same tier.
+		s.tierType = "classic"
 	}
 	return e.drain(s)
 }
@@ -1193,7 +1207,7 @@ func (rep *report) pathLines() []string {
 	var out []string
 	for _, p := range rep.o.paths {
 		switch p {
-		case "retry", "dlq", "defaults":
+		case "retry", "retry-classic", "dlq", "defaults":
 			out = append(out, rep.rawPathLine(p))
 		case "fair":
 			out = append(out, rep.fairLine())

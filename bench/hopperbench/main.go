@@ -3,7 +3,9 @@
 //
 // For each path (happy: every message answered 200; retry: 503 once, then
 // 200 after a short delay tier; dlq: every message answered 400; defaults:
-// happy, with Hopper at its own defaults, see below) and each run, it
+// happy, with Hopper at its own defaults, see below; retry-classic: the
+// retry path through classic delay tiers, where every other path has
+// Hopper's default quorum tiers or --tier-type's) and each run, it
 // pre-publishes a backlog (persistent, with confirms, to a classic queue)
 // and drains it twice, alternating:
 //
