@@ -53,10 +53,23 @@ func depths() (map[string]int, error) {
 	}
 	m := map[string]int{}
 	addCounts(m, out)
-	out, err = target.Ctl("-q", "eval", dlxCounts)
+	dlx, err := dlxByQueue()
+	if err != nil {
+		return nil, err
+	}
+	for name, n := range dlx {
+		m[name] += n
+	}
+	return m, nil
+}
+
+// dlxByQueue returns each quorum queue's dead letters under way.
+func dlxByQueue() (map[string]int, error) {
+	out, err := target.Ctl("-q", "eval", dlxCounts)
 	if err != nil {
 		return nil, fmt.Errorf("dead letters under way: %w", err)
 	}
+	m := map[string]int{}
 	addCounts(m, out)
 	return m, nil
 }
@@ -208,10 +221,43 @@ func settle(q queues, timeout time.Duration) (map[string]int, bool) {
 			continue
 		}
 		if zeroes++; zeroes == 2 {
+			if held := heldNow(q, d); held != 0 {
+				// The listed count of a quorum queue lags: it read 0 while
+				// the queue held messages.
+				zeroes = 0
+				continue
+			}
 			return d, true
 		}
 	}
 	return last, false
+}
+
+// heldNow is what the work queue and its tiers among the names of d hold
+// by a passive declare of each, which a quorum queue's leader answers with
+// its current count (ready messages: nothing consumes a tier, and a work
+// queue's unacked messages are in the listed count, which is exact for
+// it). It is -1 when the broker cannot be asked.
+func heldNow(q queues, d map[string]int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in, err := broker.OpenInspector(ctx, brokerOptions("faults-held"))
+	if err != nil {
+		return -1
+	}
+	defer in.Close()
+	held := 0
+	for name := range d {
+		if !q.isWorkOrTier(name) {
+			continue
+		}
+		n, err := in.Depth(name)
+		if err != nil {
+			return -1
+		}
+		held += n
+	}
+	return held
 }
 
 // drained is one message taken off a queue at the end of a run.

@@ -102,16 +102,27 @@ func tiersFull(t *testing.T, name, queueType string) {
 }
 
 // waitInTiers waits until the scenario's tier queues hold at least k
-// messages together and returns how many they held.
+// messages together and returns how many they held. Each tier is counted
+// by a passive declare (a quorum queue's listed count lags behind it),
+// plus its dead letters under way.
 func (r *run) waitInTiers(k int) int {
 	r.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		held := 0
 		if d, err := depths(); err == nil {
+			tiers := map[string]int{}
 			for name, n := range d {
 				if strings.HasPrefix(name, r.q.work+".retry.") {
-					held += n
+					tiers[name] = n
+				}
+			}
+			// depths' count of a tier holds its dead letters under way
+			// and a listed count that may lag; heldNow asks each tier.
+			held = max(heldNow(r.q, tiers), 0)
+			if dlx, err := dlxByQueue(); err == nil {
+				for name := range tiers {
+					held += dlx[name]
 				}
 			}
 		}
