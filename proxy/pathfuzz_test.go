@@ -278,7 +278,7 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 		js[i] = &journal{}
 		ds[i] = &chanDelivery{m: bm, j: js[i], ch: ch}
 	}
-	p.handleBatch(context.Background(), ds, p.o.Now())
+	deliverBatch(p, ds)
 	p.wg.Wait() // the moves and requests the batch left running beside it
 
 	if n := p.Stats.InternalErrors.Load(); n != 0 {
