@@ -90,7 +90,7 @@ func (h *holding) handOver(d *member) *member {
 func (b *batcher) deliver(ctx context.Context, ds []Delivery, since time.Time) {
 	ms := make([]*member, len(ds))
 	for i, d := range ds {
-		ms[i] = &member{Delivery: d, ordered: b.p.o.InPlace}
+		ms[i] = &member{Delivery: d, ordered: b.p.o.InPlace, since: since}
 	}
 	h := b.hold(ctx, ms, since, true)
 	defer h.recover()

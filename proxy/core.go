@@ -24,7 +24,7 @@ import (
 // and its holds are bounded from there.
 func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since time.Time) {
 	ordered := p.o.InPlace || keyed
-	sd := &settleOnce{Delivery: d, ordered: ordered}
+	sd := &settleOnce{Delivery: d, ordered: ordered, since: since}
 	defer p.recoverDelivery(ctx, sd)
 	var rt routing
 	for p.attempt(ctx, sd, since, ordered, &rt) {
@@ -41,6 +41,8 @@ type settleOnce struct {
 	// ordered deliveries must keep their place in line; leaving it is
 	// reported.
 	ordered bool
+	// since is when the delivery was received: it is unacked from then on.
+	since time.Time
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
@@ -89,7 +91,7 @@ func (p *Loop) internalError(ctx context.Context, d *settleOnce, r any) {
 	in := p.safeHistory(m)
 	dec := retry.Decision{Action: retry.DLQ, Reason: retry.ReasonHopperError, Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes}
 	out := retry.Outcome{Error: why}
-	if !p.settle(ctx, d, m, in, dec, out) {
+	if !p.settle(ctx, d, m, in, dec, out, d.since) {
 		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
 	}
 	p.record(out, true, dec, 0)
