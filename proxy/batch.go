@@ -99,7 +99,7 @@ func (b *batcher) deliver(ctx context.Context, ds []Delivery, since time.Time) {
 		if !mayCrash(d.Message()) {
 			continue // the headers that make a message go alone are not there
 		}
-		if in, _ := b.p.history(d.Message(), since); !batch.Alone(in) {
+		if !batch.Alone(msg.Read(d.Message(), b.p.o.Plan.Work.Name, b.p.o.DeadlineHeader, since)) {
 			continue
 		}
 		h.deliverRun(ms[run:i])

@@ -110,19 +110,7 @@ func TestBatchPanicLeavesAloneMovesToTheirOwner(t *testing.T) {
 	waitReturned(t, done, "the batch concluded")
 
 	got := j.all()
-	for _, id := range []string{"m0", "m1", "m2"} {
-		if n := countOf(got, "ack "+id); n != 1 {
-			t.Errorf("%s acked %d times, want once (journal %v)", id, n, got)
-		}
-	}
-	for _, id := range []string{"m0", "m1"} {
-		if n := countOf(got, "publish orders.retry.1s "+id); n != 1 {
-			t.Errorf("%s copied to its tier %d times, want once (journal %v)", id, n, got)
-		}
-		if n := countOf(got, "publish orders "+id); n != 0 {
-			t.Errorf("%s given back to the work queue beside its tier copy (journal %v)", id, got)
-		}
-	}
+	movedOnce(t, got, []string{"m0", "m1", "m2"}, "m0", "m1")
 	if n := countOf(got, "publish orders.dlq m2"); n != 1 {
 		t.Errorf("the suspect dead-lettered %d times, want once (journal %v)", n, got)
 	}
