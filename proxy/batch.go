@@ -213,10 +213,10 @@ func (h *holding) deliverOnce(ds []*member, splitting bool) ([]*entry, batchVerd
 	for {
 		var es []*entry
 		for _, d := range ds {
-			if d.settled.Load() || h.b.lost(d) {
+			if d.settled.Load() || h.b.channelLost(d) {
 				continue
 			}
-			if e := p.open(h.ctx, d, h.since); e != nil {
+			if e := p.openAttempt(h.ctx, d, h.since); e != nil {
 				es = append(es, e)
 			}
 		}
@@ -320,7 +320,7 @@ func (h *holding) concludeEach(es []*entry, v batchVerdict) {
 		}
 		d := e.d.(*member)
 		switch {
-		case h.b.lost(d):
+		case h.b.channelLost(d):
 			endUnsettled(es[i:i+1], "channel-closed")
 		case !h.beside || vs[i].dec.Action == retry.Ack:
 			p.conclude(e, vs[i], h.since)
@@ -379,7 +379,7 @@ func (h *holding) deliverOrdered(ds []*member) {
 			v = unsplit(v)
 		}
 		for i, e := range es {
-			if h.b.lost(e.d.(*member)) {
+			if h.b.channelLost(e.d.(*member)) {
 				// Back in the queue already, ahead of what follows it.
 				endUnsettled(es[i:i+1], "channel-closed")
 				continue
@@ -418,12 +418,12 @@ func endUnsettled(es []*entry, why string) {
 	}
 }
 
-// lost says whether d's channel is closed, and the first time it finds so
+// channelLost says whether d's channel is closed, and the first time it finds so
 // counts it and marks d settled: the broker has put the message back (and
 // redelivers it), so nothing Hopper could still do with d would count,
 // and another request with it would only reach the app with a message
 // that can no longer be settled.
-func (b *batcher) lost(d *member) bool {
+func (b *batcher) channelLost(d *member) bool {
 	if alive(d.Delivery) {
 		return false
 	}

@@ -226,11 +226,11 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	return e
 }
 
-// open starts an attempt of d whose request is made by its batch, not by
+// openAttempt starts an attempt of d whose request is made by its batch, not by
 // the core: what attempt does before it calls the app. It returns nil when
 // d is not to be sent: its channel died or Hopper is shutting down (given
 // back), or it is past its deadline (settled at once).
-func (p *Loop) open(ctx context.Context, d Delivery, since time.Time) *entry {
+func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time) *entry {
 	if !p.ready(ctx, d) {
 		return nil
 	}
@@ -278,7 +278,7 @@ func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict
 	return v
 }
 
-// conclude carries out the verdict on an attempt opened by open and ends
+// conclude carries out the verdict on an attempt opened by openAttempt and ends
 // the attempt. It reports true when an in-place hold has waited out its
 // delay and the message is to be delivered again. The unavailable
 // backoff is the batch's to wait, once for all its messages.
