@@ -418,11 +418,11 @@ func endUnsettled(es []*entry, why string) {
 	}
 }
 
-// channelLost says whether d's channel is closed, and the first time it finds so
-// counts it and marks d settled: the broker has put the message back (and
-// redelivers it), so nothing Hopper could still do with d would count,
-// and another request with it would only reach the app with a message
-// that can no longer be settled.
+// channelLost says whether d's channel is closed, and the first time it
+// finds so counts it and marks d settled: the broker has put the message
+// back (and redelivers it), so nothing Hopper could still do with d would
+// count, and another request with it would only reach the app with a
+// message that can no longer be settled.
 func (b *batcher) channelLost(d *member) bool {
 	if alive(d.Delivery) {
 		return false

@@ -15,11 +15,11 @@ import (
 	"github.com/hopper-sidecar/hopper/route"
 )
 
-// handleSince runs one delivery through deliver → decide → settle; an ordered
-// one (InPlace, or keyed: its dispatcher keeps it in its key's line)
-// repeats the delivery in place while it is held. A panic on
-// the way is recovered here, so one message can never take the process
-// (and with it every other message) down. The delivery was received at
+// handleSince runs one delivery through deliver → decide → settle; an
+// ordered one (InPlace, or keyed: its dispatcher keeps it in its key's
+// line) repeats the delivery in place while it is held. A panic on the way
+// is recovered here, so one message can never take the process (and with
+// it every other message) down. The delivery was received at
 // since: it is unacked from then on (also while it waited in its line),
 // and its holds are bounded from there.
 func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since time.Time) {
@@ -226,10 +226,10 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	return e
 }
 
-// openAttempt starts an attempt of d whose request is made by its batch, not by
-// the core: what attempt does before it calls the app. It returns nil when
-// d is not to be sent: its channel died or Hopper is shutting down (given
-// back), or it is past its deadline (settled at once).
+// openAttempt starts an attempt of d whose request its batch makes, not
+// the core: what attempt does before it calls the app. It returns nil
+// when d is not to be sent: its channel died or Hopper is shutting down
+// (given back), or it is past its deadline (settled at once).
 func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time) *entry {
 	if !p.ready(ctx, d) {
 		return nil
@@ -278,8 +278,8 @@ func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict
 	return v
 }
 
-// conclude carries out the verdict on an attempt opened by openAttempt and ends
-// the attempt. It reports true when an in-place hold has waited out its
+// conclude carries out the verdict on an attempt opened by openAttempt
+// and ends the attempt. It reports true when an in-place hold has waited out its
 // delay and the message is to be delivered again. The unavailable
 // backoff is the batch's to wait, once for all its messages.
 func (p *Loop) conclude(e *entry, v verdict, since time.Time) bool {
