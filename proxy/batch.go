@@ -391,7 +391,7 @@ func (h *holding) deliverOrdered(ds []*member) {
 			}
 			if p.stopped() {
 				endUnsettled(es[i+1:], "shutdown")
-				h.b.giveBackAll(h.ctx, deliveries(unsettled(ds)))
+				h.b.giveBackAll(h.ctx, asDeliveries(unsettled(ds)))
 				return
 			}
 		}
@@ -457,7 +457,8 @@ func unsettled(ds []*member) []*member {
 	return out
 }
 
-func deliveries(ds []*member) []Delivery {
+// asDeliveries is ds as the Delivery values they wrap.
+func asDeliveries(ds []*member) []Delivery {
 	out := make([]Delivery, len(ds))
 	for i, d := range ds {
 		out[i] = d
