@@ -205,6 +205,9 @@ func TestClassifyErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		o := classify(tc.err)
+		if own := errors.Is(tc.err, fasthttp.ErrNoFreeConns); o.Refused != own {
+			t.Errorf("classify(%v) refused %v, want %v: only a refusal of Hopper's own pool is Hopper's doing", tc.err, o.Refused, own)
+		}
 		if o.Kind != tc.want {
 			t.Errorf("classify(%v) = %s, want %s", tc.err, kindNames[o.Kind], kindNames[tc.want])
 		}

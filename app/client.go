@@ -44,7 +44,9 @@ type ClientOptions struct {
 	// bound, so callers always set it (config default 30s).
 	Timeout time.Duration
 	// MaxConns bounds open connections; it should be at least the worker
-	// count so no worker waits for a connection. Default 64.
+	// count so no worker waits for a connection. A request past it waits
+	// for a connection to come free, and its timeout starts once it has
+	// one. Default 64.
 	MaxConns int
 	// MaxBodyBytes bounds the response body read. Default 0: fasthttp's
 	// own limit (config default 64 KiB).
@@ -75,6 +77,12 @@ type Client struct {
 	// the app's address.
 	spanAttrs []attribute.KeyValue
 	conns     connSet
+	// slots holds a token per request on a connection: at most MaxConns,
+	// so fasthttp always has a connection to give and never refuses one
+	// on its own.
+	slots chan struct{}
+	// waiting counts the requests waiting for a slot.
+	waiting atomic.Int64
 	// watched is the Done channel of the context whose cancellation
 	// closes conns already (see do).
 	watched atomic.Pointer[<-chan struct{}]
@@ -124,7 +132,8 @@ func NewClient(o ClientOptions) *Client {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
-	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL)}
+	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL),
+		slots: make(chan struct{}, o.MaxConns)}
 	for _, u := range o.QueueURLs {
 		a.template = a.template || strings.Contains(u, "{")
 	}
@@ -327,6 +336,12 @@ func (a *Client) addHeaders(ctx context.Context, req *fasthttp.Request, m *msg.M
 // exchange sends a request built by Deliver or DeliverBatch and classifies
 // what happened, recording it on the CLIENT span.
 func (a *Client) exchange(ctx context.Context, span trace.Span, req *fasthttp.Request, resp *fasthttp.Response) retry.Outcome {
+	if !a.takeSlot(ctx) {
+		span.SetStatus(codes.Error, "cancelled")
+		span.SetAttributes(semconv.ErrorTypeKey.String("cancelled"))
+		return retry.Outcome{Kind: retry.Unavailable, Error: "request not sent: " + context.Cause(ctx).Error() + " while waiting for a connection", CutOff: true}
+	}
+	defer func() { <-a.slots }()
 	deadline := time.Now().Add(a.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -374,6 +389,28 @@ func (a *Client) exchange(ctx context.Context, span trace.Span, req *fasthttp.Re
 		o.Error = fmt.Sprintf("HTTP %d: %s", o.Status, summary(resp.Body()))
 	}
 	return o
+}
+
+// takeSlot waits for a connection to be free for one request, as long as
+// ctx lasts: more requests than connections (the messages of a batch that
+// timed out, sent again each alone) queue here rather than be refused by
+// the pool, which would read as the app being down and open the breaker
+// on a healthy app. The wait is not part of the request's timeout: the
+// app has not seen the request yet.
+func (a *Client) takeSlot(ctx context.Context) bool {
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	default:
+	}
+	a.waiting.Add(1)
+	defer a.waiting.Add(-1)
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // do runs the request; cancelling ctx closes the app connections, which
@@ -508,8 +545,13 @@ func classify(err error) retry.Outcome {
 		// Still stale after the fresh try (every connection the app had
 		// closed): the request never left Hopper.
 		o.Kind = retry.Unavailable
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		// Hopper's own pool had no connection to give: the request never
+		// left Hopper, and says nothing about the app. Given back, no
+		// attempt spent, never counted against the app.
+		o.Kind = retry.Unavailable
+		o.Refused = true
 	case errors.Is(err, fasthttp.ErrDialTimeout),
-		errors.Is(err, fasthttp.ErrNoFreeConns),
 		errors.Is(err, syscall.ECONNREFUSED),
 		errors.As(err, &opErr) && opErr.Op == "dial":
 		o.Kind = retry.Unavailable

@@ -16,3 +16,6 @@ func (a *Client) BuildRequest(req *fasthttp.Request, m *msg.Message, in msg.Info
 	a.addHeaders(context.Background(), req, m, in, head)
 	creds.authenticate(req)
 }
+
+// WaitingForConn is the number of requests waiting for a connection.
+func (a *Client) WaitingForConn() int64 { return a.waiting.Load() }

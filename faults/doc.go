@@ -14,6 +14,12 @@
 // answers each entry of a batch by that message's own script, so every id
 // must end as it would have alone.
 //
+// The batch-hang scenario drains a backlog through batches of 32 from a
+// healthy app of which one message in 80 hangs on its first attempt: each
+// batch that times out sends its messages again alone, more at once than
+// Hopper has connections, and the breaker must stay closed. The same
+// backlog drained without batching is timed beside it.
+//
 // The ordered-batch scenario closes every broker connection while the
 // head of an ordered batch is held in place for its retry: no message of
 // the closed channel may reach the app again once Hopper consumes anew.

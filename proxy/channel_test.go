@@ -119,17 +119,22 @@ func onChannel(ch *fakeChannel, j *journal, n int) []Delivery {
 	return ds
 }
 
-// handleBatchAsync runs handleBatch in a worker of its own and returns a
-// channel closed when it has returned and what it left running beside it
-// has ended.
+// handleBatchAsync delivers ds as one batch, in a worker of its own, and
+// returns a channel closed when the worker has returned and what it left
+// running beside it has ended.
 func handleBatchAsync(p *Loop, ds []Delivery) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.handleBatch(context.Background(), ds, p.o.Now())
+		deliverBatch(p, ds)
 		p.wg.Wait() // the moves and requests the batch left running beside it
 	}()
 	return done
+}
+
+// deliverBatch delivers ds as one batch, as a worker of the collector does.
+func deliverBatch(p *Loop, ds []Delivery) {
+	(&batcher{p: p}).deliver(context.Background(), ds, p.o.Now())
 }
 
 func waitReturned(t *testing.T, done <-chan struct{}, what string) {

@@ -8,12 +8,13 @@ import (
 
 // collector is the batch dispatcher: Handle queues deliveries on pending,
 // collect forms them into batches and hands each on batches to a batch
-// worker, which delivers it (handleBatch, in batch.go).
+// worker, which has the batcher deliver it (batch.go).
 type collector struct {
 	p       *Loop
+	batcher *batcher
 	crew    crew
 	pending chan job
-	batches chan formed
+	batches chan gathered
 	// sending counts batches handed to the workers and not yet done; idle
 	// tells the collector it fell to 0.
 	sending atomic.Int64
@@ -21,8 +22,8 @@ type collector struct {
 }
 
 func newCollector(p *Loop) *collector {
-	return &collector{p: p, crew: crew{max: int64(p.o.Workers)},
-		pending: make(chan job, p.o.Queue), batches: make(chan formed), idle: make(chan struct{}, 1)}
+	return &collector{p: p, batcher: &batcher{p: p}, crew: crew{max: int64(p.o.Workers)},
+		pending: make(chan job, p.o.Queue), batches: make(chan gathered), idle: make(chan struct{}, 1)}
 }
 
 func (c *collector) start(ctx context.Context) {
@@ -49,7 +50,7 @@ func (c *collector) collect(ctx context.Context) {
 	defer c.p.wg.Done()
 	defer close(c.batches)
 	var (
-		cur   formed
+		cur   gathered
 		bytes int
 		// next is a delivery that did not fit in cur: it starts the next
 		// batch, and nothing more is taken until cur has gone.
@@ -88,7 +89,7 @@ func (c *collector) collect(ctx context.Context) {
 	}
 	// handedOver starts the next batch with what was kept for it.
 	handedOver := func() {
-		cur, bytes, expired, waited = formed{}, 0, nil, false
+		cur, bytes, expired, waited = gathered{}, 0, nil, false
 		if timer != nil {
 			timer.Stop()
 		}
@@ -100,7 +101,7 @@ func (c *collector) collect(ctx context.Context) {
 	for {
 		ready := len(cur.ds) > 0 && (waited || c.p.o.Batch.Full(len(cur.ds), bytes) ||
 			c.p.o.BatchWait <= 0 && c.sending.Load() == 0)
-		var out chan formed
+		var out chan gathered
 		if ready {
 			// What has arrived meanwhile joins it first: deliveries come
 			// in bursts, as acks free the prefetch.
@@ -138,7 +139,7 @@ func (c *collector) collect(ctx context.Context) {
 		select {
 		case j, ok := <-in:
 			if !ok {
-				c.p.giveBackAll(ctx, append(cur.ds, next.d))
+				c.batcher.giveBackAll(ctx, append(cur.ds, next.d))
 				return
 			}
 			take(j)
@@ -153,23 +154,23 @@ func (c *collector) collect(ctx context.Context) {
 	}
 }
 
-// formed is a batch as the collector hands it to a worker: its
+// gathered is a batch as the collector hands it to a worker: its
 // deliveries, in the order received, and when the first of them was
 // received, from which the batch's holds are bounded.
-type formed struct {
+type gathered struct {
 	ds    []Delivery
 	since time.Time
 }
 
-// spawnBatch starts a batch worker with b unless Workers already run.
-func (c *collector) spawnBatch(ctx context.Context, b formed) bool {
+// spawnBatch starts a batch worker with g unless Workers already run.
+func (c *collector) spawnBatch(ctx context.Context, g gathered) bool {
 	if !c.crew.claim(&c.p.wg) {
 		return false
 	}
 	go func() {
 		defer c.p.wg.Done()
-		for ok := true; ok; b, ok = <-c.batches {
-			c.p.handleBatch(ctx, b.ds, b.since)
+		for ok := true; ok; g, ok = <-c.batches {
+			c.batcher.deliver(ctx, g.ds, g.since)
 			if c.sending.Add(-1) == 0 {
 				select {
 				case c.idle <- struct{}{}:

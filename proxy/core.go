@@ -15,16 +15,16 @@ import (
 	"github.com/hopper-sidecar/hopper/route"
 )
 
-// handleSince runs one delivery through deliver → decide → settle; an ordered
-// one (InPlace, or inLine: its dispatcher keeps it in a line, as a key's
-// messages are) repeats the delivery in place while it is held. A panic on
-// the way is recovered here, so one message can never take the process
-// (and with it every other message) down. The delivery was received at
+// handleSince runs one delivery through deliver → decide → settle; an
+// ordered one (InPlace, or keyed: its dispatcher keeps it in its key's
+// line) repeats the delivery in place while it is held. A panic on the way
+// is recovered here, so one message can never take the process (and with
+// it every other message) down. The delivery was received at
 // since: it is unacked from then on (also while it waited in its line),
 // and its holds are bounded from there.
-func (p *Loop) handleSince(ctx context.Context, d Delivery, inLine bool, since time.Time) {
-	ordered := p.o.InPlace || inLine
-	sd := &settleOnce{Delivery: d, ordered: ordered}
+func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since time.Time) {
+	ordered := p.o.InPlace || keyed
+	sd := &settleOnce{Delivery: d, ordered: ordered, since: since}
 	defer p.recoverDelivery(ctx, sd)
 	var rt routing
 	for p.attempt(ctx, sd, since, ordered, &rt) {
@@ -34,13 +34,15 @@ func (p *Loop) handleSince(ctx context.Context, d Delivery, inLine bool, since t
 // settleOnce remembers whether a delivery was acked or nacked, so that a
 // panic after its settle does not settle it a second time. A batch also
 // counts as settled a delivery whose channel closed (lost): the broker has
-// it back.
+// it back. Only the goroutine that holds the delivery settles it.
 type settleOnce struct {
 	Delivery
 	settled atomic.Bool
 	// ordered deliveries must keep their place in line; leaving it is
 	// reported.
 	ordered bool
+	// since is when the delivery was received: it is unacked from then on.
+	since time.Time
 }
 
 func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
@@ -89,7 +91,7 @@ func (p *Loop) internalError(ctx context.Context, d *settleOnce, r any) {
 	in := p.safeHistory(m)
 	dec := retry.Decision{Action: retry.DLQ, Reason: retry.ReasonHopperError, Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes}
 	out := retry.Outcome{Error: why}
-	if !p.settle(ctx, d, m, in, dec, out) {
+	if !p.settle(ctx, d, m, in, dec, out, d.since) {
 		dec = retry.Decision{Action: retry.Return, Retries: in.Retries, Requeues: in.Requeues}
 	}
 	p.record(out, true, dec, 0)
@@ -224,14 +226,17 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	return e
 }
 
-// beginBatched starts the attempt of one message of a batch request. A
-// message past its deadline is settled at once and not sent: nil.
-func (p *Loop) beginBatched(ctx context.Context, d Delivery, since time.Time) *entry {
+// openAttempt starts an attempt of d whose request its batch makes, not
+// the core: what attempt does before it calls the app. It returns nil
+// when d is not to be sent: its channel died or Hopper is shutting down
+// (given back), or it is past its deadline (settled at once).
+func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time) *entry {
+	if !p.ready(ctx, d) {
+		return nil
+	}
 	e := p.begin(ctx, d, nil)
 	if e.expired() {
-		v := p.expire(e)
-		p.finish(e, v, since, false)
-		e.span.End()
+		p.conclude(e, p.expire(e), since)
 		return nil
 	}
 	return e
@@ -273,39 +278,13 @@ func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict
 	return v
 }
 
-// word is what a batch has to say about each of its messages between the
-// verdict and its settle, which are the core's: a batch concludes each
-// message through one call (conclude), and keeps its own part here.
-type word interface {
-	// judged is told that e's verdict is in, and whether it returns a
-	// message the app could not take (unavailable); it says whether the
-	// verdict is still carried out.
-	judged(e *entry, unavailable bool) bool
-	// beside runs carry beside the caller, and says whether it did;
-	// false: the verdict is carried out at once. Only a verdict that
-	// moves the message (anything but an ack) is offered.
-	beside(e *entry, carry func()) bool
-}
-
-// conclude judges the app's outcome of one message of a batch and carries
-// the verdict out, with the batch's word in between (w). It reports true
-// when an in-place hold has waited out its delay and the message is to be
-// delivered again.
-func (p *Loop) conclude(e *entry, out retry.Outcome, latency time.Duration, since time.Time, w word) bool {
-	v := p.judge(e, out, latency)
-	if !w.judged(e, p.unavailable(v.dec, v.out)) {
-		return false
-	}
-	carry := func() bool { return p.finish(e, v, since, false) }
-	if v.dec.Action != retry.Ack && w.beside(e, func() {
-		defer e.span.End()
-		carry()
-	}) {
-		return false
-	}
-	again := carry()
-	e.span.End()
-	return again
+// conclude carries out the verdict on an attempt opened by openAttempt
+// and ends the attempt. It reports true when an in-place hold has waited out its
+// delay and the message is to be delivered again. The unavailable
+// backoff is the batch's to wait, once for all its messages.
+func (p *Loop) conclude(e *entry, v verdict, since time.Time) bool {
+	defer e.span.End()
+	return p.finish(e, v, since, false)
 }
 
 // noopSpan is the span of an attempt when tracing is off.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -43,7 +44,9 @@ import (
 // batch client to an app that reads the request as a strict JSON parser
 // does, ordered (a failed entry held in place) or not, and now and then
 // with the channel of its deliveries closing while a request is at the
-// app.
+// app, the batch timing out as a whole (each message then sent alone,
+// beside the worker), or Hopper breaking (a panic) during one of the
+// requests while moves to a tier are under way.
 func FuzzDeliveryPath(f *testing.F) {
 	for _, seed := range [][]byte{
 		{},
@@ -74,6 +77,28 @@ func FuzzDeliveryPath(f *testing.F) {
 			0, 0, 0, "ok", 2, "",
 			0, 0, 0, "ok", 1, "",
 			0, 1),
+		// Not ordered, the batch timing out as a whole, then one of the
+		// requests alone breaking while the others' moves are under way.
+		batchSeed(1, "m", 0, 0,
+			0, 0, 0, "ok", 2, "",
+			0, 0, 0, "ok", 2, "",
+			0, 0, 0, "ok", 0, "",
+			0, 0, 1, 2),
+		// The same, the last request alone breaking.
+		batchSeed(1, "m", 0, 0,
+			0, 0, 0, "ok", 2, "",
+			0, 0, 0, "ok", 1, "",
+			0, 0, 1, 4),
+		// Not ordered, the worker's own request breaking.
+		batchSeed(0, "m", 0, 0,
+			0, 0, 0, "ok", 2, "",
+			0, 0, 0, "ok", 0, "",
+			0, 0, 0, 1),
+		// Ordered, the second request breaking while its head is held.
+		batchSeed(0, "m", 0, 0,
+			0, 0, 0, "ok", 0, "",
+			0, 0, 0, "ok", 2, "",
+			1, 0, 0, 2),
 	} {
 		f.Add(seed)
 	}
@@ -257,32 +282,66 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 	// Read last, so that the inputs written before they were read keep
 	// their meaning.
 	ordered := g.byte()%2 == 1
-	closeAt := int(g.byte() % 4) // the request during which the channel closes; 0: none
+	closeAt := int64(g.byte() % 4) // the request during which the channel closes; 0: none
+	// The first request, of several messages, timing out as a whole, so
+	// that each goes again in a request of its own, beside the worker.
+	timeoutFirst := g.byte()%3 == 1
+	if timeoutFirst {
+		// Requests alone run at once: which reaches the app after the
+		// channel closed is a race, not a finding.
+		closeAt = 0
+	}
+	// The request during which Hopper itself breaks (the app's call
+	// panics); 0: none. Copies to a tier are held until then, so that
+	// moves are under way when it comes.
+	panicAt := int64(g.byte() % 5)
 
 	pub := &fakePub{j: &journal{}}
 	ch := &fakeChannel{}
-	var requests, publishedAtClose int
-	deliverer := &closingApp{Deliverer: client, before: func() {
-		requests++
-		if requests == closeAt {
+	var requests atomic.Int64
+	var publishedAtClose int
+	broke := make(chan struct{})
+	var breakOnce sync.Once
+	release := func() { breakOnce.Do(func() { close(broke) }) }
+	deliverer := &closingApp{Deliverer: client, before: func(r *batch.Request) *batch.Answer {
+		n := requests.Add(1)
+		if n == closeAt {
 			ch.closed.Store(true)
 			publishedAtClose = len(pub.j.all())
 		}
+		if n == panicAt {
+			release()
+			panic("fuzz: Hopper broke during a request")
+		}
+		if n == 1 && timeoutFirst && r.Len() > 1 {
+			a := batch.Answer{Whole: retry.Outcome{Kind: retry.Timeout, Error: "timeout"}, Entries: make([]retry.Outcome, r.Len())}
+			for i := range a.Entries {
+				a.Entries[i] = a.Whole
+			}
+			return &a
+		}
+		return nil
 	}}
-	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: deliverer, Pub: pub, Workers: 1,
+	if panicAt == 0 {
+		release()
+	}
+	p := New(Options{Plan: &plan, Selector: cfg.Selector(), App: deliverer, Pub: &heldTierPub{Publisher: pub, until: broke},
 		MoveRetryMin: time.Microsecond, MoveRetryMax: time.Microsecond, DeadlineHeader: deadlineHeader, Quorum: quorum,
-		Batch: batch.Limits{MaxMessages: len(ms), MaxBytes: 1 << 20}, InPlace: ordered})
+		Workers: 1, Batch: batch.Limits{MaxMessages: len(ms), MaxBytes: 1 << 20}, InPlace: ordered})
 	ds := make([]Delivery, len(ms))
 	js := make([]*journal, len(ms))
 	for i, bm := range ms {
 		js[i] = &journal{}
 		ds[i] = &chanDelivery{m: bm, j: js[i], ch: ch}
 	}
-	p.handleBatch(context.Background(), ds, p.o.Now())
+	deliverBatch(p, ds)
+	release()   // the worker is done: no request of its own is left to break
 	p.wg.Wait() // the moves and requests the batch left running beside it
 
-	if n := p.Stats.InternalErrors.Load(); n != 0 {
-		t.Fatalf("%d internal errors (recovered panics) on a batch", n)
+	panicked := p.Stats.InternalErrors.Load() > 0
+	if panicked != (panicAt > 0 && requests.Load() >= panicAt) {
+		t.Fatalf("%d internal errors (recovered panics) on a batch; the app's call panicked at request %d of %d",
+			p.Stats.InternalErrors.Load(), panicAt, requests.Load())
 	}
 	closed := ch.closed.Load()
 	for i, j := range js {
@@ -300,12 +359,27 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 		}
 	}
 	if closed {
-		if requests > closeAt {
+		if requests.Load() > closeAt {
 			t.Fatalf("%d requests to the app, %d after the deliveries' channel closed during request %d (ordered %v)",
-				requests, requests-closeAt, closeAt, ordered)
+				requests.Load(), requests.Load()-closeAt, closeAt, ordered)
 		}
 		if got := pub.j.all(); len(got) > publishedAtClose {
 			t.Fatalf("published %v after the deliveries' channel closed", got[publishedAtClose:])
+		}
+		return
+	}
+	if panicked {
+		// Which messages the panic sent back is the recovery's to choose;
+		// none may be both moved and given back.
+		copies := make(map[int64][]string, len(ms))
+		for i, cp := range pub.got {
+			k, _ := cp.Headers[hdrN].(int64)
+			copies[k] = append(copies[k], pub.to[i])
+		}
+		for k, to := range copies {
+			if len(to) > 1 {
+				t.Fatalf("message %d copied %d times after a panic: %v", k, len(to), to)
+			}
 		}
 		return
 	}
@@ -345,15 +419,31 @@ func checkBatch(t *testing.T, client *app.Client, g *gen, m *msg.Message, deadli
 }
 
 // closingApp calls before as each batch request starts, then delivers it
-// through the Deliverer.
+// through the Deliverer, unless before answers it itself.
 type closingApp struct {
 	Deliverer
-	before func()
+	before func(r *batch.Request) *batch.Answer
 }
 
 func (a *closingApp) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
-	a.before()
+	if ans := a.before(r); ans != nil {
+		return *ans
+	}
 	return a.Deliverer.DeliverBatch(ctx, r)
+}
+
+// heldTierPub holds every copy to a delay tier until until is closed, so
+// that moves are under way meanwhile; other copies go through at once.
+type heldTierPub struct {
+	Publisher
+	until <-chan struct{}
+}
+
+func (p *heldTierPub) Publish(ctx context.Context, queue string, m *msg.Message) error {
+	if strings.Contains(queue, ".retry.") {
+		<-p.until
+	}
+	return p.Publisher.Publish(ctx, queue, m)
 }
 
 // strictBatchApp is an app taking Hopper's batch requests as a strict JSON

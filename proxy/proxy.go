@@ -232,9 +232,10 @@ type Loop struct {
 }
 
 // dispatcher takes the deliveries Handle receives and has each settled by
-// the loop's core: one by one (handleSince), or per message of a batch
-// once the app's answer is read (handleBatch). It owns the workers and
-// whatever waits for them.
+// the loop's core: one by one (handleSince), or per message of a batch,
+// each attempt opened before the request and concluded once the app's
+// answer is read (batcher). It owns the workers and whatever waits for
+// them.
 type dispatcher interface {
 	// start launches what runs beside the workers; ctx bounds in-flight
 	// work.

@@ -339,7 +339,7 @@ func TestQuorumHoldCutShortRepublishes(t *testing.T) {
 	if dec.Action != retry.Requeue || dec.Hold != time.Hour {
 		t.Fatalf("setup: decision %+v", dec)
 	}
-	if p.settle(context.Background(), d, m, info, dec, out) {
+	if p.settle(context.Background(), d, m, info, dec, out, time.Now()) {
 		t.Fatal("a hold cut short reported the requeue as done")
 	}
 	if got := j.all(); !equal(got, []string{"publish orders", "ack"}) {

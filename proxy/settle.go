@@ -20,8 +20,10 @@ import (
 // settle carries out a decision. It is the one place where deliveries are
 // acked, nacked or moved. It reports whether the decision was carried out;
 // false means the delivery was given back (or its channel was lost) instead.
+// The delivery was received at since: a move that keeps failing holds it
+// until MoveHoldMax from then.
 func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
-	dec retry.Decision, out retry.Outcome) bool {
+	dec retry.Decision, out retry.Outcome, since time.Time) bool {
 	switch dec.Action {
 	case retry.Ack, retry.Drop:
 		if err := d.Ack(); err != nil {
@@ -61,19 +63,19 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		in.Suspect = dec.Suspect
 		cp := msg.RequeueCopy(m, in, dec.Requeues)
 		if dec.Tier > 0 {
-			return p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue")
+			return p.toTier(ctx, d, m, in, cp, dec.Tier, "requeue", since)
 		}
 		if !p.wait(dec.Hold) {
 			// Shutting down: back to the queue as it came.
 			p.giveBack(ctx, d, m, in)
 			return false
 		}
-		return p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue")
+		return p.move(ctx, d, m, in, p.o.Plan.Work.Name, cp, "requeue", since)
 
 	case retry.Retry:
 		in.Suspect = dec.Suspect
 		cp := msg.RetryCopy(m, in, dec.Retries, out.Status, p.o.Now())
-		return p.toTier(ctx, d, m, in, cp, dec.Tier, "retry")
+		return p.toTier(ctx, d, m, in, cp, dec.Tier, "retry", since)
 
 	case retry.DLQ:
 		tid := traceID(trace.SpanFromContext(ctx))
@@ -82,7 +84,7 @@ func (p *Loop) settle(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 			Reason: dec.Reason, Status: out.Status, Error: out.Error, Retries: dec.Retries,
 			TraceID: tid, Now: p.o.Now(),
 		})
-		if !p.move(ctx, d, m, in, p.o.Plan.DLQ.Name, cp, "dlq") {
+		if !p.move(ctx, d, m, in, p.o.Plan.DLQ.Name, cp, "dlq", since) {
 			return false
 		}
 		level := slog.LevelWarn
@@ -136,7 +138,7 @@ func (p *Loop) carryOut(e *entry, v verdict, since time.Time, backoff bool) (aga
 	if backoff && p.unavailable(dec, out) {
 		p.wait(p.o.UnavailableBackoff)
 	}
-	if !p.settle(e.ctx, e.d, e.m, e.in, dec, out) {
+	if !p.settle(e.ctx, e.d, e.m, e.in, dec, out, since) {
 		return false, retry.Decision{Action: retry.Return, Retries: e.in.Retries, Requeues: e.in.Requeues}
 	}
 	return false, dec
@@ -280,7 +282,7 @@ func traceID(span trace.Span) string {
 }
 
 func (p *Loop) toTier(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
-	cp *msg.Message, tier time.Duration, why string) bool {
+	cp *msg.Message, tier time.Duration, why string, since time.Time) bool {
 	q, ok := p.o.Plan.TierQueue(tier)
 	if !ok {
 		// The selector only picks configured tiers; keep the message if not.
@@ -288,16 +290,20 @@ func (p *Loop) toTier(ctx context.Context, d Delivery, m *msg.Message, in msg.In
 		p.giveBack(ctx, d, m, in)
 		return false
 	}
-	return p.move(ctx, d, m, in, q, cp, why)
+	return p.move(ctx, d, m, in, q, cp, why, since)
 }
 
 // move publishes cp to queue, waits for the confirm, then acks d. A failed
 // publish is retried with backoff while the delivery is held; the decision
 // is never taken again. The delivery is let go (given back) only when it
-// must: shutdown, its channel lost, or held for MoveHoldMax. It reports
-// whether the move completed.
+// must: shutdown, its channel lost, or held until MoveHoldMax from its
+// receipt (since), which stays under the broker's consumer timeout,
+// whatever held it before the move (a hold in place, a wait behind its
+// key or for its batch). Its channel is looked at before each publish: a
+// copy of a message the broker has back already would be a duplicate. It
+// reports whether the move completed.
 func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info,
-	queue string, cp *msg.Message, why string) bool {
+	queue string, cp *msg.Message, why string, since time.Time) bool {
 	var (
 		started = time.Now()
 		bo      = backoff.Backoff{Min: p.o.MoveRetryMin, Max: p.o.MoveRetryMax}
@@ -309,6 +315,11 @@ func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info
 		}
 	}()
 	for {
+		if !alive(d) {
+			// The broker has put the original back already.
+			p.settleFailed(m, "move", errChannelClosed)
+			return false
+		}
 		err := p.publish(ctx, queue, cp, why)
 		if err == nil {
 			break
@@ -325,10 +336,10 @@ func (p *Loop) move(ctx context.Context, d Delivery, m *msg.Message, in msg.Info
 			// The broker has put the original back already.
 			p.settleFailed(m, "move", err)
 			return false
-		case p.stopped(), time.Since(started) >= p.o.MoveHoldMax:
+		case p.stopped(), p.o.Now().Sub(since) >= p.o.MoveHoldMax:
 			p.log.Warn("move still failing; message given back to the work queue", "event", "MOVE_ABANDONED",
 				"message_id", m.MessageID, "to", queue, "why", why, "held_ms", time.Since(started).Milliseconds(),
-				"error", err.Error())
+				"unacked_ms", p.o.Now().Sub(since).Milliseconds(), "error", err.Error())
 			p.giveBack(ctx, d, m, in)
 			return false
 		}

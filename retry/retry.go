@@ -121,9 +121,10 @@ type Outcome struct {
 	// Error is a short description for logs and the DLQ x-final-error header.
 	Error string
 	// Refused means no request was even attempted: the circuit breaker is
-	// open, or the app is refusing Hopper's credentials. The message goes
-	// back without the unavailable backoff, since the consumer is paused
-	// and will not see it again soon.
+	// open, the app is refusing Hopper's credentials, or Hopper had no
+	// connection to send it on; it says nothing against the app. The
+	// message goes back without the unavailable backoff, since the
+	// consumer is paused and will not see it again soon.
 	Refused bool
 	// CutOff means Hopper itself ended the request because it is shutting
 	// down. The app may have done the work, but the message did not fail.
