@@ -178,11 +178,13 @@ func (r *Refusal) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	if !ok {
 		return out
 	}
-	o := r.next.Deliver(ctx, m, in)
-	if probe {
-		o.Probe = true
-		r.probed(o)
+	if !probe {
+		return r.next.Deliver(ctx, m, in)
 	}
+	defer r.unlessProbed()()
+	o := r.next.Deliver(ctx, m, in)
+	o.Probe = true
+	r.probed(o)
 	return o
 }
 
@@ -196,15 +198,38 @@ func (r *Refusal) DeliverBatch(ctx context.Context, req *batch.Request) batch.An
 	if !ok {
 		return batch.Classified(batch.Answer{}, out, req.Len())
 	}
-	a := r.next.DeliverBatch(ctx, req)
-	if probe {
-		a.Whole.Probe = true
-		for i := range a.Entries {
-			a.Entries[i].Probe = true
-		}
-		r.probed(a.Whole)
+	if !probe {
+		return r.next.DeliverBatch(ctx, req)
 	}
+	defer r.unlessProbed()()
+	a := r.next.DeliverBatch(ctx, req)
+	a.Whole.Probe = true
+	for i := range a.Entries {
+		a.Entries[i].Probe = true
+	}
+	r.probed(a.Whole)
 	return a
+}
+
+// unlessProbed returns what the probe's sender defers: a probe request
+// that never came back (it panicked, and the worker recovers the panic
+// with the message) ends its round without a verdict, or the requests
+// waiting in admit would wait for it until shutdown and consuming would
+// stay at prefetch 1. A probe that came back is left to probed.
+func (r *Refusal) unlessProbed() func() {
+	r.mu.Lock()
+	round := r.decided
+	r.mu.Unlock()
+	return func() {
+		if p := recover(); p != nil {
+			r.mu.Lock()
+			if r.state == stateProbing && r.decided == round && !r.answered {
+				r.endRoundLocked(verdictNone, retry.Outcome{Error: fmt.Sprintf("the probe request panicked: %v", p)})
+			}
+			r.mu.Unlock()
+			panic(p)
+		}
+	}
 }
 
 // admit says whether a request goes to the app while it is not accepted:

@@ -321,3 +321,74 @@ func TestAuthChanged(t *testing.T) {
 		t.Fatal("changed again with nothing new")
 	}
 }
+
+// panicOnce is an app side whose next request panics (a defect below the
+// Refusal, recovered at the worker), then answers as scripted.
+type panicOnce struct {
+	*scripted
+	armed atomic.Bool
+}
+
+func (p *panicOnce) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	if p.armed.Swap(false) {
+		panic("app side defect")
+	}
+	return p.scripted.Deliver(ctx, m, in)
+}
+
+func (p *panicOnce) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
+	return asBatch(ctx, p.Deliver, r)
+}
+
+// A probe request that panics ends its round without a verdict, as one
+// that got no answer does: the requests waiting for the verdict go on, and
+// a later probe can still be accepted.
+func TestRefusalProbeThatPanicsEndsTheRound(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		g := newRefusalRig(t)
+		app := &panicOnce{scripted: g.app}
+		g.r.next = app
+		send := func() retry.Outcome {
+			if !batched {
+				return g.deliver()
+			}
+			req := &batch.Request{Messages: []*msg.Message{{}}, Infos: []msg.Info{{}}}
+			a := g.r.DeliverBatch(context.Background(), req)
+			o := a.Whole
+			if pause := o.Kind == retry.Response && o.Status == 401; pause || o.Probe {
+				g.r.Judged(o, pause)
+			}
+			return o
+		}
+		g.app.set(unauthorized)
+		send()
+		g.probing(t)
+
+		app.armed.Store(true)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the probe did not panic")
+				}
+			}()
+			send()
+		}()
+
+		// A request after the panic must not wait on the lost probe.
+		done := make(chan retry.Outcome, 1)
+		go func() { done <- send() }()
+		select {
+		case o := <-done:
+			if o.Status == 200 {
+				t.Fatalf("batched %v: after the panicking probe a request reached the app without a probe round: %+v", batched, o)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("batched %v: a request still waits for the verdict of a probe that panicked", batched)
+		}
+		g.probing(t)
+		g.app.set(retry.Outcome{Kind: retry.Response, Status: 200})
+		if o := send(); !o.Probe || o.Status != 200 || g.r.Refusing() {
+			t.Fatalf("batched %v: probe after the panic: %+v, refusing %v", batched, o, g.r.Refusing())
+		}
+	}
+}
