@@ -178,3 +178,30 @@ func TestAppTLSValidation(t *testing.T) {
 		}
 	}
 }
+
+// User info in app.url goes as Authorization: Basic, which would take the
+// place of a token sent in Authorization: the two together are refused,
+// and either alone, or the token in another header, is taken.
+func TestAppURLUserInfoAndToken(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("t0k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		url, file, header string
+		wantErr           bool
+	}{
+		{"http://u:p@127.0.0.1:8080/", tok, "Authorization", true},
+		{"http://u:p@127.0.0.1:8080/", tok, "X-Api-Key", false},
+		{"http://u:p@127.0.0.1:8080/", "", "Authorization", false},
+		{"http://127.0.0.1:8080/", tok, "Authorization", false},
+	} {
+		cfg := config.Default()
+		cfg.Queue.Name = "orders"
+		cfg.App.URL, cfg.App.Auth.Token.File, cfg.App.Auth.Token.Header = c.url, c.file, c.header
+		err := cfg.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "app.auth.token.header: app.url holds user info"); got != c.wantErr || (err != nil && !c.wantErr) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}

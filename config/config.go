@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -514,7 +515,11 @@ func (b Binding) IsDurable() bool { return b.Durable == nil || *b.Durable }
 type App struct {
 	// URL receives one POST per message; its path may hold {routingKey}
 	// and {queue}, filled in for each message. An https:// URL is
-	// configured by app.tls. Default http://127.0.0.1:8080/.
+	// configured by app.tls. User info in it (https://user:password@host/)
+	// is sent as basic auth (Authorization: Basic) with every request and
+	// health check, and shown nowhere: logs, errors, /readyz and spans
+	// print the URL with REDACTED in its place. Default
+	// http://127.0.0.1:8080/.
 	URL string `yaml:"url"`
 	// Timeout bounds one request. It must stay well under the broker's
 	// consumer_timeout (30m): less than half of it. Default 30s.
@@ -557,6 +562,13 @@ type AppTLS struct {
 	// KeyFile holds the client certificate's PEM key; given with certFile.
 	// Default "".
 	KeyFile string `yaml:"keyFile"`
+}
+
+// BasicAuth reports whether app.url holds user info: credentials sent as
+// basic auth with every request.
+func (a App) BasicAuth() bool {
+	u, err := url.Parse(a.URL)
+	return err == nil && u.User != nil
 }
 
 // AppAuth lets the app tell Hopper's requests from anyone else's: a token,

@@ -25,7 +25,11 @@ Default 65536.`,
 consumer_timeout (30m): less than half of it. Default 30s.`,
 	"App.URL": `URL receives one POST per message; its path may hold {routingKey}
 and {queue}, filled in for each message. An https:// URL is
-configured by app.tls. Default http://127.0.0.1:8080/.`,
+configured by app.tls. User info in it (https://user:password@host/)
+is sent as basic auth (Authorization: Basic) with every request and
+health check, and shown nowhere: logs, errors, /readyz and spans
+print the URL with REDACTED in its place. Default
+http://127.0.0.1:8080/.`,
 	"App.UnavailableBackoff": `UnavailableBackoff is how long a worker waits after the app could not
 be reached before returning the message, so a down app is not spun on.
 Default 1s.`,
