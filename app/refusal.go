@@ -29,6 +29,10 @@ type RefusalOptions struct {
 	// Auth.Changed): a new token or secret is worth a probe at once rather
 	// than at the end of the backoff. Default nil: the backoff alone.
 	CredentialsChanged func() bool
+	// MaxRefused bounds how long a refusal lasts before Overdue says so
+	// (and it is logged once, as APP_CREDENTIALS_REFUSED_TOO_LONG).
+	// Probing goes on past it. Default 0: no bound.
+	MaxRefused time.Duration
 	// Clock defaults to the wall clock.
 	Clock  Clock
 	Logger *slog.Logger
@@ -97,6 +101,8 @@ type Refusal struct {
 	status    int
 	probes    int
 	nextProbe time.Time
+	// overdueLogged: this refusal's passing MaxRefused was logged.
+	overdueLogged bool
 
 	// start wakes Run when a refusal begins; verdicts carries the end of
 	// each probe round to it.
@@ -144,6 +150,33 @@ func NewRefusal(next Deliverer, o RefusalOptions) *Refusal {
 // Refusing reports whether the app is refusing Hopper's credentials:
 // consuming is paused, or one delivery is out as a probe.
 func (r *Refusal) Refusing() bool { return !r.accepted.Load() }
+
+// Overdue reports whether the app has refused Hopper's credentials for
+// longer than MaxRefused: /readyz then answers 503, since waiting has not
+// fixed it and someone has to (a rollout that brought the wrong Secret
+// stops, and the pod shows not ready).
+func (r *Refusal) Overdue() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.overdueLocked()
+}
+
+func (r *Refusal) overdueLocked() bool {
+	return r.o.MaxRefused > 0 && r.state != stateAccepted && r.clock.Now().Sub(r.since) >= r.o.MaxRefused
+}
+
+// noteOverdue logs, once per refusal, that it has lasted past MaxRefused.
+func (r *Refusal) noteOverdue() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.overdueLocked() || r.overdueLogged {
+		return
+	}
+	r.overdueLogged = true
+	r.log.Error("the app has refused Hopper's credentials for longer than app.auth.maxRefused: /readyz answers 503 until a probe is accepted; consuming stays paused and the messages wait in the queue",
+		"event", "APP_CREDENTIALS_REFUSED_TOO_LONG", "status", r.status, "refused_for", r.clock.Now().Sub(r.since).String(),
+		"max_refused", r.o.MaxRefused.String(), "probes_refused", r.probes)
+}
 
 // Describe says, while the app refuses Hopper, since when, with what, and
 // what happens next, for /readyz; "" while it accepts.
@@ -292,7 +325,7 @@ func (r *Refusal) Judged(out retry.Outcome, pause bool) {
 	case pause && r.state == stateAccepted:
 		r.state = stateRefused
 		r.accepted.Store(false)
-		r.since, r.status, r.probes = r.clock.Now(), out.Status, 0
+		r.since, r.status, r.probes, r.overdueLogged = r.clock.Now(), out.Status, 0, false
 		r.o.Gate.Pause()
 		r.log.Warn("the app refuses Hopper's credentials, the same for every message: consuming paused, messages held go back to the queue without spending an attempt; a delivery goes as a probe until one is accepted",
 			"event", "APP_REFUSED_CREDENTIALS", "status", out.Status, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
@@ -399,6 +432,7 @@ func (r *Refusal) waitForProbe(ctx context.Context, wait time.Duration) (string,
 			return "", false
 		case <-r.clock.After(min(r.o.ProbeMin, max(due.Sub(r.clock.Now()), 0))):
 		}
+		r.noteOverdue()
 		if r.o.CredentialsChanged != nil && r.o.CredentialsChanged() {
 			return "credential file changed", true
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,4 +392,57 @@ func TestRefusalProbeThatPanicsEndsTheRound(t *testing.T) {
 			t.Fatalf("batched %v: probe after the panic: %+v, refusing %v", batched, o, g.r.Refusing())
 		}
 	}
+}
+
+// A refusal that lasts past MaxRefused is overdue (/readyz answers 503)
+// and logged once as such; probing goes on, and an accepted probe ends it.
+func TestRefusalOverdue(t *testing.T) {
+	g := newRefusalRig(t)
+	var logs syncBuffer
+	g.r.o.MaxRefused = 5 * time.Second
+	g.r.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	g.app.set(unauthorized)
+	g.deliver()
+	if !g.r.Refusing() || g.r.Overdue() {
+		t.Fatalf("refusing %v, overdue %v at the first 401", g.r.Refusing(), g.r.Overdue())
+	}
+	waitfor.Until(t, 10*time.Second, "the refusal overdue and logged", func() bool {
+		if g.r.Overdue() && strings.Contains(logs.String(), "APP_CREDENTIALS_REFUSED_TOO_LONG") {
+			return true
+		}
+		// Probes come and are refused as the clock moves.
+		if p, ok := g.lastResume(); ok && p == 1 {
+			g.deliver()
+		}
+		g.clock.tick(time.Second)
+		return false
+	})
+	g.probing(t)
+	g.app.set(retry.Outcome{Kind: retry.Response, Status: 200})
+	g.deliver()
+	if g.r.Refusing() || g.r.Overdue() {
+		t.Fatalf("after an accepted probe: refusing %v, overdue %v", g.r.Refusing(), g.r.Overdue())
+	}
+	if n := strings.Count(logs.String(), "APP_CREDENTIALS_REFUSED_TOO_LONG"); n != 1 {
+		t.Errorf("APP_CREDENTIALS_REFUSED_TOO_LONG logged %d times, want once", n)
+	}
+}
+
+// syncBuffer is a log destination the Refusal's goroutine and the test
+// share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -571,6 +571,15 @@ func (a App) BasicAuth() bool {
 	return err == nil && u.User != nil
 }
 
+// SendsCredentials reports whether Hopper authenticates its requests to
+// the app: a token, a signature, a TLS client certificate or app.url's
+// user info. Only then can the app's 401 be about Hopper rather than a
+// message.
+func (a App) SendsCredentials() bool {
+	return a.Auth.Token.File != "" || a.Auth.HMAC.KeyFile != "" || a.Auth.StandardWebhooks.SecretFile != "" ||
+		a.TLS.CertFile != "" || a.BasicAuth()
+}
+
 // AppAuth lets the app tell Hopper's requests from anyone else's: a token,
 // a signature of the body, or both, each from a file (a mounted Secret).
 // Each file is read at start and again when it changes (looked at no more
@@ -580,6 +589,16 @@ type AppAuth struct {
 	Token            TokenAuth            `yaml:"token"`
 	HMAC             HMACAuth             `yaml:"hmac"`
 	StandardWebhooks StandardWebhooksAuth `yaml:"standardWebhooks"`
+	// MaxRefused bounds how long the app may refuse Hopper's credentials
+	// (answer 401 while Hopper sends some) with /readyz still answering
+	// 200. Past it /readyz answers 503 until a probe is accepted, so that
+	// a rollout that brought the wrong Secret stops before it replaces the
+	// pods that still work, and the pod shows not ready. Consuming stays
+	// paused and probes go on: the messages wait in the queue, none is
+	// dead-lettered, and the pod is not restarted (it would read the same
+	// Secret again). 0 keeps /readyz at 200 however long it lasts.
+	// Default 5m.
+	MaxRefused Duration `yaml:"maxRefused"`
 }
 
 // TokenAuth sends a token, read from a file, with every request.
@@ -740,8 +759,12 @@ type Retry struct {
 	// Outcomes override entries of the outcome table (the README's "The
 	// outcome table"): an outcome (a status like 418, a class like 4xx,
 	// timeout, unavailable or cut) to an action (ack, drop, requeue,
-	// retry, dlq or return), for example {"4xx": retry}; from the
-	// environment, 4xx=retry. Default none.
+	// retry, dlq, return, or pause for one 4xx status), for example
+	// {"4xx": retry}; from the environment, 4xx=retry. The built-in table
+	// makes 401 pause (the app refusing Hopper's credentials) only when
+	// Hopper sends some (app.auth, an app.tls client certificate, user
+	// info in app.url); otherwise a 401 is a 4xx like the others. Default
+	// none.
 	Outcomes map[string]string `yaml:"outcomes"`
 	// OnExpired is dlq or drop for messages past their deadline: the AMQP
 	// expiration counted from first receipt, or the time in
@@ -888,7 +911,7 @@ func Default() Config {
 			UnavailableBackoff: Duration(time.Second),
 			MaxBodyBytes:       64 << 10,
 			Forward:            Forward{MaxHeaders: 90, MaxHeaderBytes: 7 << 10, MaxValueBytes: 4096},
-			Auth:               AppAuth{Token: TokenAuth{Header: "Authorization"}},
+			Auth:               AppAuth{Token: TokenAuth{Header: "Authorization"}, MaxRefused: Duration(5 * time.Minute)},
 		},
 		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes, Batch: Batch{MaxMessages: 1, MaxBytes: DefaultBatchMaxBytes}},
 		Retry: Retry{

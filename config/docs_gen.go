@@ -38,6 +38,15 @@ a signature of the body, or both, each from a file (a mounted Secret).
 Each file is read at start and again when it changes (looked at no more
 than once a second), so a rotated Secret is picked up without a restart;
 a trailing newline in a file is not part of its secret. Default: neither.`,
+	"AppAuth.MaxRefused": `MaxRefused bounds how long the app may refuse Hopper's credentials
+(answer 401 while Hopper sends some) with /readyz still answering
+200. Past it /readyz answers 503 until a probe is accepted, so that
+a rollout that brought the wrong Secret stops before it replaces the
+pods that still work, and the pod shows not ready. Consuming stays
+paused and probes go on: the messages wait in the queue, none is
+dead-lettered, and the pod is not restarted (it would read the same
+Secret again). 0 keeps /readyz at 200 however long it lasts.
+Default 5m.`,
 	"AppTLS": `AppTLS configures connections to an https:// app, deliveries and health
 checks alike: a private CA, and a client certificate for an app that
 asks for one (mutual TLS). The client certificate and key are read again
@@ -338,8 +347,12 @@ expires the message at once. Default dlq.`,
 	"Retry.Outcomes": `Outcomes override entries of the outcome table (the README's "The
 outcome table"): an outcome (a status like 418, a class like 4xx,
 timeout, unavailable or cut) to an action (ack, drop, requeue,
-retry, dlq or return), for example {"4xx": retry}; from the
-environment, 4xx=retry. Default none.`,
+retry, dlq, return, or pause for one 4xx status), for example
+{"4xx": retry}; from the environment, 4xx=retry. The built-in table
+makes 401 pause (the app refusing Hopper's credentials) only when
+Hopper sends some (app.auth, an app.tls client certificate, user
+info in app.url); otherwise a 401 is a 4xx like the others. Default
+none.`,
 	"Retry.Policies": `Policies are retry policies for the messages their match selects,
 tried in order; the first that matches wins over the retry keys
 above, which are the default policy. Default none.`,

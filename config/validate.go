@@ -174,6 +174,9 @@ func (c *Config) validateOne() []error {
 		add("app.forward.maxValueBytes", "must be between 1 and app.forward.maxHeaderBytes (%d), got %d", f.MaxHeaderBytes, f.MaxValueBytes)
 	}
 	validateAuth(c.App.Auth, add)
+	if c.App.Auth.MaxRefused < 0 {
+		add("app.auth.maxRefused", "must not be negative, got %s", c.App.Auth.MaxRefused)
+	}
 	if c.App.BasicAuth() && c.App.Auth.Token.File != "" && strings.EqualFold(c.App.Auth.Token.Header, "Authorization") {
 		add("app.auth.token.header", "app.url holds user info, sent as Authorization: Basic on every request in place of the token: send the token in another header, or drop the user info")
 	}
