@@ -305,8 +305,11 @@ type Queue struct {
 	// (the work queue's type).
 	TierType string `yaml:"tierType,omitempty"`
 	// DeliveryLimit is the x-delivery-limit of a declared quorum work
-	// queue. Default 0 (not set: the broker's own applies, 20 on RabbitMQ
-	// 4).
+	// queue. A classic queue has none: config validation refuses it there.
+	// With topology.declare false Hopper declares nothing, so the limit is
+	// the one the queue was declared with, and config validate and run
+	// warn that this one is not applied. Default 0 (not set: the broker's
+	// own applies, 20 on RabbitMQ 4).
 	DeliveryLimit int `yaml:"deliveryLimit"`
 	// Arguments are further x-arguments of the work queue that Hopper does
 	// not model itself (x-max-priority, 1 to 255 and classic queues only,

@@ -294,8 +294,11 @@ x-delivery-limit, x-single-active-consumer, x-expires) are refused
 here. In a subscription, a map given replaces the top-level one
 whole. Default none.`,
 	"Queue.DeliveryLimit": `DeliveryLimit is the x-delivery-limit of a declared quorum work
-queue. Default 0 (not set: the broker's own applies, 20 on RabbitMQ
-4).`,
+queue. A classic queue has none: config validation refuses it there.
+With topology.declare false Hopper declares nothing, so the limit is
+the one the queue was declared with, and config validate and run
+warn that this one is not applied. Default 0 (not set: the broker's
+own applies, 20 on RabbitMQ 4).`,
 	"Queue.Name": `Name is the work queue's name, at most 200 bytes so that the tier
 queue names made from it fit. Required, unless subscriptions are set
 (then it stays empty).`,

@@ -128,6 +128,9 @@ func (c *Config) validateOne() []error {
 	}
 	if c.Queue.DeliveryLimit < 0 || c.Queue.DeliveryLimit > math.MaxInt32 {
 		add("queue.deliveryLimit", "must be between 0 and %d", math.MaxInt32)
+	} else if c.Queue.DeliveryLimit > 0 && c.Queue.Type != "quorum" {
+		// Accepted and dropped, it would promise a limit the queue never has.
+		add("queue.deliveryLimit", "a %s queue has no delivery limit, so %d would do nothing: drop the key, or set queue.type: quorum", c.Queue.Type, c.Queue.DeliveryLimit)
 	}
 	validateArguments(c.Queue, add)
 
