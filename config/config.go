@@ -82,8 +82,11 @@ type Config struct {
 // Route sends the messages its match selects to a path of its own, with
 // the retry policy of its own when it has one.
 type Route struct {
-	// Name labels the route in metrics (the route label), traces and logs.
-	// Required, unique within the subscription.
+	// Name labels the route in metrics (the route label), traces and logs;
+	// unique within the subscription. Default: made from path
+	// ("/orders/{routingKey}" is orders-routingKey), or route-<n> for the
+	// n-th route without a path, with -<n> added when another route has
+	// the name already.
 	Name string `yaml:"name"`
 	// Match is an expression over routingKey, exchange, headers,
 	// properties and body that is true for the messages the route takes.

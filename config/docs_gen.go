@@ -368,8 +368,11 @@ the retry policy of its own when it has one.`,
 	"Route.Match": `Match is an expression over routingKey, exchange, headers,
 properties and body that is true for the messages the route takes.
 Required.`,
-	"Route.Name": `Name labels the route in metrics (the route label), traces and logs.
-Required, unique within the subscription.`,
+	"Route.Name": `Name labels the route in metrics (the route label), traces and logs;
+unique within the subscription. Default: made from path
+("/orders/{routingKey}" is orders-routingKey), or route-<n> for the
+n-th route without a path, with -<n> added when another route has
+the name already.`,
 	"Route.Path": `Path replaces the path of app.url for the route's messages; it may
 hold {routingKey} and {queue}. Default: the subscription's path.`,
 	"Route.Retry": `Retry, when set, is the retry policy of the route's messages, laid
