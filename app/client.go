@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hopper-sidecar/hopper/internal/redact"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/retry"
 )
@@ -132,7 +133,7 @@ func NewClient(o ClientOptions) *Client {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
-	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redactURL(o.URL),
+	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redact.URL(o.URL),
 		slots: make(chan struct{}, o.MaxConns)}
 	for _, u := range o.QueueURLs {
 		a.template = a.template || strings.Contains(u, "{")
@@ -493,16 +494,6 @@ func (c *traceHeaders) Set(key, value string) {
 	}
 }
 func (c *traceHeaders) Keys() []string { return nil }
-
-// redactURL drops user info from a URL before it goes into a span.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = nil
-	return u.String()
-}
 
 func (a *Client) url(in msg.Info) string {
 	u := a.opts.URL

@@ -11,22 +11,28 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/internal/redact"
 )
 
 // Ready checks whether the app can take messages: a GET on its health path
 // answering 2xx, or, without a health path, a TCP connect to its address.
+//
+// The health URL keeps the app URL's user info, so an app that wants its
+// basic-auth credentials on every path gets them on its health path too;
+// its errors, logged and shown on /readyz, name the URL without them.
 type Ready struct {
 	Addr       string // host:port of the app
 	HealthURL  string // "" for the TCP check
 	Timeout    time.Duration
 	httpClient *fasthttp.Client
+	shownURL   string // HealthURL without its user info
 }
 
 // NewReady derives the check from the app URL and health path.
 func NewReady(appURL, healthPath string, timeout time.Duration) (*Ready, error) {
 	u, err := url.Parse(appURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse app url: %w", err)
+		return nil, fmt.Errorf("parse app url: %w", redact.Error(err, appURL))
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -41,6 +47,7 @@ func NewReady(appURL, healthPath string, timeout time.Duration) (*Ready, error) 
 		h := *u
 		h.Path, h.RawQuery, h.RawPath = healthPath, "", ""
 		r.HealthURL = h.String()
+		r.shownURL = redact.URL(r.HealthURL)
 	}
 	return r, nil
 }
@@ -66,10 +73,10 @@ func (r *Ready) Check(ctx context.Context) error {
 	}
 	status, _, err := r.httpClient.GetTimeout(nil, r.HealthURL, timeout)
 	if err != nil {
-		return fmt.Errorf("app health check %s: %w", r.HealthURL, err)
+		return fmt.Errorf("app health check %s: %w", r.shownURL, redact.Error(err, r.HealthURL))
 	}
 	if status < 200 || status > 299 {
-		return fmt.Errorf("app health check %s answered %d", r.HealthURL, status)
+		return fmt.Errorf("app health check %s answered %d", r.shownURL, status)
 	}
 	return nil
 }

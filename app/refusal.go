@@ -29,6 +29,10 @@ type RefusalOptions struct {
 	// Auth.Changed): a new token or secret is worth a probe at once rather
 	// than at the end of the backoff. Default nil: the backoff alone.
 	CredentialsChanged func() bool
+	// MaxRefused bounds how long a refusal lasts before Overdue says so
+	// (and it is logged once, as APP_CREDENTIALS_REFUSED_TOO_LONG).
+	// Probing goes on past it. Default 0: no bound.
+	MaxRefused time.Duration
 	// Clock defaults to the wall clock.
 	Clock  Clock
 	Logger *slog.Logger
@@ -97,6 +101,8 @@ type Refusal struct {
 	status    int
 	probes    int
 	nextProbe time.Time
+	// overdueLogged: this refusal's passing MaxRefused was logged.
+	overdueLogged bool
 
 	// start wakes Run when a refusal begins; verdicts carries the end of
 	// each probe round to it.
@@ -145,6 +151,33 @@ func NewRefusal(next Deliverer, o RefusalOptions) *Refusal {
 // consuming is paused, or one delivery is out as a probe.
 func (r *Refusal) Refusing() bool { return !r.accepted.Load() }
 
+// Overdue reports whether the app has refused Hopper's credentials for
+// longer than MaxRefused: /readyz then answers 503, since waiting has not
+// fixed it and someone has to (a rollout that brought the wrong Secret
+// stops, and the pod shows not ready).
+func (r *Refusal) Overdue() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.overdueLocked()
+}
+
+func (r *Refusal) overdueLocked() bool {
+	return r.o.MaxRefused > 0 && r.state != stateAccepted && r.clock.Now().Sub(r.since) >= r.o.MaxRefused
+}
+
+// noteOverdue logs, once per refusal, that it has lasted past MaxRefused.
+func (r *Refusal) noteOverdue() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.overdueLocked() || r.overdueLogged {
+		return
+	}
+	r.overdueLogged = true
+	r.log.Error("the app has refused Hopper's credentials for longer than app.auth.maxRefused: /readyz answers 503 until a probe is accepted; consuming stays paused and the messages wait in the queue",
+		"event", "APP_CREDENTIALS_REFUSED_TOO_LONG", "status", r.status, "refused_for", r.clock.Now().Sub(r.since).String(),
+		"max_refused", r.o.MaxRefused.String(), "probes_refused", r.probes)
+}
+
 // Describe says, while the app refuses Hopper, since when, with what, and
 // what happens next, for /readyz; "" while it accepts.
 func (r *Refusal) Describe() string {
@@ -178,11 +211,13 @@ func (r *Refusal) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retr
 	if !ok {
 		return out
 	}
-	o := r.next.Deliver(ctx, m, in)
-	if probe {
-		o.Probe = true
-		r.probed(o)
+	if !probe {
+		return r.next.Deliver(ctx, m, in)
 	}
+	defer r.unlessProbed()()
+	o := r.next.Deliver(ctx, m, in)
+	o.Probe = true
+	r.probed(o)
 	return o
 }
 
@@ -196,15 +231,38 @@ func (r *Refusal) DeliverBatch(ctx context.Context, req *batch.Request) batch.An
 	if !ok {
 		return batch.Classified(batch.Answer{}, out, req.Len())
 	}
-	a := r.next.DeliverBatch(ctx, req)
-	if probe {
-		a.Whole.Probe = true
-		for i := range a.Entries {
-			a.Entries[i].Probe = true
-		}
-		r.probed(a.Whole)
+	if !probe {
+		return r.next.DeliverBatch(ctx, req)
 	}
+	defer r.unlessProbed()()
+	a := r.next.DeliverBatch(ctx, req)
+	a.Whole.Probe = true
+	for i := range a.Entries {
+		a.Entries[i].Probe = true
+	}
+	r.probed(a.Whole)
 	return a
+}
+
+// unlessProbed returns what the probe's sender defers: a probe request
+// that never came back (it panicked, and the worker recovers the panic
+// with the message) ends its round without a verdict, or the requests
+// waiting in admit would wait for it until shutdown and consuming would
+// stay at prefetch 1. A probe that came back is left to probed.
+func (r *Refusal) unlessProbed() func() {
+	r.mu.Lock()
+	round := r.decided
+	r.mu.Unlock()
+	return func() {
+		if p := recover(); p != nil {
+			r.mu.Lock()
+			if r.state == stateProbing && r.decided == round && !r.answered {
+				r.endRoundLocked(verdictNone, retry.Outcome{Error: fmt.Sprintf("the probe request panicked: %v", p)})
+			}
+			r.mu.Unlock()
+			panic(p)
+		}
+	}
 }
 
 // admit says whether a request goes to the app while it is not accepted:
@@ -267,7 +325,7 @@ func (r *Refusal) Judged(out retry.Outcome, pause bool) {
 	case pause && r.state == stateAccepted:
 		r.state = stateRefused
 		r.accepted.Store(false)
-		r.since, r.status, r.probes = r.clock.Now(), out.Status, 0
+		r.since, r.status, r.probes, r.overdueLogged = r.clock.Now(), out.Status, 0, false
 		r.o.Gate.Pause()
 		r.log.Warn("the app refuses Hopper's credentials, the same for every message: consuming paused, messages held go back to the queue without spending an attempt; a delivery goes as a probe until one is accepted",
 			"event", "APP_REFUSED_CREDENTIALS", "status", out.Status, "error", msg.Truncate(out.Error, msg.MaxErrorLen))
@@ -374,6 +432,7 @@ func (r *Refusal) waitForProbe(ctx context.Context, wait time.Duration) (string,
 			return "", false
 		case <-r.clock.After(min(r.o.ProbeMin, max(due.Sub(r.clock.Now()), 0))):
 		}
+		r.noteOverdue()
 		if r.o.CredentialsChanged != nil && r.o.CredentialsChanged() {
 			return "credential file changed", true
 		}

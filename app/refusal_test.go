@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,4 +321,128 @@ func TestAuthChanged(t *testing.T) {
 	if a.Changed() {
 		t.Fatal("changed again with nothing new")
 	}
+}
+
+// panicOnce is an app side whose next request panics (a defect below the
+// Refusal, recovered at the worker), then answers as scripted.
+type panicOnce struct {
+	*scripted
+	armed atomic.Bool
+}
+
+func (p *panicOnce) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry.Outcome {
+	if p.armed.Swap(false) {
+		panic("app side defect")
+	}
+	return p.scripted.Deliver(ctx, m, in)
+}
+
+func (p *panicOnce) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answer {
+	return asBatch(ctx, p.Deliver, r)
+}
+
+// A probe request that panics ends its round without a verdict, as one
+// that got no answer does: the requests waiting for the verdict go on, and
+// a later probe can still be accepted.
+func TestRefusalProbeThatPanicsEndsTheRound(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		g := newRefusalRig(t)
+		app := &panicOnce{scripted: g.app}
+		g.r.next = app
+		send := func() retry.Outcome {
+			if !batched {
+				return g.deliver()
+			}
+			req := &batch.Request{Messages: []*msg.Message{{}}, Infos: []msg.Info{{}}}
+			a := g.r.DeliverBatch(context.Background(), req)
+			o := a.Whole
+			if pause := o.Kind == retry.Response && o.Status == 401; pause || o.Probe {
+				g.r.Judged(o, pause)
+			}
+			return o
+		}
+		g.app.set(unauthorized)
+		send()
+		g.probing(t)
+
+		app.armed.Store(true)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the probe did not panic")
+				}
+			}()
+			send()
+		}()
+
+		// A request after the panic must not wait on the lost probe.
+		done := make(chan retry.Outcome, 1)
+		go func() { done <- send() }()
+		select {
+		case o := <-done:
+			if o.Status == 200 {
+				t.Fatalf("batched %v: after the panicking probe a request reached the app without a probe round: %+v", batched, o)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("batched %v: a request still waits for the verdict of a probe that panicked", batched)
+		}
+		g.probing(t)
+		g.app.set(retry.Outcome{Kind: retry.Response, Status: 200})
+		if o := send(); !o.Probe || o.Status != 200 || g.r.Refusing() {
+			t.Fatalf("batched %v: probe after the panic: %+v, refusing %v", batched, o, g.r.Refusing())
+		}
+	}
+}
+
+// A refusal that lasts past MaxRefused is overdue (/readyz answers 503)
+// and logged once as such; probing goes on, and an accepted probe ends it.
+func TestRefusalOverdue(t *testing.T) {
+	g := newRefusalRig(t)
+	var logs syncBuffer
+	g.r.o.MaxRefused = 5 * time.Second
+	g.r.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	g.app.set(unauthorized)
+	g.deliver()
+	if !g.r.Refusing() || g.r.Overdue() {
+		t.Fatalf("refusing %v, overdue %v at the first 401", g.r.Refusing(), g.r.Overdue())
+	}
+	waitfor.Until(t, 10*time.Second, "the refusal overdue and logged", func() bool {
+		if g.r.Overdue() && strings.Contains(logs.String(), "APP_CREDENTIALS_REFUSED_TOO_LONG") {
+			return true
+		}
+		// Probes come and are refused as the clock moves.
+		if p, ok := g.lastResume(); ok && p == 1 {
+			g.deliver()
+		}
+		g.clock.tick(time.Second)
+		return false
+	})
+	g.probing(t)
+	g.app.set(retry.Outcome{Kind: retry.Response, Status: 200})
+	g.deliver()
+	if g.r.Refusing() || g.r.Overdue() {
+		t.Fatalf("after an accepted probe: refusing %v, overdue %v", g.r.Refusing(), g.r.Overdue())
+	}
+	if n := strings.Count(logs.String(), "APP_CREDENTIALS_REFUSED_TOO_LONG"); n != 1 {
+		t.Errorf("APP_CREDENTIALS_REFUSED_TOO_LONG logged %d times, want once", n)
+	}
+}
+
+// syncBuffer is a log destination the Refusal's goroutine and the test
+// share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -318,3 +318,30 @@ func TestReadDeadLetterRecord(t *testing.T) {
 		}
 	}
 }
+
+// A 401 in one entry's result of a batch the app took with a 2xx came
+// with credentials the app accepted for the whole request: it speaks of
+// that message, is decided as the table's 4xx, and pauses nothing; a 401
+// for the whole request still does.
+func TestReadEntryUnauthorizedIsTheMessages(t *testing.T) {
+	body := []byte(`{"results":[{"id":"a","status":200},{"id":"b","status":401,"error":"not your order"}]}`)
+	outs, err := Read(ok200(), body, []string{"a", "b"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := actions(t, outs); strings.Join(got, ",") != "ack,dlq" {
+		t.Errorf("entries decided %v, want ack,dlq", got)
+	}
+	p := &retry.Policy{MaxAttempts: 5, Tiers: []time.Duration{time.Second}, Table: retry.DefaultTable(), MaxRequeues: 5, MaxHold: time.Second}
+	if d := retry.Decide(p, retry.State{}, outs[1], now, func() float64 { return 0.5 }); d.Pause || d.Reason != retry.ReasonNonRetriable || d.Retries != 1 {
+		t.Errorf("an entry's 401: %+v, want a non-retriable DLQ move that pauses nothing", d)
+	}
+	whole := retry.Outcome{Kind: retry.Response, Status: 401}
+	outs, err = Read(whole, nil, []string{"a", "b"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := retry.Decide(p, retry.State{}, outs[0], now, func() float64 { return 0.5 }); !d.Pause {
+		t.Errorf("a 401 for the whole request: %+v, want a pause", d)
+	}
+}

@@ -208,7 +208,9 @@ func (r result) outcome(now time.Time) (retry.Outcome, error) {
 	if r.Status < 100 || r.Status > 599 {
 		return retry.Outcome{}, fmt.Errorf("status %d (want 100-599)", r.Status)
 	}
-	o := retry.Outcome{Kind: retry.Response, Status: r.Status, Override: r.Action}
+	// Entry: the request came with credentials the app took (it answered
+	// 2xx), so a 401 here is about this message, not about Hopper.
+	o := retry.Outcome{Kind: retry.Response, Status: r.Status, Override: r.Action, Entry: true}
 	if r.Action != "" {
 		if _, err := retry.ParseAction(r.Action); err != nil {
 			return retry.Outcome{}, fmt.Errorf("action: %w", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/retry"
 )
 
 func TestAppAuthKeys(t *testing.T) {
@@ -175,6 +176,72 @@ func TestAppTLSValidation(t *testing.T) {
 		err := c.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// User info in app.url goes as Authorization: Basic, which would take the
+// place of a token sent in Authorization: the two together are refused,
+// and either alone, or the token in another header, is taken.
+func TestAppURLUserInfoAndToken(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("t0k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		url, file, header string
+		wantErr           bool
+	}{
+		{"http://u:p@127.0.0.1:8080/", tok, "Authorization", true},
+		{"http://u:p@127.0.0.1:8080/", tok, "X-Api-Key", false},
+		{"http://u:p@127.0.0.1:8080/", "", "Authorization", false},
+		{"http://127.0.0.1:8080/", tok, "Authorization", false},
+	} {
+		cfg := config.Default()
+		cfg.Queue.Name = "orders"
+		cfg.App.URL, cfg.App.Auth.Token.File, cfg.App.Auth.Token.Header = c.url, c.file, c.header
+		err := cfg.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "app.auth.token.header: app.url holds user info"); got != c.wantErr || (err != nil && !c.wantErr) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
+
+// A 401 pauses consuming only when Hopper sends credentials the app could
+// be refusing: a token, a signature, a client certificate or app.url's
+// user info. Without any it is about the message, decided as the table's
+// 4xx (dlq by default); retry.outcomes can still make it pause (a mesh in
+// front of the app that authenticates the pod, say).
+func TestUnauthorizedPausesOnlyWithCredentials(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("t0k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		set   func(*config.Config)
+		pause bool
+	}{
+		{"no credentials", func(*config.Config) {}, false},
+		{"no credentials, 4xx retried", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"4xx": "retry"} }, false},
+		{"no credentials, 401 pause set", func(c *config.Config) { c.Retry.Outcomes = map[string]string{"401": "pause"} }, true},
+		{"token", func(c *config.Config) { c.App.Auth.Token.File = tok }, true},
+		{"hmac", func(c *config.Config) { c.App.Auth.HMAC.KeyFile = tok }, true},
+		{"user info", func(c *config.Config) { c.App.URL = "http://u:p@127.0.0.1:8080/" }, true},
+		{"token, 401 dlq set", func(c *config.Config) {
+			c.App.Auth.Token.File = tok
+			c.Retry.Outcomes = map[string]string{"401": "dlq"}
+		}, false},
+	} {
+		cfg := config.Default()
+		cfg.Queue.Name = "orders"
+		c.set(&cfg)
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := cfg.Selector().Default.Table.Lookup(retry.Outcome{Kind: retry.Response, Status: 401}) == retry.Pause
+		if got != c.pause {
+			t.Errorf("%s: 401 pauses %v, want %v", c.name, got, c.pause)
 		}
 	}
 }

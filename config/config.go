@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -81,8 +82,11 @@ type Config struct {
 // Route sends the messages its match selects to a path of its own, with
 // the retry policy of its own when it has one.
 type Route struct {
-	// Name labels the route in metrics (the route label), traces and logs.
-	// Required, unique within the subscription.
+	// Name labels the route in metrics (the route label), traces and logs;
+	// unique within the subscription. Default: made from path
+	// ("/orders/{routingKey}" is orders-routingKey), or route-<n> for the
+	// n-th route without a path, with -<n> added when another route has
+	// the name already.
 	Name string `yaml:"name"`
 	// Match is an expression over routingKey, exchange, headers,
 	// properties and body that is true for the messages the route takes.
@@ -308,8 +312,11 @@ type Queue struct {
 	// error at start.
 	TierType string `yaml:"tierType,omitempty"`
 	// DeliveryLimit is the x-delivery-limit of a declared quorum work
-	// queue. Default 0 (not set: the broker's own applies, 20 on RabbitMQ
-	// 4).
+	// queue. A classic queue has none: config validation refuses it there.
+	// With topology.declare false Hopper declares nothing, so the limit is
+	// the one the queue was declared with, and config validate and run
+	// warn that this one is not applied. Default 0 (not set: the broker's
+	// own applies, 20 on RabbitMQ 4).
 	DeliveryLimit int `yaml:"deliveryLimit"`
 	// Arguments are further x-arguments of the work queue that Hopper does
 	// not model itself (x-max-priority, 1 to 255 and classic queues only,
@@ -518,7 +525,11 @@ func (b Binding) IsDurable() bool { return b.Durable == nil || *b.Durable }
 type App struct {
 	// URL receives one POST per message; its path may hold {routingKey}
 	// and {queue}, filled in for each message. An https:// URL is
-	// configured by app.tls. Default http://127.0.0.1:8080/.
+	// configured by app.tls. User info in it (https://user:password@host/)
+	// is sent as basic auth (Authorization: Basic) with every request and
+	// health check, and shown nowhere: logs, errors, /readyz and spans
+	// print the URL with REDACTED in its place. Default
+	// http://127.0.0.1:8080/.
 	URL string `yaml:"url"`
 	// Timeout bounds one request. It must stay well under the broker's
 	// consumer_timeout (30m): less than half of it. Default 30s.
@@ -563,6 +574,22 @@ type AppTLS struct {
 	KeyFile string `yaml:"keyFile"`
 }
 
+// BasicAuth reports whether app.url holds user info: credentials sent as
+// basic auth with every request.
+func (a App) BasicAuth() bool {
+	u, err := url.Parse(a.URL)
+	return err == nil && u.User != nil
+}
+
+// SendsCredentials reports whether Hopper authenticates its requests to
+// the app: a token, a signature, a TLS client certificate or app.url's
+// user info. Only then can the app's 401 be about Hopper rather than a
+// message.
+func (a App) SendsCredentials() bool {
+	return a.Auth.Token.File != "" || a.Auth.HMAC.KeyFile != "" || a.Auth.StandardWebhooks.SecretFile != "" ||
+		a.TLS.CertFile != "" || a.BasicAuth()
+}
+
 // AppAuth lets the app tell Hopper's requests from anyone else's: a token,
 // a signature of the body, or both, each from a file (a mounted Secret).
 // Each file is read at start and again when it changes (looked at no more
@@ -572,6 +599,16 @@ type AppAuth struct {
 	Token            TokenAuth            `yaml:"token"`
 	HMAC             HMACAuth             `yaml:"hmac"`
 	StandardWebhooks StandardWebhooksAuth `yaml:"standardWebhooks"`
+	// MaxRefused bounds how long the app may refuse Hopper's credentials
+	// (answer 401 while Hopper sends some) with /readyz still answering
+	// 200. Past it /readyz answers 503 until a probe is accepted, so that
+	// a rollout that brought the wrong Secret stops before it replaces the
+	// pods that still work, and the pod shows not ready. Consuming stays
+	// paused and probes go on: the messages wait in the queue, none is
+	// dead-lettered, and the pod is not restarted (it would read the same
+	// Secret again). 0 keeps /readyz at 200 however long it lasts.
+	// Default 5m.
+	MaxRefused Duration `yaml:"maxRefused"`
 }
 
 // TokenAuth sends a token, read from a file, with every request.
@@ -732,8 +769,12 @@ type Retry struct {
 	// Outcomes override entries of the outcome table (the README's "The
 	// outcome table"): an outcome (a status like 418, a class like 4xx,
 	// timeout, unavailable or cut) to an action (ack, drop, requeue,
-	// retry, dlq or return), for example {"4xx": retry}; from the
-	// environment, 4xx=retry. Default none.
+	// retry, dlq, return, or pause for one 4xx status), for example
+	// {"4xx": retry}; from the environment, 4xx=retry. The built-in table
+	// makes 401 pause (the app refusing Hopper's credentials) only when
+	// Hopper sends some (app.auth, an app.tls client certificate, user
+	// info in app.url); otherwise a 401 is a 4xx like the others. Default
+	// none.
 	Outcomes map[string]string `yaml:"outcomes"`
 	// OnExpired is dlq or drop for messages past their deadline: the AMQP
 	// expiration counted from first receipt, or the time in
@@ -880,7 +921,7 @@ func Default() Config {
 			UnavailableBackoff: Duration(time.Second),
 			MaxBodyBytes:       64 << 10,
 			Forward:            Forward{MaxHeaders: 90, MaxHeaderBytes: 7 << 10, MaxValueBytes: 4096},
-			Auth:               AppAuth{Token: TokenAuth{Header: "Authorization"}},
+			Auth:               AppAuth{Token: TokenAuth{Header: "Authorization"}, MaxRefused: Duration(5 * time.Minute)},
 		},
 		Consumer: Consumer{PrefetchBytes: DefaultPrefetchBytes, Batch: Batch{MaxMessages: 1, MaxBytes: DefaultBatchMaxBytes}},
 		Retry: Retry{

@@ -234,6 +234,7 @@ func TestValidateRules(t *testing.T) {
 		{"long queue name", func(c *config.Config) { c.Queue.Name = strings.Repeat("q", 201) }, "queue.name: longer than 200"},
 		{"quorum ok", func(c *config.Config) { c.Queue.Type = "quorum"; c.Queue.DeliveryLimit = 5 }, ""},
 		{"negative delivery limit", func(c *config.Config) { c.Queue.DeliveryLimit = -1 }, "queue.deliveryLimit"},
+		{"delivery limit on classic", func(c *config.Config) { c.Queue.DeliveryLimit = 5 }, "queue.deliveryLimit: a classic queue has no delivery limit, so 5 would do nothing: drop the key, or set queue.type: quorum"},
 		{"quorum tiers on classic ok", func(c *config.Config) { c.Queue.TierType = "quorum" }, ""},
 		{"classic tiers on classic ok", func(c *config.Config) { c.Queue.TierType = "classic" }, ""},
 		{"unknown tier type", func(c *config.Config) { c.Queue.TierType = "stream" }, `queue.tierType: must be classic or quorum, got "stream"`},

@@ -25,7 +25,11 @@ Default 65536.`,
 consumer_timeout (30m): less than half of it. Default 30s.`,
 	"App.URL": `URL receives one POST per message; its path may hold {routingKey}
 and {queue}, filled in for each message. An https:// URL is
-configured by app.tls. Default http://127.0.0.1:8080/.`,
+configured by app.tls. User info in it (https://user:password@host/)
+is sent as basic auth (Authorization: Basic) with every request and
+health check, and shown nowhere: logs, errors, /readyz and spans
+print the URL with REDACTED in its place. Default
+http://127.0.0.1:8080/.`,
 	"App.UnavailableBackoff": `UnavailableBackoff is how long a worker waits after the app could not
 be reached before returning the message, so a down app is not spun on.
 Default 1s.`,
@@ -34,6 +38,15 @@ a signature of the body, or both, each from a file (a mounted Secret).
 Each file is read at start and again when it changes (looked at no more
 than once a second), so a rotated Secret is picked up without a restart;
 a trailing newline in a file is not part of its secret. Default: neither.`,
+	"AppAuth.MaxRefused": `MaxRefused bounds how long the app may refuse Hopper's credentials
+(answer 401 while Hopper sends some) with /readyz still answering
+200. Past it /readyz answers 503 until a probe is accepted, so that
+a rollout that brought the wrong Secret stops before it replaces the
+pods that still work, and the pod shows not ready. Consuming stays
+paused and probes go on: the messages wait in the queue, none is
+dead-lettered, and the pod is not restarted (it would read the same
+Secret again). 0 keeps /readyz at 200 however long it lasts.
+Default 5m.`,
 	"AppTLS": `AppTLS configures connections to an https:// app, deliveries and health
 checks alike: a private CA, and a client certificate for an app that
 asks for one (mutual TLS). The client certificate and key are read again
@@ -281,8 +294,11 @@ x-delivery-limit, x-single-active-consumer, x-expires) are refused
 here. In a subscription, a map given replaces the top-level one
 whole. Default none.`,
 	"Queue.DeliveryLimit": `DeliveryLimit is the x-delivery-limit of a declared quorum work
-queue. Default 0 (not set: the broker's own applies, 20 on RabbitMQ
-4).`,
+queue. A classic queue has none: config validation refuses it there.
+With topology.declare false Hopper declares nothing, so the limit is
+the one the queue was declared with, and config validate and run
+warn that this one is not applied. Default 0 (not set: the broker's
+own applies, 20 on RabbitMQ 4).`,
 	"Queue.Name": `Name is the work queue's name, at most 200 bytes so that the tier
 queue names made from it fit. Required, unless subscriptions are set
 (then it stays empty).`,
@@ -338,8 +354,12 @@ expires the message at once. Default dlq.`,
 	"Retry.Outcomes": `Outcomes override entries of the outcome table (the README's "The
 outcome table"): an outcome (a status like 418, a class like 4xx,
 timeout, unavailable or cut) to an action (ack, drop, requeue,
-retry, dlq or return), for example {"4xx": retry}; from the
-environment, 4xx=retry. Default none.`,
+retry, dlq, return, or pause for one 4xx status), for example
+{"4xx": retry}; from the environment, 4xx=retry. The built-in table
+makes 401 pause (the app refusing Hopper's credentials) only when
+Hopper sends some (app.auth, an app.tls client certificate, user
+info in app.url); otherwise a 401 is a 4xx like the others. Default
+none.`,
 	"Retry.Policies": `Policies are retry policies for the messages their match selects,
 tried in order; the first that matches wins over the retry keys
 above, which are the default policy. Default none.`,
@@ -352,8 +372,11 @@ the retry policy of its own when it has one.`,
 	"Route.Match": `Match is an expression over routingKey, exchange, headers,
 properties and body that is true for the messages the route takes.
 Required.`,
-	"Route.Name": `Name labels the route in metrics (the route label), traces and logs.
-Required, unique within the subscription.`,
+	"Route.Name": `Name labels the route in metrics (the route label), traces and logs;
+unique within the subscription. Default: made from path
+("/orders/{routingKey}" is orders-routingKey), or route-<n> for the
+n-th route without a path, with -<n> added when another route has
+the name already.`,
 	"Route.Path": `Path replaces the path of app.url for the route's messages; it may
 hold {routingKey} and {queue}. Default: the subscription's path.`,
 	"Route.Retry": `Retry, when set, is the retry policy of the route's messages, laid

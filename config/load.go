@@ -83,6 +83,10 @@ func Parse(data []byte, cfg *Config) error {
 		}
 		return errors.Join(append(errs, fmt.Errorf("decode config: %w", err))...)
 	}
+	nameRoutes(cfg.Routes)
+	for i := range cfg.Subscriptions {
+		nameRoutes(cfg.Subscriptions[i].Routes)
+	}
 	return errors.Join(errs...)
 }
 

@@ -10,7 +10,7 @@ import (
 
 // Selector builds the retry policies from a validated config.
 func (c *Config) Selector() *retry.Selector {
-	base := retry.Merge(retry.DefaultTable(), mustTable(c.Retry.Outcomes))
+	base := retry.Merge(c.defaultTable(), mustTable(c.Retry.Outcomes))
 	def := &retry.Policy{
 		Name:          "default",
 		MaxAttempts:   int(c.Retry.MaxAttempts),
@@ -41,6 +41,20 @@ func (c *Config) Selector() *retry.Selector {
 		s.Rules = append(s.Rules, retry.Rule{Match: m, Policy: &pol})
 	}
 	return s
+}
+
+// defaultTable is the outcome table before retry.outcomes. Its 401 pause
+// is for an app refusing the credentials Hopper sends; when Hopper sends
+// none, the 401 cannot be about them, and pausing every queue for it would
+// stall them all on one message's answer: it is then the 4xx it is
+// (retry.outcomes {"401": pause} asks for the pause anyway, for a proxy in
+// front of the app that authenticates the pod, say).
+func (c *Config) defaultTable() retry.Table {
+	t := retry.DefaultTable()
+	if !c.App.SendsCredentials() {
+		delete(t, "401")
+	}
+	return t
 }
 
 // AllTiers is every delay any policy or route uses, sorted: one tier queue

@@ -107,6 +107,49 @@ func (c *Config) validateRoutes(add func(path, format string, a ...any)) {
 	}
 }
 
+// nameRoutes names each route the file left without one: after its path
+// ("/orders/{routingKey}" is orders-routingKey), or its place without a
+// path (route-3), with its place added when another route has the name
+// already. Routes were not always named, and a config that was valid
+// before stays valid.
+func nameRoutes(routes []Route) {
+	taken := map[string]bool{}
+	for _, r := range routes {
+		taken[strings.TrimSpace(r.Name)] = true
+	}
+	for i := range routes {
+		if strings.TrimSpace(routes[i].Name) != "" {
+			continue
+		}
+		name := nameFromPath(routes[i].Path)
+		if name == "" {
+			name = fmt.Sprintf("route-%d", i+1)
+		}
+		if taken[name] {
+			name = fmt.Sprintf("%s-%d", name, i+1)
+		}
+		taken[name] = true
+		routes[i].Name = name
+	}
+}
+
+// nameFromPath is a path in the characters a route name may hold: each
+// run of others becomes one '-'.
+func nameFromPath(path string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range path {
+		if r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimRight(b.String(), "-")
+}
+
 // unjoin splits an errors.Join into its errors.
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {

@@ -25,7 +25,8 @@ onFilterError: dlq`, ""},
 		{`routes: [{name: a, match: 'routingKey'}]`, "routes[0].match: expected bool, but got string"},
 		{`filter: 'properties.typ == "x"'`, "filter: line 1, column 12:"},
 		{`routes: [{name: a, match: 'true', path: orders}]`, `routes[0].path: must start with /, got "orders"`},
-		{`routes: [{match: 'true'}]`, "routes[0].name: required"},
+		{`routes: [{match: 'true'}]`, ""},
+		{`routes: [{match: 'true', path: /orders}, {match: 'false', path: /orders}]`, ""},
 		{`routes: [{name: a, match: 'true'}, {name: a, match: 'false'}]`, `routes[1].name: "a" is already the name of routes[0]`},
 		{`onFiltered: drop`, `onFiltered: "drop" is not ack or dlq`},
 		{`onBodyError: ack`, `onBodyError: "ack" is not skip or dlq`},
@@ -215,5 +216,33 @@ func TestReadmeRoutesExample(t *testing.T) {
 	}
 	if !slices.Contains(e.AllTiers(), 30*time.Second) {
 		t.Fatalf("tiers %v lack the stock route's 30s", e.AllTiers())
+	}
+}
+
+// A route without a name, as configs had before routes were named, is
+// still valid: it is named after its path, or its position without one,
+// and kept apart from the names given.
+func TestRoutesDefaultNames(t *testing.T) {
+	c, err := parse(t, `queue: {name: q}
+routes:
+  - {match: 'routingKey == "a"', path: "/orders/{routingKey}"}
+  - {match: 'routingKey == "b"', path: "/orders/{routingKey}"}
+  - {match: 'routingKey == "c"'}
+  - {name: route-5, match: 'routingKey == "d"'}
+  - {match: 'routingKey == "e"', path: /}
+subscriptions: []
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range c.Routes {
+		names = append(names, r.Name)
+	}
+	if want := []string{"orders-routingKey", "orders-routingKey-2", "route-3", "route-5", "route-5-5"}; !slices.Equal(names, want) {
+		t.Errorf("route names %q, want %q", names, want)
 	}
 }

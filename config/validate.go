@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/internal/redact"
 	"github.com/hopper-sidecar/hopper/internal/signing"
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
@@ -59,7 +60,7 @@ func (c *Config) validateOne() []error {
 		pu, err := url.Parse(u)
 		switch {
 		case err != nil:
-			add(fmt.Sprintf("broker.urls[%d]", i), "not a URL: %v", redactErr(err, u))
+			add(fmt.Sprintf("broker.urls[%d]", i), "not a URL: %v", redact.Error(err, u))
 		case pu.Scheme != "amqp" && pu.Scheme != "amqps":
 			add(fmt.Sprintf("broker.urls[%d]", i), "scheme must be amqp or amqps, got %q", pu.Scheme)
 		case pu.Host == "":
@@ -127,6 +128,9 @@ func (c *Config) validateOne() []error {
 	}
 	if c.Queue.DeliveryLimit < 0 || c.Queue.DeliveryLimit > math.MaxInt32 {
 		add("queue.deliveryLimit", "must be between 0 and %d", math.MaxInt32)
+	} else if c.Queue.DeliveryLimit > 0 && c.Queue.Type != "quorum" {
+		// Accepted and dropped, it would promise a limit the queue never has.
+		add("queue.deliveryLimit", "a %s queue has no delivery limit, so %d would do nothing: drop the key, or set queue.type: quorum", c.Queue.Type, c.Queue.DeliveryLimit)
 	}
 	validateArguments(c.Queue, add)
 
@@ -146,9 +150,9 @@ func (c *Config) validateOne() []error {
 	}
 
 	if u, err := url.Parse(c.App.URL); err != nil {
-		add("app.url", "not a URL: %v", err)
+		add("app.url", "not a URL: %v", redact.Error(err, c.App.URL))
 	} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		add("app.url", "must be an absolute http:// or https:// URL, got %q", c.App.URL)
+		add("app.url", "must be an absolute http:// or https:// URL, got %q", redact.URL(c.App.URL))
 	}
 	positive("app.timeout", c.App.Timeout)
 	if c.App.Timeout.D() >= brokerConsumerTimeout/2 {
@@ -173,6 +177,12 @@ func (c *Config) validateOne() []error {
 		add("app.forward.maxValueBytes", "must be between 1 and app.forward.maxHeaderBytes (%d), got %d", f.MaxHeaderBytes, f.MaxValueBytes)
 	}
 	validateAuth(c.App.Auth, add)
+	if c.App.Auth.MaxRefused < 0 {
+		add("app.auth.maxRefused", "must not be negative, got %s", c.App.Auth.MaxRefused)
+	}
+	if c.App.BasicAuth() && c.App.Auth.Token.File != "" && strings.EqualFold(c.App.Auth.Token.Header, "Authorization") {
+		add("app.auth.token.header", "app.url holds user info, sent as Authorization: Basic on every request in place of the token: send the token in another header, or drop the user info")
+	}
 	validateAppTLS(c.App, add)
 
 	if c.Consumer.Prefetch < 0 || c.Consumer.Prefetch > 65535 {
@@ -316,7 +326,7 @@ func validateAppTLS(a App, add func(path, format string, a ...any)) {
 		return
 	}
 	if u, err := url.Parse(a.URL); err == nil && u.Scheme != "https" {
-		add("app.tls", "applies to an https:// app.url, got %q", a.URL)
+		add("app.tls", "applies to an https:// app.url, got %q", redact.URL(a.URL))
 	}
 	if t.CAFile != "" {
 		if b, err := os.ReadFile(t.CAFile); err != nil {
@@ -378,20 +388,6 @@ func validateTiers(path string, tiers []Duration, add func(string, string, ...an
 			add(fmt.Sprintf("%s[%d]", path, i), "tiers must be in increasing order (%s after %s)", d, tiers[i-1])
 		}
 	}
-}
-
-// redactErr keeps a URL parse error from echoing a password.
-func redactErr(err error, raw string) string {
-	msg := err.Error()
-	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
-	}
-	if i := strings.Index(raw, "@"); i > 0 {
-		msg = strings.ReplaceAll(msg, raw[:i], "<redacted>")
-	}
-	return msg
 }
 
 // exchangeTypes are the exchange types a binding may name.

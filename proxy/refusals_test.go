@@ -50,6 +50,9 @@ func TestLoopTellsRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config.Default()
 			cfg.Queue.Name = "orders"
+			// Hopper sends credentials (app.url's user info): only then is
+			// a 401 about them.
+			cfg.App.URL = "http://hopper:secret@127.0.0.1:8080/"
 			cfg.Retry.Outcomes = tc.outcomes
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
@@ -82,6 +85,7 @@ func TestBatchRefusedGoesBack(t *testing.T) {
 	}}
 	cfg := config.Default()
 	cfg.Queue.Name = "orders"
+	cfg.App.URL = "http://hopper:secret@127.0.0.1:8080/" // credentials the 401 refuses
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

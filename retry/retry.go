@@ -147,6 +147,12 @@ type Outcome struct {
 	// answer (a pause again, or anything else) ends the refusal or keeps
 	// it. The decision itself does not depend on it.
 	Probe bool
+	// Entry means the outcome is one message's result inside a batch the
+	// app took as a whole with a 2xx: the request's credentials were
+	// accepted, so whatever status the entry has speaks of its message. A
+	// status the table makes pause is decided as its class (a 401 entry as
+	// the table's 4xx), and pauses nothing.
+	Entry bool
 }
 
 // Given reports whether the message was taken from Hopper's side: refused
@@ -323,6 +329,9 @@ func Decide(p *Policy, st State, o Outcome, now time.Time, rnd Rand) Decision {
 		d.Suspect = false // the app answered it (or timed out on it) and lived
 	}
 	action := p.Table.Lookup(o)
+	if action == Pause && o.Entry {
+		action = p.Table.lookupClass(o.Status)
+	}
 	if o.Override != "" && o.Kind == Response {
 		// Return and pause say something of the app, not of the message:
 		// the app's answer about one message cannot ask for them.

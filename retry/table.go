@@ -134,6 +134,18 @@ func (t Table) Lookup(o Outcome) Action {
 	return Retry
 }
 
+// lookupClass is the action of a status's class, for a status whose own
+// entry cannot apply (a pause for a message's answer); a class missing
+// from the table dead-letters, as a 4xx does by default.
+func (t Table) lookupClass(status int) Action {
+	if status >= 100 && status < 600 {
+		if a, ok := t[classKeys[status/100]]; ok && a != Pause {
+			return a
+		}
+	}
+	return DLQ
+}
+
 // statusKeys and classKeys are the table keys of every status, made once so
 // a lookup on the delivery path allocates nothing.
 var (

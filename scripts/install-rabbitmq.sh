@@ -70,6 +70,27 @@ need_root() {
 	fi
 }
 
+# apt_install installs packages with apt-get. The package lists an image
+# comes with go stale: apt can know a package at a version the mirror no
+# longer has ("Can't find a source to download version ..."). The lists are
+# refreshed first when apt does not know a package, and once more, with a
+# second try, when the install fails.
+apt_install() {
+	local p
+	for p in "$@"; do
+		if ! apt-cache show "$p" >/dev/null 2>&1; then
+			log "running apt-get update"
+			as_root apt-get update
+			break
+		fi
+	done
+	if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; then
+		log "installing $* failed, running apt-get update and retrying"
+		as_root apt-get update
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+	fi
+}
+
 # Keep the package's maintainer scripts from starting the system broker: a
 # policy-rc.d that exits 101 makes invoke-rc.d / deb-systemd-invoke skip the
 # start. Respect an existing one (Docker images ship one); otherwise add a
@@ -100,20 +121,7 @@ install3() {
 		as_root chmod 0755 "$POLICY"
 		created_policy=1
 	fi
-	apt_install() {
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rabbitmq-server
-	}
-	# Only refresh the package lists when apt does not know the package yet; if
-	# the install then fails (stale lists), refresh once and retry.
-	if ! apt-cache show rabbitmq-server >/dev/null 2>&1; then
-		log "running apt-get update"
-		as_root apt-get update
-	fi
-	if ! apt_install; then
-		log "install failed, running apt-get update and retrying"
-		as_root apt-get update
-		apt_install
-	fi
+	apt_install rabbitmq-server
 	[[ -x "$SERVER" ]] || die "rabbitmq-server was installed but $SERVER does not exist"
 	print_version
 }
@@ -157,10 +165,7 @@ install4() {
 	if [[ ! -x "$server4" ]]; then
 		need_root "installing RabbitMQ 4 into $ROOT4"
 		if ! command -v mmdebstrap >/dev/null 2>&1; then
-			if ! apt-cache show mmdebstrap >/dev/null 2>&1; then
-				as_root apt-get update
-			fi
-			as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap
+			apt_install mmdebstrap
 		fi
 		local mirror
 		mirror="$(debian_mirror)" || die "cannot tell which Debian mirror apt uses (no deb entry in /etc/apt/sources.list*)"
@@ -207,6 +212,11 @@ install4() {
 	done
 	echo "RabbitMQ $v is installed in $ROOT4 (run under chroot)"
 }
+
+# Sourced (by the tests), it only defines its functions.
+if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
+	return 0
+fi
 
 case "$WANT" in
 3) install3 ;;

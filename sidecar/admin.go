@@ -17,7 +17,10 @@ import (
 // until it has consumed once (so a rollout waits for a pod that works), and
 // not ready while shutting down; ready from then on, also while the broker
 // connection is down or consuming is paused on purpose — taking every pod
-// out of service during a broker outage would only block node drains.
+// out of service during a broker outage would only block node drains. The
+// exception is the app refusing Hopper's credentials past
+// app.auth.maxRefused: that outage is the pod's own configuration (its
+// Secret), and a not-ready pod stops the rollout that brought it.
 func (s *Sidecar) readiness() (int, string) {
 	code, text := s.readinessState()
 	if notes, _ := s.notes.Load().([]string); len(notes) > 0 {
@@ -36,6 +39,11 @@ func (s *Sidecar) readinessState() (int, string) {
 			phase = "starting"
 		}
 		return http.StatusServiceUnavailable, "not ready: " + phase
+	}
+	if r := s.refusal.Load(); r != nil && r.Overdue() {
+		// Waiting has not fixed it: the Secret on one side is wrong.
+		return http.StatusServiceUnavailable, "not ready: the app has refused Hopper's credentials for longer than app.auth.maxRefused (" +
+			r.Describe() + "); consuming paused, messages wait in the queue"
 	}
 	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool {
 		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC()

@@ -128,11 +128,12 @@ func mtlsFiles(t *testing.T, dir string) (srv *tls.Config, caFile, certFile, key
 // TestSecretsNeverLogged configures every secret Hopper reads to
 // authenticate itself (broker user and password files, the app's token,
 // the Hopper-Signature key, Standard Webhooks secrets of both kinds, the
-// client key of mutual TLS), delivers messages with them, then makes the
+// client key of mutual TLS, basic-auth user info in app.url), delivers
+// messages with them after a health check that fails first, then makes the
 // files go bad (a rotation that holds a broken token and a broken secret
-// line; a start with a bad secret file and a bad client key), and finds
-// none of the secret values in the log (at debug level), the metrics, the
-// spans or the errors.
+// line; a start with a bad secret file and a bad client key; an app.url
+// that does not validate), and finds none of the secret values in the log
+// (at debug level), the metrics, /readyz, the spans or the errors.
 func TestSecretsNeverLogged(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -156,7 +157,9 @@ func TestSecretsNeverLogged(t *testing.T) {
 	whsk := base64.StdEncoding.EncodeToString(edKey)
 	badToken := "tok-" + randomHex(t, 8) + "\x01" + randomHex(t, 8)
 	badSecret := base64.StdEncoding.EncodeToString([]byte(randomHex(t, 6))) // 12 bytes: too short
+	appUser, appPassword := "app-"+randomHex(t, 6), "apw-"+randomHex(t, 16)
 	secrets := map[string]string{
+		"app.url user": appUser, "app.url password": appPassword,
 		"broker password": password, "token": token, "hmac key": hmacKey,
 		"whsec secret": whsec, "whsk key": whsk, "whsk key (unpadded)": strings.TrimRight(whsk, "="),
 		"broken token": badToken, "broken token, first part": badToken[:20], "broken token, last part": badToken[21:],
@@ -179,9 +182,19 @@ func TestSecretsNeverLogged(t *testing.T) {
 			secrets[fmt.Sprintf("client key, PEM line %d", i)] = line
 		}
 	}
-	var got atomic.Int64
-	var lastHeader atomic.Pointer[http.Header]
+	var got, healthChecks atomic.Int64
+	var lastHeader, healthHeader atomic.Pointer[http.Header]
 	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			h := r.Header.Clone()
+			healthHeader.Store(&h)
+			if healthChecks.Add(1) == 1 {
+				w.WriteHeader(503) // the first check fails: APP_NOT_READY names the URL
+				return
+			}
+			w.WriteHeader(200)
+			return
+		}
 		io.Copy(io.Discard, r.Body) //nolint:errcheck // the body is not looked at
 		h := r.Header.Clone()
 		lastHeader.Store(&h)
@@ -193,11 +206,13 @@ func TestSecretsNeverLogged(t *testing.T) {
 	app.StartTLS()
 	t.Cleanup(app.Close)
 
-	cfg := testConfig(t, app.URL+"/msg")
+	cfg := testConfig(t, strings.Replace(app.URL, "https://", "https://"+appUser+":"+appPassword+"@", 1)+"/msg")
+	cfg.App.HealthPath = "/healthz"
 	cfg.Broker.URLs = []string{fmt.Sprintf("amqp://127.0.0.1:%d/", rabbit.Port())}
 	cfg.Broker.UsernameFile, cfg.Broker.PasswordFile = write("username", user+"\n"), write("password", password+"\n")
 	cfg.App.TLS.CAFile, cfg.App.TLS.CertFile, cfg.App.TLS.KeyFile = caFile, certFile, keyFile
 	cfg.App.Auth.Token.File = write("token", token+"\n")
+	cfg.App.Auth.Token.Header = "X-Hopper-Token" // Authorization carries app.url's user info
 	cfg.App.Auth.HMAC.KeyFile = write("hmac-key", hmacKey+"\n")
 	webhooks := write("webhook-secrets", "whsec_"+whsec+"\nwhsk_"+whsk+"\n")
 	cfg.App.Auth.StandardWebhooks.SecretFile = webhooks
@@ -213,8 +228,14 @@ func TestSecretsNeverLogged(t *testing.T) {
 
 	r.publish("m-1")
 	waitfor.Until(t, 20*time.Second, "the app to get m-1", func() bool { return got.Load() == 1 })
+	if !strings.Contains(logs.String(), "APP_NOT_READY") {
+		t.Error("the failed health check was not logged")
+	}
+	if h := *healthHeader.Load(); h.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte(appUser+":"+appPassword)) {
+		t.Errorf("the health check did not carry app.url's credentials: %v", h)
+	}
 	h := *lastHeader.Load()
-	if h.Get("Authorization") != "Bearer "+token || h.Get("Hopper-Signature") == "" || len(strings.Fields(h.Get("webhook-signature"))) != 2 {
+	if h.Get("X-Hopper-Token") != token || h.Get("Authorization") != (*healthHeader.Load()).Get("Authorization") || h.Get("Hopper-Signature") == "" || len(strings.Fields(h.Get("webhook-signature"))) != 2 {
 		t.Fatalf("the request did not carry the token and both signatures: %v", h)
 	}
 
@@ -233,10 +254,11 @@ func TestSecretsNeverLogged(t *testing.T) {
 		l := logs.String()
 		return strings.Contains(l, "APP_AUTH_FILE_UNREADABLE") && strings.Contains(l, filepath.Join(dir, "token")) && strings.Contains(l, webhooks)
 	})
-	if h := *lastHeader.Load(); h.Get("Authorization") != "Bearer "+token {
-		t.Errorf("after a broken rotation the token sent is %q, want the one before", h.Get("Authorization"))
+	if h := *lastHeader.Load(); h.Get("X-Hopper-Token") != token {
+		t.Errorf("after a broken rotation the token sent is %q, want the one before", h.Get("X-Hopper-Token"))
 	}
 	metrics := scrapeText(t, r.sc.AdminAddr())
+	readyz := getText(t, "http://"+r.sc.AdminAddr()+"/readyz")
 	if err := r.shutdown(); err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
@@ -275,6 +297,20 @@ func TestSecretsNeverLogged(t *testing.T) {
 		t.Errorf("the errors do not name the bad line and the bad key:\n%s", strings.Join(errs, "\n"))
 	}
 
+	// A config whose app.url does not validate, in each way it can fail.
+	for _, bad := range []string{
+		"ftp://" + appUser + ":" + appPassword + "@127.0.0.1/msg",
+		"http://" + appUser + ":" + appPassword + "@127.0.0.1:port/msg",
+	} {
+		c := cfg
+		c.App.URL = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "app.url") {
+			t.Errorf("%s: no app.url error in %v", strings.ReplaceAll(strings.ReplaceAll(bad, appUser, "USER"), appPassword, "PASSWORD"), err)
+		} else {
+			errs = append(errs, err.Error())
+		}
+	}
+
 	var spans strings.Builder
 	for _, s := range rec.Ended() {
 		fmt.Fprintf(&spans, "%s %v %v\n", s.Name(), s.Status(), s.Attributes())
@@ -282,7 +318,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 			fmt.Fprintf(&spans, "  %s %v\n", e.Name, e.Attributes)
 		}
 	}
-	for what, out := range map[string]string{"log": logs.String(), "metrics": metrics, "spans": spans.String(), "errors": strings.Join(errs, "\n")} {
+	for what, out := range map[string]string{"log": logs.String(), "metrics": metrics, "readyz": readyz, "spans": spans.String(), "errors": strings.Join(errs, "\n")} {
 		if out == "" && what != "errors" {
 			t.Errorf("no %s captured", what)
 		}
@@ -299,7 +335,13 @@ func TestSecretsNeverLogged(t *testing.T) {
 // scrapeText is /metrics as it is served.
 func scrapeText(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	return getText(t, "http://"+addr+"/metrics")
+}
+
+// getText is the body of a GET, whatever its status.
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -703,6 +703,7 @@ func (s *Sidecar) guardApp(ctx context.Context, side *appSide, gates consumers, 
 	}
 	ref := app.NewRefusal(deliverer, app.RefusalOptions{
 		Gate:               reasonGate{cs: gates, reason: broker.PauseRefused},
+		MaxRefused:         cfg.App.Auth.MaxRefused.D(),
 		CredentialsChanged: credentialsChanged,
 		Logger:             log,
 		OnChange: func(refused bool) {

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 )
 
 // TestUnauthorizedAppPausesConsuming: an app that answers 401 to every
-// request for a while (its secret rotated without Hopper's) refuses Hopper,
+// request of a Hopper that sends a token, for a while (its secret rotated
+// without Hopper's), refuses Hopper,
 // not the messages. Consuming pauses and says why on /readyz, in a metric
 // and a log event; the messages held go back without spending an attempt
 // (on a quorum queue by republishing: a nack would spend its delivery
@@ -43,6 +45,7 @@ func TestUnauthorizedAppPausesConsuming(t *testing.T) {
 				inner.ServeHTTP(w, r)
 			})
 			cfg := testConfig(t, app.URL)
+			cfg.App.Auth.Token.File = tokenFile(t, "a-token-the-app-stopped-taking")
 			cfg.Queue.Type = queueType
 			if queueType == "quorum" {
 				cfg.Queue.DeliveryLimit = 3
@@ -205,4 +208,109 @@ func TestUnauthorizedUntilTokenFileFixed(t *testing.T) {
 	if !strings.Contains(logs.String(), `"event":"APP_CREDENTIALS_PROBE","trigger":"credential file changed"`) {
 		t.Errorf("no probe made because the token file changed; log:\n%s", logs.String())
 	}
+}
+
+// tokenFile is a token file for app.auth.token.file.
+func tokenFile(t *testing.T, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestUnauthorizedWithoutCredentials: Hopper sends no credentials, so a
+// 401 cannot be about them: it is the message's answer, dead-lettered as
+// non-retriable like any other 4xx, and the messages beside it are
+// delivered without a pause.
+func TestUnauthorizedWithoutCredentials(t *testing.T) {
+	app := newScriptApp(t)
+	inner := app.srv.Handler
+	app.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Hopper-Message-Id") == "m-401" {
+			http.Error(w, "not your account", http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	cfg := testConfig(t, app.URL)
+	cfg.Admin.Listen = "127.0.0.1:0"
+	logs := &lockedBuffer{}
+	r := startLogged(t, cfg, slog.New(slog.NewJSONHandler(logs, nil)), nil)
+	r.publish("m-401")
+	const n = 10
+	for i := range n {
+		r.publish(fmt.Sprintf("m-%d", i))
+	}
+	waitfor.Until(t, 20*time.Second, "every other message delivered", func() bool {
+		for i := range n {
+			if len(app.callsFor(fmt.Sprintf("m-%d", i))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	r.settled(1)
+	if strings.Contains(logs.String(), "APP_REFUSED_CREDENTIALS") || counter(t, r.sc, "hopper_app_credential_refusals_total") != 0 {
+		t.Error("a 401 paused consuming while Hopper sends no credentials")
+	}
+	if !strings.Contains(logs.String(), "RABBITMQ_MESSAGE_NON_RETRIABLE") {
+		t.Error("the 401'd message was not dead-lettered as non-retriable")
+	}
+}
+
+// TestUnauthorizedPastMaxRefused: past app.auth.maxRefused /readyz answers
+// 503 and the refusal is logged as too long; consuming stays paused with
+// nothing dead-lettered, and once the app takes Hopper's token again /readyz
+// is 200 and every message is delivered.
+func TestUnauthorizedPastMaxRefused(t *testing.T) {
+	var refusing atomic.Bool
+	refusing.Store(true)
+	app := newScriptApp(t)
+	inner := app.srv.Handler
+	app.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refusing.Load() {
+			http.Error(w, "invalid bearer token", http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	cfg := testConfig(t, app.URL)
+	cfg.App.Auth.Token.File = tokenFile(t, "a-token-the-app-stopped-taking")
+	cfg.App.Auth.MaxRefused = config.Duration(500 * time.Millisecond)
+	cfg.Admin.Listen = "127.0.0.1:0"
+	logs := &lockedBuffer{}
+	r := startLogged(t, cfg, slog.New(slog.NewJSONHandler(logs, nil)), nil)
+	const n = 5
+	for i := range n {
+		r.publish(fmt.Sprintf("m-%d", i))
+	}
+	waitfor.Until(t, 20*time.Second, "/readyz 503 past app.auth.maxRefused", func() bool {
+		code, body := readyz(t, r.sc)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "refused Hopper's credentials for longer than app.auth.maxRefused (HTTP 401 since")
+	})
+	waitfor.Until(t, 10*time.Second, "APP_CREDENTIALS_REFUSED_TOO_LONG logged", func() bool {
+		return strings.Contains(logs.String(), `"event":"APP_CREDENTIALS_REFUSED_TOO_LONG"`)
+	})
+	if v := counter(t, r.sc, "hopper_app_credentials_refused"); v != 1 {
+		t.Errorf("hopper_app_credentials_refused %v, want 1", v)
+	}
+	if dlq := depth(t, r, r.sc.Plan().DLQ.Name); dlq != 0 {
+		t.Fatalf("%d messages in the DLQ while the app refused Hopper", dlq)
+	}
+	refusing.Store(false)
+	waitfor.Until(t, 30*time.Second, "every message delivered", func() bool {
+		for i := range n {
+			if len(app.callsFor(fmt.Sprintf("m-%d", i))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	waitfor.Until(t, 10*time.Second, "/readyz 200 again", func() bool {
+		code, _ := readyz(t, r.sc)
+		return code == http.StatusOK
+	})
+	r.settled(0)
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hopper-sidecar/hopper/internal/redact"
 	"github.com/hopper-sidecar/hopper/telemetry/otlp"
 )
 
@@ -59,7 +60,7 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string, version str
 	cfg.UserAgent = otlp.UserAgent(version)
 	exp := otlp.New(cfg)
 	exp.Rejected = func(n int64) { t.Dropped.Add(n) }
-	t.Exporter = "otlp " + cfg.Protocol + " " + cfg.URL
+	t.Exporter = "otlp " + cfg.Protocol + " " + redact.URL(cfg.URL)
 	if cfg.Proxy != nil {
 		t.Exporter += " through proxy " + cfg.Proxy.Redacted()
 	}

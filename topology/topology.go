@@ -361,6 +361,11 @@ func (p *Plan) Warnings() []string {
 	if !p.Work.Owned {
 		w = append(w, fmt.Sprintf("work queue %q is declared by the operator: give it x-dead-letter-exchange=\"\" and x-dead-letter-routing-key=%q, or whatever the broker drops from it (delivery limit, message TTL, max-length) is lost instead of landing in the DLQ", p.Work.Name, p.DLQ.Name))
 	}
+	if limit, ok := p.Work.Args["x-delivery-limit"]; ok && !p.Work.Owned {
+		// Verified, never declared: the broker keeps the arguments the
+		// queue was made with, and a policy's.
+		w = append(w, fmt.Sprintf("queue.deliveryLimit %v is not applied: topology.declare is false, so work queue %q keeps the x-delivery-limit it was declared with (or a policy's delivery-limit); set it there, or let Hopper declare the queue", limit, p.Work.Name))
+	}
 	if p.Work.Args["x-queue-type"] == "quorum" {
 		if _, ok := p.Work.Args["x-delivery-limit"]; !ok {
 			w = append(w, fmt.Sprintf("quorum work queue %q has no x-delivery-limit: RabbitMQ 4.x applies a default of 20 returns; Hopper republishes messages it gives back instead of nacking them so the limit is not spent on messages the app never saw", p.Work.Name))

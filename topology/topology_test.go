@@ -268,10 +268,25 @@ func TestQuorumWithoutDeliveryLimitWarns(t *testing.T) {
 	if s := p.String(); !strings.Contains(s, "warning: "+w[0]) {
 		t.Errorf("plan text lacks the warning:\n%s", s)
 	}
-	// A delivery limit on a classic queue means nothing and is not declared.
-	p = topology.FromConfig(topoConfig(t, func(c *config.Config) { c.Queue.DeliveryLimit = 5 }))
-	if _, ok := p.Work.Args["x-delivery-limit"]; ok {
-		t.Error("x-delivery-limit on a classic queue")
+	// A delivery limit on a classic queue means nothing: config
+	// validation refuses it (TestValidateRules).
+}
+
+// A delivery limit Hopper will not declare (topology.declare false: the
+// queue keeps the arguments it was declared with) is a warning, which
+// config validate prints and run logs.
+func TestDeliveryLimitNotDeclaredWarns(t *testing.T) {
+	for _, declare := range []bool{true, false} {
+		p := topology.FromConfig(topoConfig(t, func(c *config.Config) {
+			c.Queue.Type, c.Queue.DeliveryLimit, c.Topology.Declare = "quorum", 5, declare
+		}))
+		var found bool
+		for _, w := range p.Warnings() {
+			found = found || strings.Contains(w, "queue.deliveryLimit 5 is not applied")
+		}
+		if found == declare {
+			t.Errorf("declare %v: warnings %q", declare, p.Warnings())
+		}
 	}
 }
 

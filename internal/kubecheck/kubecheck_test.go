@@ -483,7 +483,7 @@ func checkRules(t *testing.T, pr *monv1.PrometheusRule, served map[string]bool) 
 			}
 		}
 	}
-	for _, want := range []string{"HopperDLQGrowing", "HopperBreakerOpen", "HopperMovesFailing", "HopperNotConsuming", "HopperOrderBroken", "HopperSpansDropped"} {
+	for _, want := range []string{"HopperDLQGrowing", "HopperBreakerOpen", "HopperMovesFailing", "HopperAppRefusesCredentials", "HopperNotConsuming", "HopperOrderBroken", "HopperSpansDropped"} {
 		if !alerts[want] {
 			t.Errorf("PrometheusRule %s lacks %s", pr.Name, want)
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
+
+	"github.com/hopper-sidecar/hopper/internal/redact"
 )
 
 // Protocols the exporter speaks, as OTEL_EXPORTER_OTLP_PROTOCOL names them.
@@ -124,7 +126,7 @@ func (cfg *Config) proxyFromEnv(getenv func(string) string) (*url.URL, error) {
 	noProxy, _ := either("NO_PROXY")
 	target, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("collector URL %q: %w", cfg.URL, err)
+		return nil, fmt.Errorf("collector URL %q: %w", redact.URL(cfg.URL), redact.Error(err, cfg.URL))
 	}
 	name, value := httpName, httpProxy
 	if target.Scheme == "https" || cfg.Protocol == ProtocolGRPC {
@@ -133,11 +135,11 @@ func (cfg *Config) proxyFromEnv(getenv func(string) string) (*url.URL, error) {
 	// The proxy function leaves out a value it cannot read, which would
 	// send spans around the proxy without a word.
 	if err := checkProxy(value); err != nil {
-		return nil, fmt.Errorf("%s %q: %w", name, value, err)
+		return nil, fmt.Errorf("%s %q: %w", name, redact.URL(value), redact.Error(err, value))
 	}
 	proxy, err := (&httpproxy.Config{HTTPProxy: httpProxy, HTTPSProxy: httpsProxy, NoProxy: noProxy}).ProxyFunc()(target)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, redact.Error(err, value))
 	}
 	if proxy != nil && cfg.Protocol == ProtocolGRPC && proxy.Scheme != "http" {
 		return nil, fmt.Errorf("%s %q: gRPC export goes through an http:// proxy (CONNECT), not %s://", name, proxy.Redacted(), proxy.Scheme)
@@ -165,10 +167,10 @@ func (cfg *Config) setURL(endpoint, name string, getenv func(string) string) (se
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return false, fmt.Errorf("%s %q: %w", name, endpoint, err)
+		return false, fmt.Errorf("%s %q: %w", name, redact.URL(endpoint), redact.Error(err, endpoint))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return false, fmt.Errorf("%s %q: want an http:// or https:// URL with a host", name, endpoint)
+		return false, fmt.Errorf("%s %q: want an http:// or https:// URL with a host", name, redact.URL(endpoint))
 	}
 	switch {
 	case cfg.Protocol == ProtocolGRPC:
@@ -204,25 +206,31 @@ func checkProxy(v string) error {
 }
 
 // parseHeaders reads "key=value,key2=value2", values percent-encoded.
+// Its errors name an entry by position and key only: the values are
+// credentials as often as not.
 func parseHeaders(s string) (map[string]string, error) {
 	h := map[string]string{}
-	for _, pair := range strings.Split(s, ",") {
+	for i, pair := range strings.Split(s, ",") {
 		if strings.TrimSpace(pair) == "" {
 			continue
 		}
 		k, v, found := strings.Cut(pair, "=")
 		k = strings.TrimSpace(k)
 		if !found || k == "" {
-			return nil, fmt.Errorf("%q: want key=value", pair)
+			return nil, fmt.Errorf("entry %d: want key=value (the entry is not shown: it may hold a credential)", i+1)
 		}
 		val, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("header %s: %w", k, err)
+			return nil, fmt.Errorf("header %s: %w", k, errBadEscape)
 		}
 		h[k] = val
 	}
 	return h, nil
 }
+
+// errBadEscape stands for url.PathUnescape's error, which quotes the
+// part of the value it could not read.
+var errBadEscape = errors.New("the value is not valid percent-encoding (the value is not shown: it may hold a credential)")
 
 // tlsFromEnv builds the client TLS settings: a CA bundle replacing the
 // system roots, and a client certificate for mutual TLS.

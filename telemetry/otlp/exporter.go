@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/internal/redact"
 )
 
 // Exporter sends spans to one collector. It is an sdktrace.SpanExporter.
@@ -199,7 +200,7 @@ func (e *Exporter) send(ctx context.Context, body []byte) error {
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		err = fmt.Errorf("otlp export to %s: %w", e.cfg.URL, err)
+		err = fmt.Errorf("otlp export to %s: %w", redact.URL(e.cfg.URL), redact.Error(err, e.cfg.URL))
 		// A certificate that does not verify will not verify on the next
 		// try either.
 		var certErr *tls.CertificateVerificationError
