@@ -291,8 +291,10 @@ func appendSignature(dst []byte, mac *signing.MAC, ts []byte, id string, body []
 // digits of the SHA-256 of the message id when it holds anything else (a
 // '.' would let "<id>.<t>.<body>" split two ways, a ',' or '=' would break
 // Hopper-Signature's fields, and a non-ASCII byte reaches a Node.js app as
-// another character than was signed); and for a message without an id,
-// the id derived from its routing key and body that ce-id carries.
+// another character than was signed). The delivery loop gives a message
+// published without an id one of its own before any request; a message
+// that still has none (sent outside the loop) gets the id derived from its
+// routing key and body that ce-id carries.
 func DeliveryID(m *msg.Message, in msg.Info) string {
 	id := m.MessageID
 	if id == "" {

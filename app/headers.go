@@ -341,9 +341,10 @@ const (
 	DefaultCloudEventType = "com.rabbitmq.message"
 )
 
-// CloudEventID is the CloudEvents id of a message: its message id, or for
-// a message without one an id derived from its content, so a redelivery
-// keeps the same id (consumers deduplicate on source + id).
+// CloudEventID is the CloudEvents id of a message: its message id. The
+// delivery loop gives a message published without one an id of its own
+// first (msg.EnsureID); one that still has none gets an id derived from
+// its routing key and body, the same on every call.
 func CloudEventID(m *msg.Message, in msg.Info) string {
 	if m.MessageID != "" {
 		return m.MessageID

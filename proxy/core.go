@@ -298,6 +298,9 @@ func (p *Loop) inFlight(delta int) {
 // history reads the delivery's history from its headers, and the part of
 // it the outcome table decides on.
 func (p *Loop) history(m *msg.Message, now time.Time) (msg.Info, retry.State) {
+	// A message without an id gets its own before anything is sent or
+	// copied, so the app and every copy see the same one.
+	msg.EnsureID(m)
 	in := msg.Read(m, p.o.Plan.Work.Name, p.o.DeadlineHeader, now)
 	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes, Deadline: in.Deadline, Suspect: in.Suspect}
 }
