@@ -19,7 +19,7 @@ func EnsureID(m *Message) bool {
 		return false
 	}
 	var b [16]byte
-	rand.Read(b[:]) // never fails: the runtime aborts rather than return an error
+	rand.Read(b[:])         // never fails: the runtime aborts rather than return an error
 	b[6] = b[6]&0x0f | 0x40 // version 4
 	b[8] = b[8]&0x3f | 0x80 // the RFC 4122 variant
 	var s [36]byte
