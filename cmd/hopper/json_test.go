@@ -133,8 +133,8 @@ func TestTopologyApplyVerifyJSON(t *testing.T) {
 	}
 
 	// A mismatch: same exit status as text, the queue and what differs.
-	text := hopper(t, args("verify", q, "--set", "queue.type=quorum", "-o", "text")...)
-	r = hopper(t, args("verify", q, "--set", "queue.type=quorum")...)
+	text := hopper(t, args("verify", q, "--set", "queue.tierType=classic", "-o", "text")...)
+	r = hopper(t, args("verify", q, "--set", "queue.tierType=classic")...)
 	doc = decode[applyDoc](t, r)
 	if r.code == 0 || r.code != text.code {
 		t.Errorf("mismatch: exit %d with json, %d with text", r.code, text.code)

@@ -313,8 +313,9 @@ func TestTopologyApplyVerify(t *testing.T) {
 		t.Errorf("verify created %s", missing)
 	}
 
-	// Verify also catches tiers declared with other arguments.
-	r = hopper(t, "topology", "verify", "--broker-url", rabbit.URL(), "--queue", q, "--set", "retry.tiers=1s,5s", "--set", "queue.type=quorum")
+	// Verify also catches tiers declared with other arguments: quorum
+	// tiers (the default) where the config names classic ones.
+	r = hopper(t, "topology", "verify", "--broker-url", rabbit.URL(), "--queue", q, "--set", "retry.tiers=1s,5s", "--set", "queue.tierType=classic")
 	if r.code == 0 {
 		t.Fatalf("verify with another queue type: exit 0\n%s", r.stdout)
 	}
