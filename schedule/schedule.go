@@ -34,16 +34,12 @@ import (
 type PastMax int
 
 const (
-	// DeadLetter moves it to the DLQ with reason ReasonTooFar: nothing
+	// DeadLetter moves it to the DLQ (reason schedule-too-far): nothing
 	// reaches the app before the time it asked for.
 	DeadLetter PastMax = iota
 	// AtLongest pulls its due time in to the longest delay accepted.
 	AtLongest
 )
-
-// ReasonTooFar is the DLQ reason of a message whose due time is further
-// away than the longest delay accepted.
-const ReasonTooFar = "schedule-too-far"
 
 // Policy is how a queue parks messages that are not due.
 type Policy struct {
