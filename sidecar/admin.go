@@ -38,10 +38,10 @@ func (s *Sidecar) readinessState() (int, string) {
 		return http.StatusServiceUnavailable, "not ready: " + phase
 	}
 	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool {
-		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC()
+		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC() || len(sub.plan.Parking) > 0
 	}) {
-		// Several queues, batches or ordering keys worth seeing, or a
-		// single active consumer's role: a line per queue.
+		// Several queues, batches, ordering keys or parked messages worth
+		// seeing, or a single active consumer's role: a line per queue.
 		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
 	}
 	return http.StatusOK, "ready: " + s.stateLine()
@@ -108,6 +108,9 @@ func (s *Sidecar) queueStates() string {
 		}
 		if k := sub.cfg.Consumer.OrderingKey; k != "" {
 			fmt.Fprintf(&b, "; ordered by %s: %d keys in delivery, %d messages waiting behind them", k, keysBusy, keysWaiting)
+		}
+		if len(sub.plan.Parking) > 0 {
+			b.WriteString("; " + sub.scheduleText(time.Now()))
 		}
 		b.WriteString(")\n")
 	}
