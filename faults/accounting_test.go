@@ -25,8 +25,8 @@ type accounting struct {
 	ackedAndDLQ int // ids answered 2xx that are also in the DLQ
 	dlqCopies   int // DLQ messages beyond the first per id (not in duplicates)
 
-	stuck   []string // ids still in the work or a tier queue after settling
-	lostIDs []string // sorted
+	stuck    []string       // ids still in the work or a tier queue after settling
+	lostIDs  []string       // sorted
 	byReason map[string]int // DLQ messages by x-dead-letter-reason
 	problems []string       // anything that must not happen, already explained
 
