@@ -26,6 +26,7 @@ type Config struct {
 	Consumer Consumer `yaml:"consumer"`
 	Retry    Retry    `yaml:"retry"`
 	Requeue  Requeue  `yaml:"requeue"`
+	Schedule Schedule `yaml:"schedule"`
 	Breaker  Breaker  `yaml:"breaker"`
 	Limiter  Limiter  `yaml:"limiter"`
 	Shutdown Shutdown `yaml:"shutdown"`
@@ -437,6 +438,11 @@ type Topology struct {
 	// DLQ is the name template of the dead-letter queue; {queue} is the
 	// work queue's name. Default "{queue}.dlq".
 	DLQ string `yaml:"dlq"`
+	// ParkQueue is the name template of the parking queues of scheduled
+	// messages (schedule.enabled): {queue} is the work queue's name,
+	// {delay} the queue's parking delay. It must hold {delay}, and {queue}
+	// when partitions are on. Default "{queue}.park.{delay}".
+	ParkQueue string `yaml:"parkQueue"`
 	// DLQMaxLength caps the DLQ at this many messages (x-max-length with
 	// overflow reject-publish): a full DLQ refuses a dead-lettering, which
 	// leaves the message in the work queue. Default 0 (no cap).
@@ -840,6 +846,37 @@ type Requeue struct {
 	MaxRequeues int `yaml:"maxRequeues"`
 }
 
+// Schedule delivers a message no earlier than the time it names: the
+// delayed-message exchange plugin's x-delay header (milliseconds, counted
+// from when Hopper first receives the message) or the absolute
+// Hopper-Not-Before header (RFC 3339, or Unix milliseconds). A message that
+// is not due is parked, without a request to the app or an attempt spent,
+// in a ladder of parking queues (durable quorum queues, one per delay,
+// each twice the one before, from step up to maxDelay) whose message TTL
+// hands it back to the work queue; it is delivered within step/2 of its
+// due time. With it off, both headers are only forwarded to the app, and
+// a message that carries them is delivered at once.
+type Schedule struct {
+	// Enabled turns scheduling on: Hopper declares (or verifies) the
+	// parking queues and parks every message that is not due. Default
+	// false.
+	Enabled bool `yaml:"enabled"`
+	// Step is the shortest parking delay: a message is delivered at most
+	// step/2 before or after its due time (plus one hop through the
+	// broker, a few milliseconds), and one due in less than step/2 goes at
+	// once. From 1ms to maxDelay. Default 1s.
+	Step Duration `yaml:"step"`
+	// MaxDelay is the longest wait accepted, counted from when Hopper
+	// first receives the message; the ladder of parking queues goes up to
+	// it (17 queues for 24h with a step of 1s). Default 24h.
+	MaxDelay Duration `yaml:"maxDelay"`
+	// PastMax is what becomes of a message due further away than
+	// maxDelay: "dlq" dead-letters it with reason schedule-too-far, so
+	// nothing reaches the app before the time it asked for; "longest"
+	// delivers it maxDelay after first receipt. Default "dlq".
+	PastMax string `yaml:"pastMax"`
+}
+
 // Breaker is the circuit breaker in front of the app. It trips on the app
 // being unavailable, never on messages failing.
 type Breaker struct {
@@ -914,7 +951,7 @@ func Default() Config {
 			PublishChannels: 8,
 		},
 		Queue:    Queue{Type: "classic"},
-		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq", Partitions: Partitions{HashOn: "routingKey"}},
+		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq", ParkQueue: "{queue}.park.{delay}", Partitions: Partitions{HashOn: "routingKey"}},
 		App: App{
 			URL:                "http://127.0.0.1:8080/",
 			Timeout:            Duration(30 * time.Second),
@@ -932,6 +969,7 @@ func Default() Config {
 			MaxCrashes: 3,
 		},
 		Requeue:  Requeue{MinHold: Duration(time.Second), MaxHold: Duration(5 * time.Second), MaxRequeues: 100},
+		Schedule: Schedule{Step: Duration(time.Second), MaxDelay: Duration(24 * time.Hour), PastMax: "dlq"},
 		Breaker:  Breaker{Enabled: true, Failures: 5, OpenTimeout: Duration(5 * time.Second), ProbeInterval: Duration(time.Second)},
 		Limiter:  Limiter{Enabled: true, LatencyTolerance: 3},
 		Shutdown: Shutdown{Grace: Duration(25 * time.Second)},

@@ -393,6 +393,30 @@ deadline. Default retry.onExpired.`,
 messages, laid over retry.outcomes. Default none.`,
 	"RouteRetry.Tiers": `Tiers are the route's delay tiers, increasing; each delay has a tier
 queue of its own. Default retry.tiers.`,
+	"Schedule": `Schedule delivers a message no earlier than the time it names: the
+delayed-message exchange plugin's x-delay header (milliseconds, counted
+from when Hopper first receives the message) or the absolute
+Hopper-Not-Before header (RFC 3339, or Unix milliseconds). A message that
+is not due is parked, without a request to the app or an attempt spent,
+in a ladder of parking queues (durable quorum queues, one per delay,
+each twice the one before, from step up to maxDelay) whose message TTL
+hands it back to the work queue; it is delivered within step/2 of its
+due time. With it off, both headers are only forwarded to the app, and
+a message that carries them is delivered at once.`,
+	"Schedule.Enabled": `Enabled turns scheduling on: Hopper declares (or verifies) the
+parking queues and parks every message that is not due. Default
+false.`,
+	"Schedule.MaxDelay": `MaxDelay is the longest wait accepted, counted from when Hopper
+first receives the message; the ladder of parking queues goes up to
+it (17 queues for 24h with a step of 1s). Default 24h.`,
+	"Schedule.PastMax": `PastMax is what becomes of a message due further away than
+maxDelay: "dlq" dead-letters it with reason schedule-too-far, so
+nothing reaches the app before the time it asked for; "longest"
+delivers it maxDelay after first receipt. Default "dlq".`,
+	"Schedule.Step": `Step is the shortest parking delay: a message is delivered at most
+step/2 before or after its due time (plus one hop through the
+broker, a few milliseconds), and one due in less than step/2 goes at
+once. From 1ms to maxDelay. Default 1s.`,
 	"Shutdown": `Shutdown governs SIGTERM and SIGINT: Hopper stops taking messages at
 once and lets those in flight finish.`,
 	"Shutdown.Grace": `Grace is how long in-flight deliveries may finish; the requests still
@@ -495,6 +519,10 @@ leaves the message in the work queue. Default 0 (no cap).`,
 	"Topology.Declare": `Declare makes hopper run declare the topology (work queue, delay
 tiers, DLQ, exchanges and bindings) at start; when false run only
 verifies it and fails on a mismatch. Default true.`,
+	"Topology.ParkQueue": `ParkQueue is the name template of the parking queues of scheduled
+messages (schedule.enabled): {queue} is the work queue's name,
+{delay} the queue's parking delay. It must hold {delay}, and {queue}
+when partitions are on. Default "{queue}.park.{delay}".`,
 	"Topology.RetryQueue": `RetryQueue is the name template of the delay tier queues: {queue} is
 the work queue's name, {delay} the tier's delay (5s, 2m). It must
 hold {delay}, and {queue} when partitions are on. Default

@@ -142,6 +142,7 @@ func (c *Config) validateOne() []error {
 	}
 	validateBindings(c.Topology.Bindings, add)
 	validatePartitions(c.Topology.Partitions, add)
+	c.validateSchedule(add)
 	if c.Topology.Partitions.On() && !strings.Contains(c.Topology.RetryQueue, "{queue}") {
 		add("topology.retryQueue", "with topology.partitions each partition needs tier queues of its own (they dead-letter back to it): the template must contain {queue}, got %q", c.Topology.RetryQueue)
 	}
@@ -553,4 +554,56 @@ func validatePartitions(p Partitions, add func(path, format string, a ...any)) {
 	case !isHeader:
 		add("topology.partitions.hashOn", "must be routingKey or header:NAME, got %q", p.HashOn)
 	}
+}
+
+// MaxParkQueues bounds the ladder of parking queues a schedule declares
+// per work queue: each is a quorum queue, a Raft group on the broker.
+const MaxParkQueues = 24
+
+// validateSchedule checks schedule and the parking queues' names.
+func (c *Config) validateSchedule(add func(path, format string, a ...any)) {
+	s := c.Schedule
+	if s.PastMax != "dlq" && s.PastMax != "longest" {
+		add("schedule.pastMax", "must be dlq or longest, got %q", s.PastMax)
+	}
+	if !s.Enabled {
+		return
+	}
+	if s.Step.D() < time.Millisecond {
+		add("schedule.step", "must be at least 1ms, got %s", s.Step.D())
+	}
+	if s.MaxDelay.D() < s.Step.D() {
+		add("schedule.maxDelay", "must be at least schedule.step (%s), got %s", s.Step.D(), s.MaxDelay.D())
+	}
+	if s.Step.D() >= time.Millisecond && s.MaxDelay.D() >= s.Step.D() {
+		if n := len(c.ParkSteps()); n > MaxParkQueues {
+			add("schedule.maxDelay", "from a step of %s to %s takes %d parking queues, more than %d: raise schedule.step or lower schedule.maxDelay",
+				s.Step.D(), s.MaxDelay.D(), n, MaxParkQueues)
+		}
+	}
+	// A parking queue's TTL is an x-message-ttl, a 32-bit count of
+	// milliseconds.
+	if s.MaxDelay.D() > math.MaxInt32*time.Millisecond {
+		add("schedule.maxDelay", "must be at most %s (a queue's message TTL is 32-bit milliseconds), got %s",
+			FormatDuration(math.MaxInt32*time.Millisecond), s.MaxDelay.D())
+	}
+	if !strings.Contains(c.Topology.ParkQueue, "{delay}") {
+		add("topology.parkQueue", "template must contain {delay} so each parking delay has its own queue, got %q", c.Topology.ParkQueue)
+	}
+	if c.Topology.Partitions.On() && !strings.Contains(c.Topology.ParkQueue, "{queue}") {
+		add("topology.parkQueue", "with topology.partitions each partition needs parking queues of its own (they dead-letter back to it): the template must contain {queue}, got %q", c.Topology.ParkQueue)
+	}
+	if c.Topology.ParkQueue == c.Topology.RetryQueue {
+		add("topology.parkQueue", "must differ from topology.retryQueue (%q): a parking queue and a delay tier of the same delay would be one queue", c.Topology.RetryQueue)
+	}
+}
+
+// ParkSteps are the parking delays of schedule, shortest first: step,
+// 2×step, 4×step and so on up to maxDelay.
+func (c *Config) ParkSteps() []time.Duration {
+	var out []time.Duration
+	for d := c.Schedule.Step.D(); d > 0 && d <= c.Schedule.MaxDelay.D(); d *= 2 {
+		out = append(out, d)
+	}
+	return out
 }

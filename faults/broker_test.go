@@ -22,11 +22,15 @@ type queues struct{ work string }
 
 func (q queues) dlq() string { return q.work + ".dlq" }
 
-// isWorkOrTier says whether name is the work queue or one of its tiers:
-// the queues that must be empty once everything has settled.
+// isWorkOrTier says whether name is the work queue, one of its tiers or
+// one of its parking queues: the queues that must be empty once
+// everything has settled.
 func (q queues) isWorkOrTier(name string) bool {
-	return name == q.work || strings.HasPrefix(name, q.work+".retry.")
+	return name == q.work || strings.HasPrefix(name, q.work+".retry.") || q.isParking(name)
 }
+
+// isParking says whether name is one of the work queue's parking queues.
+func (q queues) isParking(name string) bool { return strings.HasPrefix(name, q.work+".park.") }
 
 func brokerOptions(name string) broker.Options {
 	return broker.Options{

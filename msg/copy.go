@@ -15,6 +15,7 @@ import (
 //	give-back  unchanged       unchanged         x-hopper-crash-count when the app died with it
 //	DLQ        failed, final   unchanged         original queue, reason, final status/error/count,
 //	           one included                      first/last failure and dead-letter time, trace id
+//	park       unchanged       unchanged         the due time, and the parked mark
 //	replay     kept or reset   kept or reset     replay count and time, the DLQ it came from;
 //	                                             the DLQ stamp removed
 //
@@ -36,6 +37,13 @@ func moved(m *Message, in Info, retries, requeues int) *Message {
 	if !in.Deadline.IsZero() {
 		h[HeaderDeadline] = in.Deadline.UnixMilli()
 	}
+	if !in.Due.IsZero() {
+		// The schedule was served: the copy comes back due, whatever
+		// x-delay says.
+		h[HeaderDue] = in.Due.UnixMilli()
+		delete(h, HeaderDelay)
+	}
+	delete(h, HeaderParked)
 	if in.Crashes > 0 {
 		h[HeaderCrashCount] = int64(in.Crashes)
 	}
@@ -125,6 +133,16 @@ func RequeueCopy(m *Message, in Info, requeues int) *Message {
 // died handling the message carries the new crash count.
 func ReturnCopy(m *Message, in Info) *Message {
 	return moved(m, in, in.Retries, in.Requeues)
+}
+
+// ParkCopy is the copy sent to a parking queue of a message that is not
+// due: no attempt or requeue is counted, and due is written so that the
+// next hop starts again from it.
+func ParkCopy(m *Message, in Info, due time.Time) *Message {
+	in.Due = due
+	cp := moved(m, in, in.Retries, in.Requeues)
+	cp.Headers[HeaderParked] = true
+	return cp
 }
 
 // KeepCopy is the copy that puts a message back at the tail of the queue it

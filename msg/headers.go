@@ -30,6 +30,24 @@ const (
 	// so that only a message that kills the app by itself is charged.
 	HeaderCrashSuspect = "x-hopper-crash-suspect"
 
+	// HeaderDelay is the delayed-message exchange plugin's header: how many
+	// milliseconds after it was published a message may be delivered. With
+	// scheduling on, Hopper counts it from when it first receives the
+	// message, so publishers moving off the plugin change only the exchange.
+	HeaderDelay = "x-delay"
+	// HeaderNotBefore is the publisher's absolute "not before" time: an
+	// RFC 3339 string, or Unix milliseconds.
+	HeaderNotBefore = "Hopper-Not-Before"
+	// HeaderDue holds the due time Hopper settled on, in Unix
+	// milliseconds, written on every copy of a scheduled message: each hop
+	// through a parking queue starts again from it, and a retry or a
+	// give-back neither resets nor adds to it.
+	HeaderDue = "x-hopper-due"
+	// HeaderParked marks a copy in (or back from) a parking queue that
+	// has not reached the app since: the first delivery after it measures
+	// how late the message is. Every later copy drops it.
+	HeaderParked = "x-hopper-parked"
+
 	// DLQ headers: why and when the message was dead-lettered, and the last
 	// failure seen.
 	HeaderFinalStatusCode  = "x-final-status-code"

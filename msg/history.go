@@ -31,6 +31,10 @@ type Info struct {
 	// Suspect says the message is to be delivered on its own
 	// (x-hopper-crash-suspect).
 	Suspect bool
+	// Due is when a scheduled message may be delivered; zero when it is
+	// not scheduled or scheduling is off. Read does not set it: the
+	// delivery loop does, with scheduling on (see When).
+	Due time.Time
 	// Route is the route the queue's routing rules chose for the message,
 	// "" for none: the app URL is then the queue's own. It is not read
 	// from the headers; the delivery loop sets it.
@@ -98,3 +102,31 @@ func ParseTime(v any) (time.Time, bool) {
 	}
 	return time.Time{}, false
 }
+
+// When reads when a message may be delivered: Hopper's own due time
+// (pinned = true: written on an earlier hop), else the publisher's
+// absolute time (HeaderNotBefore), else x-delay counted from now, the
+// time of receipt. Zero when it says nothing, or nothing readable; an
+// x-delay of zero or less, as the plugin does, means at once. parked says
+// the message is back from a parking queue and has not reached the app
+// since.
+func When(m *Message, now time.Time) (due time.Time, pinned, parked bool) {
+	parked = m.Headers[HeaderParked] == true
+	if ms, ok := m.Int(HeaderDue); ok && ms > 0 {
+		return time.UnixMilli(ms), true, parked
+	}
+	if v, ok := m.Headers[HeaderNotBefore]; ok {
+		if t, ok := ParseTime(v); ok {
+			return t, false, parked
+		}
+	}
+	if ms, ok := AsInt(m.Headers[HeaderDelay]); ok && ms > 0 {
+		// Saturating: a hostile delay of years is refused as too far
+		// by the schedule, never overflowed into the past.
+		return now.Add(time.Duration(min(ms, maxDelayMillis)) * time.Millisecond), false, parked
+	}
+	return time.Time{}, false, parked
+}
+
+// maxDelayMillis bounds an x-delay read, well within a time.Duration.
+const maxDelayMillis = int64(100 * 365 * 24 * time.Hour / time.Millisecond)

@@ -302,5 +302,10 @@ func (p *Loop) history(m *msg.Message, now time.Time) (msg.Info, retry.State) {
 	// copied, so the app and every copy see the same one.
 	msg.EnsureID(m)
 	in := msg.Read(m, p.o.Plan.Work.Name, p.o.DeadlineHeader, now)
+	if p.o.Schedule != nil {
+		// Every copy carries the due time on, so a retry or a give-back
+		// comes back due, whatever x-delay says.
+		in.Due, _, _ = msg.When(m, now)
+	}
 	return in, retry.State{Retries: in.Retries, Requeues: in.Requeues, Crashes: in.Crashes, Deadline: in.Deadline, Suspect: in.Suspect}
 }

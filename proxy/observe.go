@@ -41,6 +41,13 @@ type Observer interface {
 	// evaluated for a message, with why (route.ProblemBody,
 	// route.ProblemEval).
 	RuleFailed(kind string)
+	// Parked is called for each message moved to a parking queue because
+	// it is not due, with the parking delay.
+	Parked(step time.Duration)
+	// Due is called for each message back from parking when it is
+	// delivered, with how late it is (negative: early, by at most half
+	// the schedule's step).
+	Due(late time.Duration)
 }
 
 // Why an ordered message left its place in line.
@@ -64,6 +71,8 @@ func (nopObserver) Batch(int)                                                  {
 func (nopObserver) OrderBroken(string)                                         {}
 func (nopObserver) Routed(string)                                              {}
 func (nopObserver) RuleFailed(string)                                          {}
+func (nopObserver) Parked(time.Duration)                                       {}
+func (nopObserver) Due(time.Duration)                                          {}
 
 // propagator reads and writes W3C trace context. It is used directly (not
 // the global one) so that, with tracing off, an incoming traceparent still

@@ -9,6 +9,12 @@
 // core: attempt → judge → finish (core.go), then settle, move or give
 // back (settle.go).
 //
+// With a schedule (Options.Schedule), a delivery that is not due is
+// parked as it is received, before any dispatcher sees it (schedule.go):
+// moved to a parking queue (publish → confirm → ack) without a request
+// or an attempt, it comes back to the work queue later and is judged
+// again; one that is due goes on as any other.
+//
 // A delivery's state machine:
 //
 //	queued ─(worker free)→ delivering ─(app answers)→ decided ─→ settled
@@ -60,6 +66,7 @@ import (
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/retry"
 	"github.com/hopper-sidecar/hopper/route"
+	"github.com/hopper-sidecar/hopper/schedule"
 	"github.com/hopper-sidecar/hopper/topology"
 )
 
@@ -165,6 +172,11 @@ type Options struct {
 	// to fill. Default 0: a batch goes with what is at hand as soon as a
 	// worker is free.
 	BatchWait time.Duration
+	// Schedule, when set, parks each message that is not due yet (x-delay,
+	// Hopper-Not-Before) in the plan's parking queues as it is received,
+	// before any dispatcher sees it, and delivers it when it comes back
+	// due. Default nil: such messages are delivered at once.
+	Schedule *schedule.Policy
 	// DeadlineHeader names an application header with an absolute
 	// deadline. Default "" (none).
 	DeadlineHeader string
@@ -203,6 +215,9 @@ type Stats struct {
 	// OrderBroken counts ordered messages that had to leave their place
 	// in line.
 	OrderBroken atomic.Int64
+	// Parked counts messages moved to a parking queue because they were
+	// not due.
+	Parked atomic.Int64
 }
 
 // Loop is the delivery loop: it takes deliveries from the consumer, sends
@@ -224,6 +239,12 @@ type Loop struct {
 	// leaves them out.
 	waiting  atomic.Int64
 	stopOnce sync.Once
+
+	// ctx is Start's: it bounds the parking moves, as the dispatcher's
+	// workers.
+	ctx context.Context
+	// due are the due times of the messages parked, for NextDue.
+	due dueTimes
 
 	// disp groups the deliveries on their way to the app: each on its
 	// own (pool), one at a time per ordering key (lanes), or in batches
@@ -318,13 +339,20 @@ func New(o Options) *Loop {
 // Start readies the loop; Handle starts workers as deliveries need them.
 // ctx bounds in-flight work: cancelling it is the end of the shutdown grace
 // period.
-func (p *Loop) Start(ctx context.Context) { p.disp.start(ctx) }
+func (p *Loop) Start(ctx context.Context) {
+	p.ctx = ctx
+	p.disp.start(ctx)
+}
 
 // Handle hands a delivery to the workers. It is called by the consumer.
 func (p *Loop) Handle(d Delivery) {
 	p.Stats.Received.Add(1)
 	p.Stats.ReceivedBytes.Add(int64(len(d.Message().Body)))
-	p.disp.handle(job{d: d, since: p.o.Now()})
+	j := job{d: d, since: p.o.Now()}
+	if p.o.Schedule != nil && p.early(j) {
+		return
+	}
+	p.disp.handle(j)
 }
 
 // Keys reports, with an ordering key, how many keys have a delivery at

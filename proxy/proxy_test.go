@@ -400,13 +400,15 @@ type countingObserver struct {
 func (o *countingObserver) Decided(_ retry.Outcome, _ bool, dec retry.Decision, _ time.Duration) {
 	o.decided = append(o.decided, dec.Action)
 }
-func (o *countingObserver) MoveFailed(string)  {}
-func (o *countingObserver) InFlight(int)       {}
-func (o *countingObserver) Batch(int)          {}
-func (o *countingObserver) InternalError()     {}
-func (o *countingObserver) OrderBroken(string) {}
-func (o *countingObserver) Routed(string)      {}
-func (o *countingObserver) RuleFailed(string)  {}
+func (o *countingObserver) MoveFailed(string)    {}
+func (o *countingObserver) InFlight(int)         {}
+func (o *countingObserver) Batch(int)            {}
+func (o *countingObserver) InternalError()       {}
+func (o *countingObserver) OrderBroken(string)   {}
+func (o *countingObserver) Routed(string)        {}
+func (o *countingObserver) RuleFailed(string)    {}
+func (o *countingObserver) Parked(time.Duration) {}
+func (o *countingObserver) Due(time.Duration)    {}
 
 // TestDecisionCountedOnceAfterSettle: a decision is counted once, as what
 // happened: a dead-lettering whose move was let go counts as a return.

@@ -206,6 +206,9 @@ const (
 	// (onFilterError dlq, the default), or a routing or filter rule needed
 	// the body and it was not JSON, with onBodyError dlq.
 	ReasonFilterError = "filter-error"
+	// ReasonScheduleTooFar: the message asked to be delivered further
+	// away than schedule.maxDelay, with schedule.pastMax dlq.
+	ReasonScheduleTooFar = "schedule-too-far"
 )
 
 // Event is the stable log event name for a dead-lettering reason.
@@ -229,6 +232,8 @@ func Event(reason string) string {
 		return "RABBITMQ_MESSAGE_FILTERED"
 	case ReasonFilterError:
 		return "RABBITMQ_MESSAGE_FILTER_ERROR"
+	case ReasonScheduleTooFar:
+		return "RABBITMQ_MESSAGE_SCHEDULE_TOO_FAR"
 	}
 	return "RABBITMQ_MESSAGE_DEAD_LETTERED"
 }

@@ -46,10 +46,10 @@ func (s *Sidecar) readinessState() (int, string) {
 			r.Describe() + "); consuming paused, messages wait in the queue"
 	}
 	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool {
-		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC()
+		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC() || len(sub.plan.Parking) > 0
 	}) {
-		// Several queues, batches or ordering keys worth seeing, or a
-		// single active consumer's role: a line per queue.
+		// Several queues, batches, ordering keys or parked messages worth
+		// seeing, or a single active consumer's role: a line per queue.
 		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
 	}
 	return http.StatusOK, "ready: " + s.stateLine()
@@ -116,6 +116,9 @@ func (s *Sidecar) queueStates() string {
 		}
 		if k := sub.cfg.Consumer.OrderingKey; k != "" {
 			fmt.Fprintf(&b, "; ordered by %s: %d keys in delivery, %d messages waiting behind them", k, keysBusy, keysWaiting)
+		}
+		if len(sub.plan.Parking) > 0 {
+			b.WriteString("; " + sub.scheduleText(time.Now()))
 		}
 		b.WriteString(")\n")
 	}

@@ -84,6 +84,8 @@ type subscription struct {
 	routesErr error
 	px        atomic.Pointer[proxy.Loop]
 	cons      atomic.Pointer[broker.Consumer]
+	// parked is the last count of the queue's parking queues.
+	parked parkedCount
 }
 
 func (sub *subscription) name() string { return sub.cfg.Queue.Name }
@@ -117,6 +119,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 	var (
 		queues []string
 		tiers  []time.Duration
+		steps  []time.Duration
 		routes = map[string][]string{}
 	)
 	for _, c := range cfg.Consumed() {
@@ -125,6 +128,9 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		s.subs = append(s.subs, sub)
 		queues = append(queues, sub.name())
 		tiers = append(tiers, c.AllTiers()...)
+		if c.Schedule.Enabled {
+			steps = append(steps, c.ParkSteps()...)
+		}
 		if sub.routes != nil {
 			names := []string{}
 			for _, r := range sub.routes.Routes() {
@@ -134,11 +140,13 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		}
 	}
 	slices.Sort(tiers)
+	slices.Sort(steps)
 	s.metrics = telemetry.NewMetrics(telemetry.Sources{
 		Version:   Version,
 		Queues:    queues,
 		Tiers:     slices.Compact(tiers),
 		Routes:    routes,
+		ParkSteps: slices.Compact(steps),
 		Connected: func() bool { g := s.group.Load(); return g != nil && g.Connected() },
 		Paused:    s.Paused,
 		Refusing:  s.refusing,
@@ -166,6 +174,8 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		},
 		ConcurrencyLimit: func() int64 { return int64(s.ConcurrencyLimit()) },
 		ConsumerActive:   s.consumerActive,
+		Parked:           s.parkedByQueue,
+		NextDue:          s.nextDueByQueue,
 		MovesFailing: func() int64 {
 			var n int64
 			for _, sub := range s.subs {
@@ -448,6 +458,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	workCtx, endWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer endWork()
 	s.startLoops(workCtx, deliverer, pub, group, tracer)
+	if s.scheduling() {
+		countCtx, stopCount := context.WithCancel(ctx)
+		defer stopCount()
+		go s.countParked(countCtx)
+	}
 	runErr := s.consume(ctx, group)
 	s.drain(group, endWork)
 	return runErr
@@ -833,6 +848,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 			}
 		},
 		DeadlineHeader: cfg.Retry.DeadlineHeader,
+		Schedule:       schedulePolicy(cfg),
 		Refusals:       s.refusals(),
 		Logger:         log,
 		Tracer:         tracer,

@@ -35,6 +35,8 @@ type Metrics struct {
 	filtered     *family
 	ruleFailed   *family
 	batchSize    *family
+	parked       *family
+	lateness     *family
 	breaker      *family
 	breakerOpens *series
 	refusals     *series
@@ -72,6 +74,15 @@ type Sources struct {
 	// sidecar's consumer (on a single-active-consumer queue, whether it
 	// is the active one).
 	ConsumerActive func() map[string]bool
+	// Parked are, per queue with scheduling on, the messages in its
+	// parking queues as last counted on the broker.
+	Parked func() map[string]float64
+	// NextDue are, per queue with scheduling on, the Unix time of the
+	// earliest due time among the messages it parked (0: none known).
+	NextDue func() map[string]float64
+	// ParkSteps are the parking delays of a schedule: every step's
+	// hopper_parked_total series exists from the first scrape.
+	ParkSteps []time.Duration
 	// Routes are, per queue with routing rules, the names of its routes,
 	// whose hopper_routed_total series start at 0 (with the route "" of
 	// the messages no route takes).
@@ -111,6 +122,12 @@ func NewMetrics(src Sources) *Metrics {
 	m.batchSize = r.histogram("hopper_batch_size",
 		"Messages per batch request to the app (batch delivery only).",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}, "queue")
+	m.parked = r.counter("hopper_parked_total",
+		"Messages moved to a parking queue because they were not due yet (x-delay, Hopper-Not-Before), by parking delay; a message waiting long hops several times.",
+		"queue", "step")
+	m.lateness = r.histogram("hopper_schedule_lateness_seconds",
+		"How late a scheduled message came back from parking when it went to the app, in seconds from its due time (negative: early, by at most half of schedule.step).",
+		[]float64{-0.5, -0.25, -0.1, -0.01, 0, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "queue")
 	m.breaker = r.gauge("hopper_breaker_state", "1 for the circuit breaker's current state.", "state")
 	m.breakerOpens = r.counter("hopper_breaker_opens_total", "Times the circuit breaker opened (the app unavailable).").with()
 	m.refusals = r.counter("hopper_app_credential_refusals_total",
@@ -137,7 +154,7 @@ func NewMetrics(src Sources) *Metrics {
 		}
 		for _, r := range []string{retry.ReasonMaxAttempts, retry.ReasonNonRetriable, retry.ReasonExpired,
 			retry.ReasonTooEarly, retry.ReasonAppAction, retry.ReasonAppCrash, retry.ReasonHopperError,
-			retry.ReasonFiltered, retry.ReasonFilterError} {
+			retry.ReasonFiltered, retry.ReasonFilterError, retry.ReasonScheduleTooFar} {
 			m.deadLettered.with(q, r)
 		}
 		for _, d := range src.Tiers {
@@ -161,6 +178,9 @@ func NewMetrics(src Sources) *Metrics {
 		}
 		for _, r := range []string{OrderBrokenHoldExhausted, OrderBrokenReturned} {
 			m.orderBroken.with(q, r)
+		}
+		for _, d := range src.ParkSteps {
+			m.parked.with(q, tierLabel(d))
 		}
 		m.ForQueue(q)
 	}
@@ -194,6 +214,16 @@ func NewMetrics(src Sources) *Metrics {
 				}
 				return out
 			})
+	}
+	if src.Parked != nil {
+		r.labelledGaugeFunc("hopper_parked_messages",
+			"Messages in the queue's parking queues, waiting for their due time, as last counted on the broker.",
+			"queue", src.Parked)
+	}
+	if src.NextDue != nil {
+		r.labelledGaugeFunc("hopper_schedule_next_due_timestamp_seconds",
+			"Unix time of the earliest due time among the messages this Hopper parked that are not due yet (0: none known).",
+			"queue", src.NextDue)
 	}
 	if src.ConcurrencyLimit != nil {
 		r.gaugeFunc("hopper_concurrency_limit",
@@ -337,6 +367,14 @@ func (q *Queue) Routed(route string) {
 // RuleFailed counts a routing rule that could not be evaluated.
 func (q *Queue) RuleFailed(kind string) { q.m.ruleFailed.with(q.name, kind).inc() }
 
+// Parked counts a message moved to the parking queue of step.
+func (q *Queue) Parked(step time.Duration) { q.m.parked.with(q.name, tierLabel(step)).inc() }
+
+// Due records how late a message back from parking reached the app.
+func (q *Queue) Due(late time.Duration) {
+	q.m.lateness.observe(q.m.lateness.with(q.name), late.Seconds())
+}
+
 // Batch records the size of a batch request.
 func (q *Queue) Batch(size int) {
 	q.batchOnce.Do(func() { q.batchSize = q.m.batchSize.with(q.name) })
@@ -370,6 +408,12 @@ func (m *Metrics) Routed(route string) { m.first.Routed(route) }
 // RuleFailed counts a routing rule of the first queue that could not be
 // evaluated.
 func (m *Metrics) RuleFailed(kind string) { m.first.RuleFailed(kind) }
+
+// Parked counts a parked message of the first queue.
+func (m *Metrics) Parked(step time.Duration) { m.first.Parked(step) }
+
+// Due records how late a message of the first queue came back from parking.
+func (m *Metrics) Due(late time.Duration) { m.first.Due(late) }
 
 // BreakerOpened counts the breaker opening.
 func (m *Metrics) BreakerOpened() { m.breakerOpens.inc() }

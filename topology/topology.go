@@ -88,8 +88,11 @@ type Binding struct {
 
 // Plan is the whole topology for one work queue.
 type Plan struct {
-	Work      Queue
-	Tiers     []Queue
+	Work  Queue
+	Tiers []Queue
+	// Parking are the parking queues of scheduled messages, shortest
+	// delay first; none unless schedule.enabled.
+	Parking   []Queue
 	DLQ       Queue
 	Exchanges []Exchange
 	Bindings  []Binding
@@ -162,6 +165,7 @@ const (
 	RoleWork = "work"
 	RoleTier = "tier"
 	RoleDLQ  = "dlq"
+	RolePark = "park"
 )
 
 // Name expands a name template: {queue} and {delay}.
@@ -229,6 +233,9 @@ func FromConfig(c *config.Config) Plan {
 			Unbounded: tierQuorum, Successor: name + "." + tierType,
 		})
 	}
+	if c.Schedule.Enabled {
+		p.Parking = parking(c)
+	}
 	dargs := typeArgs()
 	if c.Topology.DLQMaxLength > 0 {
 		dargs["x-max-length"] = int32(c.Topology.DLQMaxLength)
@@ -255,6 +262,40 @@ func FromConfig(c *config.Config) Plan {
 	}
 	p.Exchanges, p.Bindings = bindings(c.Topology.Bindings, q, "")
 	return p
+}
+
+// parking plans the ladder of parking queues: one per delay, since the
+// broker expires messages only at a queue's head, each dead-lettering to
+// the work queue alone. They are quorum queues with at-least-once
+// dead-lettering on every work queue type, as the default tiers are: a
+// parked message must survive a broker restart, and a classic queue
+// dead-letters at most once.
+func parking(c *config.Config) []Queue {
+	var out []Queue
+	for _, d := range c.ParkSteps() {
+		out = append(out, Queue{
+			Name: Name(c.Topology.ParkQueue, c.Queue.Name, d), Role: RolePark, Delay: d, Owned: true, Unbounded: true,
+			Args: map[string]any{
+				"x-queue-type":              "quorum",
+				"x-message-ttl":             int32(d / time.Millisecond),
+				"x-dead-letter-exchange":    "",
+				"x-dead-letter-routing-key": c.Queue.Name,
+				"x-dead-letter-strategy":    "at-least-once",
+				"x-overflow":                "reject-publish",
+			},
+		})
+	}
+	return out
+}
+
+// ParkQueue returns the parking queue of delay d.
+func (p *Plan) ParkQueue(d time.Duration) (string, bool) {
+	for _, q := range p.Parking {
+		if q.Delay == d {
+			return q.Name, true
+		}
+	}
+	return "", false
 }
 
 // partition makes p the plan of one partition queue of base: the queue has
@@ -348,10 +389,11 @@ func (p *Plan) TierQueue(d time.Duration) (string, bool) {
 	return "", false
 }
 
-// Queues lists work, tiers and DLQ in declare order.
+// Queues lists work, tiers, parking queues and DLQ in declare order.
 func (p *Plan) Queues() []Queue {
 	out := []Queue{p.Work}
 	out = append(out, p.Tiers...)
+	out = append(out, p.Parking...)
 	return append(out, p.DLQ)
 }
 
