@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
 )
 
 // TestFaultTiersFullRestarts: Hopper at its default tiers (quorum queues,
@@ -42,7 +44,7 @@ func tiersFull(t *testing.T, name, queueType string) {
 	}
 	// Tiers long enough to hold a round's retries while the node stops,
 	// short enough that the run keeps moving.
-	extra := "retry:\n  tiers: [2s, 4s]\n"
+	extra := "retry:\n  tiers: [4s, 8s]\n"
 	// HOPPER_FAULTS_TIER_TYPE=classic runs the scenario on classic tiers,
 	// to see what that opt-in risks.
 	tierType := os.Getenv("HOPPER_FAULTS_TIER_TYPE")
@@ -108,22 +110,20 @@ func tiersFull(t *testing.T, name, queueType string) {
 func (r *run) waitInTiers(k int) int {
 	r.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
+	var in *broker.Inspector
+	defer func() {
+		if in != nil {
+			in.Close()
+		}
+	}()
+	var lastErr error
 	for {
-		held := 0
-		if d, err := depths(); err == nil {
-			tiers := map[string]int{}
-			for name, n := range d {
-				if strings.HasPrefix(name, r.q.work+".retry.") {
-					tiers[name] = n
-				}
-			}
-			// depths' count of a tier holds its dead letters under way
-			// and a listed count that may lag; heldNow asks each tier.
-			held = max(heldNow(r.q, tiers), 0)
-			if dlx, err := dlxByQueue(); err == nil {
-				for name := range tiers {
-					held += dlx[name]
-				}
+		held, err := r.tiersHeld(&in)
+		if err != nil {
+			lastErr = err
+			if in != nil {
+				in.Close()
+				in = nil
 			}
 		}
 		if held >= k {
@@ -131,10 +131,42 @@ func (r *run) waitInTiers(k int) int {
 			return held
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("the tiers held %d retry copies after 2m, waiting for %d", held, k)
+			r.t.Fatalf("the tiers held %d retry copies after 2m, waiting for %d (last error reading them: %v)", held, k, lastErr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// tiersHeld counts what the scenario's tiers hold: each by a passive
+// declare on *in (opened when nil), plus its dead letters under way.
+func (r *run) tiersHeld(in **broker.Inspector) (int, error) {
+	d, err := depths()
+	if err != nil {
+		return 0, err
+	}
+	if *in == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if *in, err = broker.OpenInspector(ctx, brokerOptions("faults-tiers")); err != nil {
+			return 0, err
+		}
+	}
+	dlx, err := dlxByQueue()
+	if err != nil {
+		return 0, err
+	}
+	held := 0
+	for name := range d {
+		if !strings.HasPrefix(name, r.q.work+".retry.") {
+			continue
+		}
+		n, err := (*in).Depth(name)
+		if err != nil {
+			return 0, fmt.Errorf("depth of %s: %w", name, err)
+		}
+		held += n + dlx[name]
+	}
+	return held, nil
 }
 
 // killBroker SIGKILLs the broker's node, the hard fault, and starts it
