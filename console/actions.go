@@ -216,21 +216,61 @@ func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) 
 		return
 	}
 	s.o.Log.Info("console: replay", "dlq", q.Name, "target", target, "rate", rate, "who", who)
+	s.start(func() { s.replay(q, job, replayRun{o: o}, release) })
+	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// start runs fn in the background; Run waits for it when the console
+// stops.
+func (s *Server) start(fn func()) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.replay(q, job, o, release)
+		fn()
 	}()
-	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// replayRun is one replay the console makes.
+type replayRun struct {
+	o dlq.ReplayOptions
+	// prepare, when set, runs before the DLQ is opened; an error ends the
+	// run before anything is read.
+	prepare func(ctx context.Context) error
+	// account, when set, turns the run's account into the activity list's
+	// summary and error (default: replayAccount).
+	account func(res dlq.ReplayResult) (string, error)
+}
+
+// replayAccount is a replay's line in the activity list.
+func replayAccount(dlqName string) func(dlq.ReplayResult) (string, error) {
+	return func(res dlq.ReplayResult) (string, error) {
+		summary := fmt.Sprintf("%d replayed, %d failed, %d kept, %d left in place (%s)", res.Recovered, res.Failed, res.Kept, res.Skipped, res.End)
+		if res.Failed+res.Bad > 0 {
+			return summary, fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, dlqName)
+		}
+		return summary, nil
+	}
 }
 
 // replay runs dlq.Replay over the DLQ owned exclusively, as hopper dlq
 // replay does: each copy published, confirmed, then the original acked;
 // the messages outside the selection handed back.
-func (s *Server) replay(q *queueState, job *Job, o dlq.ReplayOptions, release func()) {
+func (s *Server) replay(q *queueState, job *Job, run replayRun, release func()) {
 	ctx, cancel := context.WithCancel(s.background())
 	defer cancel()
 	job.setCancel(cancel)
+	o := run.o
+	if run.account == nil {
+		run.account = replayAccount(q.Name)
+	}
+	if run.prepare != nil {
+		if err := run.prepare(ctx); err != nil {
+			release()
+			job.finish(s.o.Now(), "nothing moved", err, ctx.Err() != nil)
+			s.o.Log.Warn("console: "+job.Kind+" refused", "dlq", q.Name, "target", job.Target, "who", job.Who, "error", err.Error())
+			return
+		}
+	}
 	p, err := s.o.Broker.Own(ctx, q.Name, 2*o.Parallel, o.Parallel)
 	if err != nil {
 		release()
@@ -249,12 +289,12 @@ func (s *Server) replay(q *queueState, job *Job, o dlq.ReplayOptions, release fu
 	p.Close()
 	release()
 	q.sampler.Removed(res.Recovered)
-	summary := fmt.Sprintf("%d replayed, %d failed, %d kept, %d left in place (%s)", res.Recovered, res.Failed, res.Kept, res.Skipped, res.End)
-	if err == nil && res.Failed+res.Bad > 0 {
-		err = fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, q.Name)
+	summary, aerr := run.account(res)
+	if err == nil {
+		err = aerr
 	}
 	job.finish(s.o.Now(), summary, err, ctx.Err() != nil)
-	s.o.Log.Info("console: replay done", "dlq", q.Name, "target", job.Target, "who", job.Who, "replayed", res.Recovered, "failed", res.Failed, "kept", res.Kept, "end", res.End)
+	s.o.Log.Info("console: "+job.Kind+" done", "dlq", q.Name, "target", job.Target, "who", job.Who, "replayed", res.Recovered, "changed", res.Changed, "failed", res.Failed, "kept", res.Kept, "end", res.End)
 	s.rescan(q, job.Who)
 }
 

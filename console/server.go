@@ -40,6 +40,12 @@ type Broker interface {
 	// Own opens queue exclusively with a window of prefetch messages and,
 	// when inFlight > 0, a publisher with that many confirms pending.
 	Own(ctx context.Context, queue string, prefetch, inFlight int) (dlq.Pass, error)
+	// Originals makes sure the queue that keeps the originals of queue's
+	// edited messages exists, and names it.
+	Originals(ctx context.Context, queue string) (string, error)
+	// CheckTarget fails when a replay's destination does not exist: the
+	// exchange when not "", else the queue.
+	CheckTarget(ctx context.Context, exchange, queue string) error
 }
 
 // DLQ is one dead-letter queue the console shows.
@@ -301,6 +307,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
 	mux.HandleFunc("POST /api/dlqs/{dlq}/scan", s.postScan)
 	mux.HandleFunc("POST /api/dlqs/{dlq}/replay", s.action(s.postReplay))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/edit", s.action(s.postEdit))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/export", s.action(s.postExport))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/purge", s.action(s.postPurge))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.action(s.postCancel))

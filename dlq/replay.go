@@ -103,6 +103,16 @@ type ReplayOptions struct {
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the run).
 	OnBad func(n int, err error)
+	// Change, when set, makes the message a copy is made from: an edit or
+	// a transformation of the message taken from the DLQ. It must not
+	// change its argument. An error keeps the message in the DLQ as it
+	// was (KeptChange), and the error is counted in the result's Errors.
+	Change func(m *msg.Message) (*msg.Message, error)
+	// Originals, when set with Change, is the queue that receives an exact
+	// copy of each message before its changed copy is published, so that
+	// the message as it was can be got back; the changed copy is
+	// published only once that copy is confirmed.
+	Originals string
 }
 
 // Validate reports every problem with the options at once, each named by
@@ -129,6 +139,9 @@ func (o *ReplayOptions) Validate() error {
 	}
 	if o.To != "" && o.To == o.DLQ {
 		errs = append(errs, fmt.Errorf("--to %q is the DLQ itself", o.To))
+	}
+	if o.Originals != "" && (o.Originals == o.DLQ || o.Originals == o.To) {
+		errs = append(errs, fmt.Errorf("originals queue %q must be neither the DLQ nor the destination", o.Originals))
 	}
 	if err := o.Filter.Validate(); err != nil {
 		errs = append(errs, err)
@@ -178,6 +191,7 @@ const (
 	KeptNoDestination = "no destination (no x-original-queue; use --to)"
 	KeptMaxReplays    = "replay cap reached (x-replay-count >= --max-replays)"
 	KeptLimit         = "past --limit (handed back to keep the quorum DLQ's order)"
+	KeptChange        = "change refused (left in the DLQ as it was)"
 )
 
 // Why a run ended.
@@ -226,6 +240,9 @@ type ReplayResult struct {
 	Kept int `json:"kept"`
 	// Skipped did not match the filter.
 	Skipped int `json:"skipped"`
+	// Changed are the recovered (or, in a dry run, would-be recovered)
+	// messages whose copy was changed (ReplayOptions.Change).
+	Changed int `json:"changed,omitempty"`
 	// Bad could not be processed (see the package doc); they stay.
 	Bad int `json:"bad,omitempty"`
 	// InFlight are taken and not yet decided (progress reports only).
@@ -417,11 +434,23 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		r.touch()
 		m, err := message(d)
 		var dest, verdict string
+		var changed *msg.Message
+		var changeErr error
 		if err == nil {
 			err = guard(func() error {
 				dest, verdict = r.decide(m, replaying)
 				return nil
 			})
+		}
+		if err == nil && verdict == "" && r.o.Change != nil {
+			changeErr = guard(func() error {
+				var cerr error
+				changed, cerr = r.o.Change(m)
+				return cerr
+			})
+			if changeErr != nil {
+				verdict = KeptChange
+			}
 		}
 
 		r.mu.Lock()
@@ -434,6 +463,9 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		case verdict == "" && r.o.DryRun:
 			r.res.WouldRecover++
 			r.res.queue(msg.OriginalQueue(m)).WouldRecover++
+			if changed != nil {
+				r.res.Changed++
+			}
 		case verdict == "":
 			r.inflight++
 		case verdict == "skip":
@@ -443,6 +475,9 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			r.res.Kept++
 			r.res.queue(msg.OriginalQueue(m)).Kept++
 			r.res.KeptWhy[verdict]++
+			if changeErr != nil {
+				r.countError(changeErr)
+			}
 		}
 		r.mu.Unlock()
 		if err != nil && r.o.OnBad != nil {
@@ -477,7 +512,7 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		go func() {
 			defer workers.Done()
 			defer func() { <-slots }()
-			r.move(ctx, d, m, dest)
+			r.move(ctx, d, m, changed, dest)
 		}()
 	}
 }
@@ -532,13 +567,26 @@ func (r *replayer) route(m *msg.Message, dest string) (exchange, key string) {
 
 // move publishes the copy, waits for the confirm, then acks the original.
 // A failed publish leaves the original held (it returns to the DLQ at the
-// end of the run), or rotated on a quorum DLQ; never acked.
-func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest string) {
+// end of the run), or rotated on a quorum DLQ; never acked. changed, when
+// not nil, is what the copy is made from instead of m; the original then
+// goes to the originals queue first, when there is one.
+func (r *replayer) move(ctx context.Context, d Delivery, m, changed *msg.Message, dest string) {
+	from := m
+	if changed != nil {
+		from = changed
+	}
 	var cp *msg.Message
 	err := guard(func() error {
-		cp = msg.ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+		cp = msg.ReplayCopy(from, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
 		return nil
 	})
+	if err == nil && changed != nil && r.o.Originals != "" {
+		// Not ctx, as below. The original stays in the DLQ until both
+		// copies are confirmed.
+		if perr := r.pub.PublishTo(context.WithoutCancel(ctx), "", r.o.Originals, msg.KeepCopy(m)); perr != nil {
+			err = fmt.Errorf("keep the original in %s: %w", r.o.Originals, perr)
+		}
+	}
 	published := false
 	if err == nil {
 		// Not ctx: an interrupt must not abandon a publish the broker may
@@ -570,14 +618,22 @@ func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest st
 	if err != nil {
 		r.res.Failed++
 		q.Failed++
-		key := err.Error()
-		if _, seen := r.res.Errors[key]; seen || len(r.res.Errors) < maxErrorKinds {
-			r.res.Errors[key]++
-		}
+		r.countError(err)
 		return
 	}
 	r.res.Recovered++
 	q.Recovered++
+	if changed != nil {
+		r.res.Changed++
+	}
+}
+
+// countError counts a failure in the result's Errors; r.mu is held.
+func (r *replayer) countError(err error) {
+	key := err.Error()
+	if _, seen := r.res.Errors[key]; seen || len(r.res.Errors) < maxErrorKinds {
+		r.res.Errors[key]++
+	}
 }
 
 // watch reports progress and ends the run when it stalls.

@@ -497,3 +497,80 @@ func TestReplayLimitCountsRecoveredOnly(t *testing.T) {
 		t.Errorf("DLQ after = %v", ids)
 	}
 }
+
+func TestReplayChangeKeepsTheOriginalFirst(t *testing.T) {
+	a := dead("a", "orders", "k", "non-retriable", 422, time.Minute)
+	a.Body = []byte("old")
+	b := dead("b", "orders", "k", "non-retriable", 422, time.Minute)
+	q := newFakeQueue(t, a, b)
+	p := newFakePub()
+	var order []string
+	p.after = func(queue string, m *msg.Message) { order = append(order, queue+":"+m.MessageID+":"+string(m.Body)) }
+	o := opts(2)
+	o.Filter = Filter{MessageIDs: []string{"a"}}
+	o.Originals = "orders.dlq.originals"
+	o.Change = func(m *msg.Message) (*msg.Message, error) {
+		cp := m.Clone()
+		cp.Body = []byte("new")
+		return cp, nil
+	}
+	res, err := replay(t, q, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounted(t, res)
+	if res.Recovered != 1 || res.Changed != 1 || res.Skipped != 1 {
+		t.Fatalf("%+v", res)
+	}
+	if !slices.Equal(order, []string{"orders.dlq.originals:a:old", "orders:a:new"}) {
+		t.Errorf("publishes %v: the original is kept before the changed copy goes", order)
+	}
+	if string(a.Body) != "old" {
+		t.Error("the message taken was changed")
+	}
+	if ids := q.ids(); !slices.Equal(ids, []string{"b"}) {
+		t.Errorf("DLQ after = %v", ids)
+	}
+}
+
+func TestReplayChangeFailuresLeaveTheMessage(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		change    func(*msg.Message) (*msg.Message, error)
+		originals error
+		kept      int
+		failed    int
+	}{
+		{"change refused", func(*msg.Message) (*msg.Message, error) { return nil, errors.New("amount: not a number") }, nil, 1, 0},
+		{"change panics", func(*msg.Message) (*msg.Message, error) { panic("boom") }, nil, 1, 0},
+		{"originals queue refuses", func(m *msg.Message) (*msg.Message, error) { return m.Clone(), nil }, errRefused, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := dead("a", "orders", "k", "non-retriable", 422, time.Minute)
+			q := newFakeQueue(t, a)
+			p := newFakePub()
+			p.fail = func(queue string, _ *msg.Message) error {
+				if queue == "keep" {
+					return c.originals
+				}
+				return nil
+			}
+			o := opts(1)
+			o.Change, o.Originals = c.change, "keep"
+			res, err := replay(t, q, p, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			accounted(t, res)
+			if res.Recovered != 0 || res.Kept != c.kept || res.Failed != c.failed || len(res.Errors) != 1 {
+				t.Fatalf("%+v", res)
+			}
+			if ids := p.idsIn("orders"); len(ids) != 0 {
+				t.Errorf("published %v", ids)
+			}
+			if ids := q.ids(); !slices.Equal(ids, []string{"a"}) || q.ready[0].m != a {
+				t.Errorf("DLQ after = %v: the message stays as it was", ids)
+			}
+		})
+	}
+}

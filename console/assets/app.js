@@ -247,6 +247,68 @@
     const b = m.body;
     view.append(el("h2", {}, "Body ", el("span", { class: "muted", id: "body-kind" }, b.kind + ", " + b.size + " bytes" + (b.truncated ? ", cut" : ""))));
     view.append(el("pre", { id: "body" }, b.text));
+    if (state.allowActions && m.edit) view.append(editor(name, m));
+  }
+
+  // editor is the message view's "edit and retry": the body (checked as
+  // JSON while typing when the content type is JSON) and the application
+  // headers as one JSON object. Only what changed is sent; the console
+  // checks it again, and again on the message it takes from the DLQ.
+  function editor(name, m) {
+    const ed = m.edit;
+    const body = el("textarea", { id: "edit-body", rows: 14, cols: 100, spellcheck: "false", readonly: !ed.bodyEditable });
+    body.value = ed.body;
+    const headers = el("textarea", { id: "edit-headers", rows: 6, cols: 100, spellcheck: "false" });
+    const headersText = JSON.stringify(ed.headers, null, 2);
+    headers.value = headersText;
+    const bodyStatus = el("div", { id: "edit-body-status", class: "muted" });
+    const headersStatus = el("div", { id: "edit-headers-status", class: "muted" });
+    const reset = el("input", { id: "edit-reset", type: "checkbox" });
+    const go = el("button", { id: "edit-go", disabled: true }, "Replay the edited copy");
+    function check() {
+      let ok = true;
+      if (ed.json && ed.bodyEditable) {
+        try { JSON.parse(body.value); bodyStatus.textContent = "valid JSON"; bodyStatus.className = "ok"; } catch (e) { ok = false; bodyStatus.textContent = "not valid JSON: " + e.message; bodyStatus.className = "bad"; }
+      } else {
+        bodyStatus.textContent = ed.bodyEditable ? "text (" + (ed.contentType || "no content type") + "): not checked" : ed.why;
+        bodyStatus.className = "muted";
+      }
+      try {
+        const h = JSON.parse(headers.value);
+        if (h === null || typeof h !== "object" || Array.isArray(h)) throw new Error("want a JSON object of header names and values");
+        headersStatus.textContent = "application headers: " + Object.keys(h).length;
+        headersStatus.className = "ok";
+      } catch (e) { ok = false; headersStatus.textContent = "headers: " + e.message; headersStatus.className = "bad"; }
+      const changed = body.value !== ed.body || headers.value !== headersText;
+      go.disabled = !ok || !changed;
+      return ok;
+    }
+    body.addEventListener("input", check);
+    headers.addEventListener("input", check);
+    go.addEventListener("click", async () => {
+      if (!check()) return;
+      const req = { message: m.id, contentType: ed.contentType, resetAttempts: reset.checked };
+      if (body.value !== ed.body) req.body = body.value;
+      if (headers.value !== headersText) req.headers = JSON.parse(headers.value);
+      const result = document.getElementById("edit-result");
+      try {
+        const job = await api(dlqPath(name) + "/edit", { method: "POST", body: req });
+        result.textContent = "Edit started (activity " + job.id + ").";
+        showError("");
+        refreshJobs();
+      } catch (e) { result.textContent = e.message; showError(e.message); }
+    });
+    const box = el("section", { id: "editor" },
+      el("h2", {}, "Edit and retry"),
+      el("p", { class: "muted" }, "The edited copy is replayed as a replay is: published, confirmed, then the message acked. " +
+        "The message as it is now is first kept in " + ed.originals + " (hopper dlq export --dlq " + ed.originals + " --message-id " + m.id + ", then hopper dlq import, bring it back). " +
+        "Hopper's history headers cannot be edited; the copy records who edited it, when, and the digest of the original body."),
+      el("label", {}, "Body", ed.json ? " (JSON)" : ""), body, bodyStatus,
+      el("label", {}, "Application headers (a JSON object)"), headers, headersStatus,
+      el("p", {}, el("label", {}, reset, " reset attempts (full retry budget again)"), " ", go),
+      el("p", { id: "edit-result", class: "muted" }));
+    check();
+    return box;
   }
 
   function fieldTable(id, fields, about) {
