@@ -196,6 +196,17 @@ func (e *env) fill(queue string, kinds []failure, body func(id string) []byte, e
 // contents reads a queue's messages and hands them back; ids sorted.
 func (e *env) contents(queue string) []string {
 	e.t.Helper()
+	var out []string
+	for _, m := range e.messages(queue) {
+		out = append(out, m.MessageID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// messages reads a queue's messages, in order, and hands them back.
+func (e *env) messages(queue string) []*msg.Message {
+	e.t.Helper()
 	waitfor.Until(e.t, 30*time.Second, queue+" to have no unacked messages", func() bool {
 		_, unacked, err := e.rb.QueueCounts(queue)
 		return err == nil && unacked == 0
@@ -205,7 +216,7 @@ func (e *env) contents(queue string) []string {
 		e.t.Fatal(err)
 	}
 	defer in.Close()
-	var out []string
+	var out []*msg.Message
 	for {
 		d, ok, err := in.Get(queue)
 		if err != nil {
@@ -214,9 +225,8 @@ func (e *env) contents(queue string) []string {
 		if !ok {
 			break
 		}
-		out = append(out, d.Message().MessageID)
+		out = append(out, d.Message())
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -295,6 +305,19 @@ func (p *proc) logText() string {
 // api calls the console's API with the token.
 func (p *proc) api(t *testing.T, method, path string, body any, out any) int {
 	t.Helper()
+	code, raw := p.call(t, method, path, body, true)
+	if out != nil && code < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return code
+}
+
+// call makes one API call, with the token or without, and returns the
+// status and the answer.
+func (p *proc) call(t *testing.T, method, path string, body any, withToken bool) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -304,20 +327,20 @@ func (p *proc) api(t *testing.T, method, path string, body any, out any) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(console.TokenHeader, secret)
+	if withToken {
+		req.Header.Set(console.TokenHeader, secret)
+	}
 	req.Header.Set(console.APIHeader, "1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if out != nil && res.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-		}
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	return res.StatusCode
+	return res.StatusCode, raw
 }
 
 // browser starts a headless Chromium; the context ends with the test.
