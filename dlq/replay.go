@@ -54,6 +54,12 @@ type ReplayOptions struct {
 	// To, when set, is the destination queue for every message instead of
 	// its x-original-queue.
 	To string
+	// ToExchange, when set, is the exchange every message is published
+	// to instead, with RoutingKey, or the message's original routing key
+	// when RoutingKey is empty: the bindings of that exchange then decide
+	// where it goes, as they did when it was first published.
+	ToExchange string
+	RoutingKey string
 	// Through, when set and To is not, names the exchange a message from
 	// queue is replayed through instead of that queue: for a partition
 	// queue its consistent-hash exchange, published with the message's
@@ -139,6 +145,12 @@ func (o *ReplayOptions) Validate() error {
 	}
 	if o.To != "" && o.To == o.DLQ {
 		errs = append(errs, fmt.Errorf("--to %q is the DLQ itself", o.To))
+	}
+	if o.To != "" && o.ToExchange != "" {
+		errs = append(errs, fmt.Errorf("--to %q and --to-exchange %q: give a queue or an exchange, not both", o.To, o.ToExchange))
+	}
+	if o.RoutingKey != "" && o.ToExchange == "" {
+		errs = append(errs, fmt.Errorf("--routing-key %q: only with --to-exchange (a queue is reached by its name)", o.RoutingKey))
 	}
 	if o.Originals != "" && (o.Originals == o.DLQ || o.Originals == o.To) {
 		errs = append(errs, fmt.Errorf("originals queue %q must be neither the DLQ nor the destination", o.Originals))
@@ -541,6 +553,9 @@ func (r *replayer) decide(m *msg.Message, replaying int) (dest, verdict string) 
 		return "", KeptLimit
 	}
 	dest = r.o.To
+	if r.o.ToExchange != "" {
+		dest = "exchange " + r.o.ToExchange
+	}
 	if dest == "" {
 		dest = msg.OriginalQueue(m)
 	}
@@ -554,9 +569,16 @@ func (r *replayer) decide(m *msg.Message, replaying int) (dest, verdict string) 
 }
 
 // route is the exchange and routing key a copy for dest is published
-// with: dest through the default exchange, or the exchange in front of
-// dest's partitions with the original routing key.
+// with: ToExchange when set; else dest through the default exchange, or
+// the exchange in front of dest's partitions with the original routing
+// key.
 func (r *replayer) route(m *msg.Message, dest string) (exchange, key string) {
+	if r.o.ToExchange != "" {
+		if r.o.RoutingKey != "" {
+			return r.o.ToExchange, r.o.RoutingKey
+		}
+		return r.o.ToExchange, msg.OriginalRoutingKey(m)
+	}
 	if r.o.To == "" && r.o.Through != nil {
 		if ex, ok := r.o.Through(dest); ok {
 			return ex, msg.OriginalRoutingKey(m)

@@ -574,3 +574,42 @@ func TestReplayChangeFailuresLeaveTheMessage(t *testing.T) {
 		})
 	}
 }
+
+func TestReplayToExchange(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want string
+	}{
+		{"", "orders.v2/order.created"}, // the original routing key
+		{"order.fixed", "orders.v2/order.fixed"},
+	} {
+		q := newFakeQueue(t, dead("1", "orders", "order.created", "max-attempts", 500, time.Minute))
+		p := newFakePub()
+		o := opts(1)
+		o.ToExchange, o.RoutingKey = "orders.v2", c.key
+		res, err := replay(t, q, p, o)
+		if err != nil || res.Recovered != 1 {
+			t.Fatalf("err=%v %+v", err, res)
+		}
+		if ids := p.idsIn(c.want); !slices.Equal(ids, []string{"1"}) {
+			t.Errorf("routing key %q: nothing published to %s (%v)", c.key, c.want, p.confirmed)
+		}
+	}
+}
+
+func TestReplayOptionsRedirectValidate(t *testing.T) {
+	for _, c := range []struct {
+		o    ReplayOptions
+		want string
+	}{
+		{ReplayOptions{To: "a", ToExchange: "x"}, "not both"},
+		{ReplayOptions{RoutingKey: "k"}, "only with --to-exchange"},
+		{ReplayOptions{To: "orders.dlq"}, "the DLQ itself"},
+	} {
+		o := c.o
+		o.DLQ, o.Parallel, o.IdleTimeout, o.StallTimeout = "orders.dlq", 1, time.Second, time.Second
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.o, err, c.want)
+		}
+	}
+}

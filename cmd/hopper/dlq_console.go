@@ -70,7 +70,11 @@ Read-only unless --allow-actions. Then a group, or one message, can be
 replayed (the same run as hopper dlq replay: exclusive owner, publish,
 confirm, then ack; --max-replays; paced at the rate given, cancellable),
 exported as JSON Lines (the export format) or purged after typing the
-group's size. Every action needs the token in the X-Hopper-Token header:
+group's size. One message can be edited and retried from its view: its
+body (checked as JSON when its content type is JSON) and application
+headers changed, never Hopper's history headers; the message as it was is
+published to <dlq>.originals and confirmed before the edited copy goes,
+which records who edited it, when, and the digest of the original body. Every action needs the token in the X-Hopper-Token header:
 --token-file holds one per line (LABEL:TOKEN, or TOKEN alone), else one is
 generated and printed once at start. Actions are POST only.
 
