@@ -119,6 +119,51 @@ type actionRequest struct {
 	Rate *float64 `json:"rate"`
 	// Confirm must be the group's size (purge only).
 	Confirm string `json:"confirm"`
+	Redirect
+}
+
+// Redirect sends a replay somewhere else than each message's original
+// queue: a queue, or an exchange with a routing key (empty: each
+// message's original one). The target is checked to exist before
+// anything moves.
+type Redirect struct {
+	To         string `json:"to"`
+	ToExchange string `json:"toExchange"`
+	RoutingKey string `json:"routingKey"`
+}
+
+// apply sets the replay's destination.
+func (d Redirect) apply(o *dlq.ReplayOptions) {
+	o.To, o.ToExchange, o.RoutingKey = strings.TrimSpace(d.To), strings.TrimSpace(d.ToExchange), d.RoutingKey
+}
+
+// checkTarget answers 400 when the replay o is redirected to a queue or
+// exchange that does not exist, before anything is read or moved; ok is
+// false then.
+func (s *Server) checkTarget(w http.ResponseWriter, r *http.Request, o dlq.ReplayOptions) bool {
+	if o.To == "" && o.ToExchange == "" {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.o.Broker.CheckTarget(ctx, o.ToExchange, o.To); err != nil {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("nothing moved: %w", err))
+		return false
+	}
+	return true
+}
+
+// targetName names where a replay goes, for the activity list.
+func targetName(o dlq.ReplayOptions) string {
+	switch {
+	case o.ToExchange != "" && o.RoutingKey != "":
+		return " to exchange " + o.ToExchange + " with key " + o.RoutingKey
+	case o.ToExchange != "":
+		return " to exchange " + o.ToExchange
+	case o.To != "":
+		return " to " + o.To
+	}
+	return ""
 }
 
 // selected is what an action applies to: the filter the dlq run applies,
@@ -207,10 +252,16 @@ func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) 
 		DLQ: q.Name, Through: q.Through, Filter: filter, Rate: rate, MaxReplays: s.o.MaxReplays,
 		Parallel: 64, IdleTimeout: 5 * time.Second, StallTimeout: time.Minute,
 	}
+	req.Redirect.apply(&o)
 	if err := o.Validate(); err != nil {
 		httpError(w, http.StatusBadRequest, err)
 		return
 	}
+	if !s.checkTarget(w, r, o) {
+		s.o.Log.Info("console: replay refused", "dlq", q.Name, "target", target+targetName(o), "who", who, "why", "destination missing")
+		return
+	}
+	target += targetName(o)
 	job, release, ok := s.begin(w, q, "replay", target, who)
 	if !ok {
 		return

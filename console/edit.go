@@ -29,6 +29,7 @@ type editRequest struct {
 	dlq.Edit
 	// ResetAttempts gives the edited copy its full retry budget again.
 	ResetAttempts bool `json:"resetAttempts"`
+	Redirect
 }
 
 func (s *Server) postEdit(w http.ResponseWriter, r *http.Request, who string) {
@@ -63,11 +64,15 @@ func (s *Server) postEdit(w http.ResponseWriter, r *http.Request, who string) {
 		Change:    func(m *msg.Message) (*msg.Message, error) { return edit.Apply(m, s.o.Now()) },
 		Originals: originals,
 	}
+	req.Redirect.apply(&o)
 	if err := o.Validate(); err != nil {
 		httpError(w, http.StatusBadRequest, err)
 		return
 	}
-	job, release, ok := s.begin(w, q, "edit", "message "+req.Message, who)
+	if !s.checkTarget(w, r, o) {
+		return
+	}
+	job, release, ok := s.begin(w, q, "edit", "message "+req.Message+targetName(o), who)
 	if !ok {
 		return
 	}
@@ -79,7 +84,7 @@ func (s *Server) postEdit(w http.ResponseWriter, r *http.Request, who string) {
 				_, err := s.o.Broker.Originals(ctx, q.Name)
 				return err
 			},
-			account: editAccount(q.Name, originals),
+			account: editAccount(q.Name, originals, targetName(o)),
 		}, release)
 	})
 	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
@@ -87,11 +92,14 @@ func (s *Server) postEdit(w http.ResponseWriter, r *http.Request, who string) {
 
 // editAccount is an edit's line in the activity list: where the edited
 // copy went and where the original is kept, or why nothing moved.
-func editAccount(dlqName, originals string) func(dlq.ReplayResult) (string, error) {
+func editAccount(dlqName, originals, redirect string) func(dlq.ReplayResult) (string, error) {
 	return func(res dlq.ReplayResult) (string, error) {
 		switch {
 		case res.Recovered == 1:
-			return fmt.Sprintf("edited copy replayed to %s; the original is kept in %s", strings.Join(slices.Sorted(maps.Keys(res.ByQueue)), ", "), originals), nil
+			if redirect == "" {
+				redirect = " to " + strings.Join(slices.Sorted(maps.Keys(res.ByQueue)), ", ")
+			}
+			return fmt.Sprintf("edited copy replayed%s; the original is kept in %s", redirect, originals), nil
 		case res.KeptWhy[dlq.KeptChange] > 0:
 			return "nothing moved", fmt.Errorf("edit refused, the message is still in %s as it was: %s", dlqName, strings.Join(slices.Sorted(maps.Keys(res.Errors)), "; "))
 		case res.Kept > 0:

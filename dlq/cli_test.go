@@ -1105,3 +1105,45 @@ func TestCLIExportToStdout(t *testing.T) {
 		}
 	}
 }
+
+func TestCLIReplayToExchange(t *testing.T) {
+	e := newEnv(t)
+	byOriginal, byKey := e.Work+".by-original", e.Work+".by-key"
+	e.declare(byOriginal, nil)
+	e.declare(byKey, nil)
+	in, err := broker.OpenInspector(context.Background(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	// amq.topic exists on every broker; each queue is bound by its own key.
+	for q, key := range map[string]string{byOriginal: e.Work + ".created", byKey: e.Work + ".fixed"} {
+		if err := in.Bind(q, "amq.topic", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.fill(e.DLQ, deadMsg("a", e.Work, e.Work+".created", "max-attempts", 503, time.Hour))
+	if r := e.run("replay", "--dlq", e.DLQ, "--to-exchange", "no-such-"+e.Work); r.code == 0 || !strings.Contains(r.stderr, "destination exchange") {
+		t.Errorf("--to-exchange a missing exchange: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := e.run("replay", "--dlq", e.DLQ, "--to-routing-key", "x"); r.code != 64 || !strings.Contains(r.stderr, "only with --to-exchange") {
+		t.Errorf("--to-routing-key alone: exit %d\n%s", r.code, r.stderr)
+	}
+	if n := e.depth(e.DLQ); n != 1 {
+		t.Fatalf("DLQ holds %d after refused replays, want 1", n)
+	}
+	// The original routing key picks the queue.
+	if res, r := e.replayJSON("--dlq", e.DLQ, "--to-exchange", "amq.topic"); r.code != 0 || res.Recovered != 1 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	if got := ids(e.browse(byOriginal)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("%s holds %v", byOriginal, got)
+	}
+	e.fill(e.DLQ, deadMsg("b", e.Work, e.Work+".created", "max-attempts", 503, time.Hour))
+	if res, r := e.replayJSON("--dlq", e.DLQ, "--to-exchange", "amq.topic", "--to-routing-key", e.Work+".fixed"); r.code != 0 || res.Recovered != 1 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	if got := ids(e.browse(byKey)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("%s holds %v", byKey, got)
+	}
+}

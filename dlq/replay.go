@@ -150,7 +150,7 @@ func (o *ReplayOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("--to %q and --to-exchange %q: give a queue or an exchange, not both", o.To, o.ToExchange))
 	}
 	if o.RoutingKey != "" && o.ToExchange == "" {
-		errs = append(errs, fmt.Errorf("--routing-key %q: only with --to-exchange (a queue is reached by its name)", o.RoutingKey))
+		errs = append(errs, fmt.Errorf("--to-routing-key %q: only with --to-exchange (a queue is reached by its name)", o.RoutingKey))
 	}
 	if o.Originals != "" && (o.Originals == o.DLQ || o.Originals == o.To) {
 		errs = append(errs, fmt.Errorf("originals queue %q must be neither the DLQ nor the destination", o.Originals))

@@ -195,19 +195,6 @@ func (t *target) explain(err error) error {
 	return err
 }
 
-// queueExists checks a destination queue with a passive declare.
-func (t *target) queueExists(ctx context.Context, queue string) error {
-	in, err := broker.OpenInspector(ctx, t.opts)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if _, err := in.Depth(queue); err != nil {
-		return fmt.Errorf("destination queue %q: %w", queue, err)
-	}
-	return nil
-}
-
 // opener opens the DLQ on the config's broker, as every DLQ tool does.
 func (t *target) opener() *dlqconn.Opener {
 	return &dlqconn.Opener{Opts: t.opts, ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(), Log: t.log}

@@ -23,7 +23,9 @@ func newDLQReplayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Move messages back to their original queue: publish, confirm, then ack",
-		Long: `Moves DLQ messages to their original queue (x-original-queue) or to --to.
+		Long: `Moves DLQ messages to their original queue (x-original-queue), to --to, or
+through --to-exchange (with --to-routing-key, or each message's original
+routing key). The destination is checked to exist before anything moves.
 Each copy is published persistent and mandatory, confirmed by the broker,
 and only then is the original acked. A message without a known destination,
 replayed --max-replays times already, not matching the filters, or whose
@@ -90,10 +92,10 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				defer cancel()
 			}
 
-			if o.To != "" && !o.DryRun {
-				// Every publish to a missing queue would come back unroutable:
-				// say so once, before taking anything.
-				if err := t.queueExists(ctx, o.To); err != nil {
+			if (o.To != "" || o.ToExchange != "") && !o.DryRun {
+				// Every publish to a missing queue or exchange would come
+				// back unroutable: say so once, before taking anything.
+				if err := t.opener().CheckTarget(ctx, o.ToExchange, o.To); err != nil {
 					return err
 				}
 			}
@@ -152,6 +154,8 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 	ff.register(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&o.To, "to", "", "destination queue for every message (default: each message's x-original-queue)")
+	fs.StringVar(&o.ToExchange, "to-exchange", "", "publish every message to this exchange instead (its bindings decide where it goes), with --to-routing-key or the message's original routing key")
+	fs.StringVar(&o.RoutingKey, "to-routing-key", "", "routing key for --to-exchange (default: each message's original routing key)")
 	fs.IntVar(&o.Limit, "limit", 0, "replay at most this many messages (0: no limit)")
 	fs.Float64Var(&o.Rate, "rate", 0, "replay at most this many messages per second (0: no limit)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and count, but publish and remove nothing")

@@ -148,8 +148,9 @@
         const rate = el("input", { class: "rate", type: "number", min: 0, step: "any", value: String(state.overview ? state.overview.rate : 0), title: "replay rate, messages per second (0: no cap)" });
         const confirmBox = el("input", { class: "purge-confirm", type: "text", placeholder: "type " + g.count, hidden: true, autocomplete: "off" });
         const purgeGo = el("button", { class: "purge-go", hidden: true, onclick: () => purgeGroup(name, g, confirmBox.value) }, "Purge for good");
+        const to = redirectInputs();
         actions.append(
-          el("button", { class: "replay", onclick: () => replay(name, { group: g.id }, rate.value) }, "Replay"), " ", rate, " msg/s ",
+          el("button", { class: "replay", onclick: () => replay(name, Object.assign({ group: g.id }, to.value()), rate.value) }, "Replay"), " ", rate, " msg/s ", to.box, " ",
           el("button", { class: "export", onclick: () => exportGroup(name, g) }, "Export"), " ",
           el("button", { class: "purge", onclick: () => { confirmBox.hidden = false; purgeGo.hidden = false; confirmBox.focus(); } }, "Purge…"), " ",
           confirmBox, " ", purgeGo);
@@ -200,6 +201,26 @@
     return bar;
   }
 
+  // redirectInputs are the fields that send a replay somewhere else than
+  // each message's original queue: a queue, or an exchange and a routing
+  // key (blank: each message's original one). The console checks the
+  // target exists before anything moves.
+  function redirectInputs() {
+    const queue = el("input", { class: "redirect-to", type: "text", placeholder: "to queue", size: 12, autocomplete: "off", title: "replay to this queue instead of each message's original queue" });
+    const exchange = el("input", { class: "redirect-exchange", type: "text", placeholder: "or exchange", size: 12, autocomplete: "off", title: "publish to this exchange instead" });
+    const key = el("input", { class: "redirect-key", type: "text", placeholder: "routing key", size: 10, autocomplete: "off", title: "routing key with the exchange (blank: each message's original one)" });
+    return {
+      box: el("span", { class: "redirect" }, queue, " ", exchange, " ", key),
+      value: () => {
+        const v = {};
+        if (queue.value.trim()) v.to = queue.value.trim();
+        if (exchange.value.trim()) v.toExchange = exchange.value.trim();
+        if (key.value) v.routingKey = key.value;
+        return v;
+      },
+    };
+  }
+
   async function replay(name, target, rateText) {
     const body = Object.assign({}, target);
     if (rateText !== undefined && rateText !== "") body.rate = Number(rateText);
@@ -236,7 +257,9 @@
     else if (m.traceId) view.append(el("p", {}, "Trace id: ", el("code", {}, m.traceId)));
     if (state.allowActions) {
       const rate = el("input", { class: "rate", type: "number", min: 0, step: "any", value: String(state.overview ? state.overview.rate : 0) });
-      view.append(el("p", { class: "actions" }, el("button", { class: "replay-one", onclick: () => replay(name, { message: m.id }, rate.value) }, "Replay this message"), " ", rate, " msg/s"));
+      const to = redirectInputs();
+      state.redirect = to;
+      view.append(el("p", { class: "actions" }, el("button", { class: "replay-one", onclick: () => replay(name, Object.assign({ message: m.id }, to.value()), rate.value) }, "Replay this message"), " ", rate, " msg/s ", to.box));
     }
     view.append(el("h2", {}, "Attempt history"));
     view.append(fieldTable("history", m.history, false));
@@ -287,7 +310,7 @@
     headers.addEventListener("input", check);
     go.addEventListener("click", async () => {
       if (!check()) return;
-      const req = { message: m.id, contentType: ed.contentType, resetAttempts: reset.checked };
+      const req = Object.assign({ message: m.id, contentType: ed.contentType, resetAttempts: reset.checked }, state.redirect ? state.redirect.value() : {});
       if (body.value !== ed.body) req.body = body.value;
       if (headers.value !== headersText) req.headers = JSON.parse(headers.value);
       const result = document.getElementById("edit-result");
@@ -305,7 +328,7 @@
         "Hopper's history headers cannot be edited; the copy records who edited it, when, and the digest of the original body."),
       el("label", {}, "Body", ed.json ? " (JSON)" : ""), body, bodyStatus,
       el("label", {}, "Application headers (a JSON object)"), headers, headersStatus,
-      el("p", {}, el("label", {}, reset, " reset attempts (full retry budget again)"), " ", go),
+      el("p", {}, el("label", {}, reset, " reset attempts (full retry budget again)"), " ", go, " ", el("span", { class: "muted" }, "(to the queue or exchange given beside Replay this message, if any)")),
       el("p", { id: "edit-result", class: "muted" }));
     check();
     return box;
@@ -358,10 +381,13 @@
       const data = await api("/api/jobs");
       state.jobs = data.jobs;
       renderJobs();
-      // A finished action changes the groups: draw them again.
+      // A finished action changes the groups of its DLQ: draw them again
+      // if they are shown (not for another DLQ's: that would clear what
+      // the operator is typing here).
       let changed = false;
+      const shown = state.route.startsWith("#/dlq/") ? decodeURIComponent(state.route.slice(6).split("/")[0]) : "";
       for (const j of state.jobs) {
-        if (j.state !== "running" && !state.seenDone.has(j.id)) { state.seenDone.add(j.id); changed = true; }
+        if (j.state !== "running" && !state.seenDone.has(j.id)) { state.seenDone.add(j.id); changed = changed || j.dlq === shown; }
       }
       if (changed && state.route.startsWith("#/dlq/") && !state.route.includes("/msg/")) route();
       if (state.route === "#/activity") renderActivity(document.getElementById("view"));
