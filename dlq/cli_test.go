@@ -1147,3 +1147,41 @@ func TestCLIReplayToExchange(t *testing.T) {
 		t.Fatalf("%s holds %v", byKey, got)
 	}
 }
+
+func TestCLIReplayTransform(t *testing.T) {
+	e := newEnv(t)
+	body := func(id, b string) *msg.Message {
+		m := deadMsg(id, e.Work, "k", "non-retriable", 422, time.Hour)
+		m.Body = []byte(b)
+		return m
+	}
+	e.fill(e.DLQ, body("a", `{"currency":"EUR","amt":1}`), body("usd", `{"currency":"USD","amt":2}`), body("b", `{"currency":"EUR","amt":3}`))
+	patch := `[{"op":"test","path":"/body/currency","value":"EUR"},{"op":"move","from":"/body/amt","path":"/body/amount"}]`
+	if r := e.run("replay", "--dlq", e.DLQ, "--transform", `[{"op":"replace","path":"/headers/x-retry-count","value":0}]`); r.code != 64 || !strings.Contains(r.stderr, "history") {
+		t.Errorf("a patch of a history header: exit %d\n%s", r.code, r.stderr)
+	}
+	dry, r := e.replayJSON("--dlq", e.DLQ, "--transform", patch, "--dry-run")
+	if r.code != 0 || dry.WouldRecover != 2 || dry.Changed != 2 || dry.KeptWhy[dlq.KeptChange] != 1 {
+		t.Fatalf("dry run: exit %d %+v\n%s", r.code, dry, r.stderr)
+	}
+	if n := e.depth(e.DLQ); n != 3 {
+		t.Fatalf("a dry run left %d in the DLQ", n)
+	}
+	res, r := e.replayJSON("--dlq", e.DLQ, "--transform", patch, "--keep-originals", "--parallel", "1")
+	if r.code != 0 || res.Recovered != 2 || res.Changed != 2 || res.Kept != 1 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	got := e.browse(e.Work)
+	if len(got) != 2 || string(got[0].Body) != `{"currency":"EUR","amount":1}` || string(got[1].Body) != `{"currency":"EUR","amount":3}` ||
+		!strings.HasPrefix(got[0].String(msg.HeaderEditedBy), "hopper dlq replay") {
+		t.Fatalf("work queue: %v", got)
+	}
+	orig := e.browse(dlq.OriginalsQueue(e.DLQ))
+	if len(orig) != 2 || string(orig[0].Body) != `{"currency":"EUR","amt":1}` {
+		t.Fatalf("originals: %v", orig)
+	}
+	left := e.browse(e.DLQ)
+	if len(left) != 1 || left[0].MessageID != "usd" || string(left[0].Body) != `{"currency":"USD","amt":2}` {
+		t.Fatalf("DLQ after: %v", left)
+	}
+}

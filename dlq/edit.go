@@ -44,6 +44,9 @@ type Edit struct {
 	ContentType string `json:"contentType"`
 	// By names who edits (the console's token label).
 	By string `json:"-"`
+	// what, when set, names the kind of change in the copy's record
+	// ("transformation"); an operator's edit leaves it empty.
+	what string
 }
 
 // Validate reports every problem that can be seen without the message.
@@ -138,6 +141,9 @@ func (e *Edit) Apply(m *msg.Message, now time.Time) (*msg.Message, error) {
 		what = append(what, "nothing changed")
 	}
 	c.What = strings.Join(what, "; ")
+	if e.what != "" {
+		c.What = e.what + ": " + c.What
+	}
 	return msg.EditedCopy(m, c), nil
 }
 

@@ -111,8 +111,9 @@ type ReplayOptions struct {
 	OnBad func(n int, err error)
 	// Change, when set, makes the message a copy is made from: an edit or
 	// a transformation of the message taken from the DLQ. It must not
-	// change its argument. An error keeps the message in the DLQ as it
-	// was (KeptChange), and the error is counted in the result's Errors.
+	// change its argument; nil and no error replays the message as it is.
+	// An error keeps the message in the DLQ as it was (KeptChange), and
+	// the error is counted in the result's Errors.
 	Change func(m *msg.Message) (*msg.Message, error)
 	// Originals, when set with Change, is the queue that receives an exact
 	// copy of each message before its changed copy is published, so that
@@ -744,6 +745,13 @@ func (r *ReplayResult) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(tw, "would recover\t%d\n", r.WouldRecover)
 	} else {
 		fmt.Fprintf(tw, "recovered\t%d\t(%.0f msg/s)\n", r.Recovered, r.Rate)
+	}
+	if r.Changed > 0 || r.KeptWhy[KeptChange] > 0 {
+		verb := "changed"
+		if r.DryRun {
+			verb = "would change"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t(the transformation changes them before they go)\n", verb, r.Changed)
 	}
 	fmt.Fprintf(tw, "failed\t%d\t(still in the DLQ)\n", r.Failed)
 	fmt.Fprintf(tw, "kept\t%d\t(still in the DLQ)\n", r.Kept)

@@ -2,21 +2,41 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/user"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/progress"
+	"github.com/hopper-sidecar/hopper/msg"
 )
+
+// readTransform parses --transform: the patch itself, or @FILE.
+func readTransform(arg string) (*dlq.Transform, error) {
+	text := []byte(arg)
+	if name, ok := strings.CutPrefix(arg, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		text = b
+	}
+	return dlq.ParseTransform(text)
+}
 
 func newDLQReplayCmd() *cobra.Command {
 	var f dlqFlags
 	var ff filterFlags
 	var (
-		o            dlq.ReplayOptions
-		output       string
+		o             dlq.ReplayOptions
+		transform     string
+		keepOriginals bool
+		output        string
 		timeout      time.Duration
 		progressMode string
 	)
@@ -48,6 +68,21 @@ kept, so a message that fails again comes straight back to the DLQ; with
 --clear-deadline removes Hopper's deadline so an expired message is not
 expired again at once.
 
+--transform fixes each message before it goes: a JSON Patch (RFC 6902)
+applied to the document {"body": <the JSON body>, "headers": {<application
+headers>}}, e.g.
+
+  --transform '[{"op":"move","from":"/body/amt","path":"/body/amount"}]'
+
+A message it cannot be applied to (a failed "test" operation, a missing
+path, a body that is not JSON) stays in the DLQ as it was, counted as kept;
+one it leaves unchanged is replayed as it is. Hopper's history headers
+cannot be reached. The copy records that it was changed, by whom, when, and
+the digest of the original body; --keep-originals also publishes each
+original as it was to <dlq>.originals (confirmed) before its changed copy.
+With --dry-run the run counts what the transformation would change and
+where it fails, and moves nothing.
+
 Safe to kill at any point: a message is in the DLQ until its copy is
 confirmed; at most the --parallel messages in flight can end up in both
 queues. A run longer than the broker's consumer_timeout (30 min by default)
@@ -73,11 +108,27 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				return usage(fmt.Errorf("--timeout %s: must not be negative", timeout))
 			}
 			o.Filter = filter
+			var tr *dlq.Transform
+			if transform != "" {
+				if tr, err = readTransform(transform); err != nil {
+					return usage(fmt.Errorf("--transform: %w", err))
+				}
+				tr.By = "hopper dlq replay"
+				if u, uerr := user.Current(); uerr == nil {
+					tr.By += " (" + u.Username + ")"
+				}
+				o.Change = func(m *msg.Message) (*msg.Message, error) { return tr.Apply(m, time.Now()) }
+			} else if keepOriginals {
+				return usage(errors.New("--keep-originals: only with --transform"))
+			}
 			t, err := f.load(cmd, "replay")
 			if err != nil {
 				return err
 			}
 			o.DLQ = t.dlq
+			if keepOriginals {
+				o.Originals = dlq.OriginalsQueue(t.dlq)
+			}
 			if len(t.partitioned) > 0 {
 				o.Through = t.through
 			}
@@ -96,6 +147,11 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				// Every publish to a missing queue or exchange would come
 				// back unroutable: say so once, before taking anything.
 				if err := t.opener().CheckTarget(ctx, o.ToExchange, o.To); err != nil {
+					return err
+				}
+			}
+			if o.Originals != "" && !o.DryRun {
+				if _, err := t.opener().Originals(ctx, t.dlq); err != nil {
 					return err
 				}
 			}
@@ -156,6 +212,8 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 	fs.StringVar(&o.To, "to", "", "destination queue for every message (default: each message's x-original-queue)")
 	fs.StringVar(&o.ToExchange, "to-exchange", "", "publish every message to this exchange instead (its bindings decide where it goes), with --to-routing-key or the message's original routing key")
 	fs.StringVar(&o.RoutingKey, "to-routing-key", "", "routing key for --to-exchange (default: each message's original routing key)")
+	fs.StringVar(&transform, "transform", "", "fix each message before it is replayed: a JSON Patch (RFC 6902) over {\"body\": BODY, \"headers\": {APP HEADERS}}, or @FILE holding one; a message it fails on stays in the DLQ as it was")
+	fs.BoolVar(&keepOriginals, "keep-originals", false, "with --transform: publish each message as it was to <dlq>.originals (confirmed) before its changed copy")
 	fs.IntVar(&o.Limit, "limit", 0, "replay at most this many messages (0: no limit)")
 	fs.Float64Var(&o.Rate, "rate", 0, "replay at most this many messages per second (0: no limit)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and count, but publish and remove nothing")
