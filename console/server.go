@@ -308,6 +308,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/dlqs/{dlq}/scan", s.postScan)
 	mux.HandleFunc("POST /api/dlqs/{dlq}/replay", s.action(s.postReplay))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/edit", s.action(s.postEdit))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/transform", s.action(s.postTransform))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/transform/preview", s.action(s.postTransformPreview))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/export", s.action(s.postExport))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/purge", s.action(s.postPurge))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.action(s.postCancel))

@@ -151,6 +151,7 @@
         const to = redirectInputs();
         actions.append(
           el("button", { class: "replay", onclick: () => replay(name, Object.assign({ group: g.id }, to.value()), rate.value) }, "Replay"), " ", rate, " msg/s ", to.box, " ",
+          el("button", { class: "transform", onclick: () => openTransform(name, g) }, "Transform…"), " ",
           el("button", { class: "export", onclick: () => exportGroup(name, g) }, "Export"), " ",
           el("button", { class: "purge", onclick: () => { confirmBox.hidden = false; purgeGo.hidden = false; confirmBox.focus(); } }, "Purge…"), " ",
           confirmBox, " ", purgeGo);
@@ -173,6 +174,79 @@
         el("th", {}, "Routing key"), el("th", {}, "Error fingerprint"), el("th", {}, "First"), el("th", {}, "Last"), el("th", {}, "Sample"), el("th", {}, state.allowActions ? "Actions" : ""))),
       el("tbody", {}, rows)));
     if (!page.groups.length) view.append(el("p", { id: "no-groups" }, "No failure groups: the DLQ was empty when scanned, or no scan has finished."));
+    view.append(el("div", { id: "transform-box" }));
+    if (state.transform && state.transform.dlq === name) openTransform(name, page.groups.find((g) => g.id === state.transform.group));
+  }
+
+  // openTransform shows the transformation of a group: a JSON Patch over
+  // {"body": …, "headers": {…}}, its preview on the group's first
+  // messages, a dry run, and the run. What is typed survives the groups
+  // being drawn again.
+  function openTransform(name, g) {
+    const box = document.getElementById("transform-box");
+    if (!box) return;
+    clear(box);
+    if (!g) { state.transform = null; return; }
+    const prev = state.transform && state.transform.group === g.id ? state.transform : null;
+    state.transform = { dlq: name, group: g.id, patch: prev ? prev.patch : '[\n  {"op": "replace", "path": "/body/field", "value": "fixed"}\n]', keep: prev ? prev.keep : true };
+    const patch = el("textarea", { id: "transform-patch", rows: 8, cols: 100, spellcheck: "false" });
+    patch.value = state.transform.patch;
+    const status = el("div", { id: "transform-status", class: "muted" });
+    const keep = el("input", { id: "transform-keep", type: "checkbox", checked: state.transform.keep });
+    const out = el("div", { id: "transform-previews" });
+    const buttons = [];
+    function check() {
+      state.transform.patch = patch.value;
+      state.transform.keep = keep.checked;
+      let ok = true;
+      try {
+        const p = JSON.parse(patch.value);
+        if (!Array.isArray(p) || !p.length) throw new Error("want a JSON array of operations");
+        status.textContent = p.length + " operation" + (p.length === 1 ? "" : "s");
+        status.className = "ok";
+      } catch (e) { ok = false; status.textContent = "not a JSON Patch: " + e.message; status.className = "bad"; }
+      for (const b of buttons) b.disabled = !ok;
+      return ok;
+    }
+    const body = (extra) => Object.assign({ group: g.id, patch: JSON.parse(patch.value) }, extra);
+    const preview = el("button", { id: "transform-preview", onclick: async () => {
+      if (!check()) return;
+      clear(out);
+      out.append(el("p", { class: "muted" }, "Reading the first messages of the group…"));
+      try {
+        const data = await api(dlqPath(name) + "/transform/preview", { method: "POST", body: body({}) });
+        clear(out);
+        out.append(el("table", { id: "transform-preview-table" },
+          el("thead", {}, el("tr", {}, el("th", {}, "Message"), el("th", {}, "Before"), el("th", {}, "After"))),
+          el("tbody", {}, data.previews.map((p) => el("tr", { class: "preview", "data-id": p.id },
+            el("td", { class: "mono" }, p.id || "(no id)"),
+            el("td", {}, el("pre", { class: "before" }, p.before.body), el("pre", { class: "before-headers" }, JSON.stringify(p.before.headers, null, 2))),
+            el("td", {}, p.error ? el("div", { class: "bad preview-error" }, "left in the DLQ as it is: " + p.error)
+              : p.unchanged ? el("div", { class: "muted unchanged" }, "unchanged: replayed as it is")
+              : [el("pre", { class: "after" }, p.after.body), el("pre", { class: "after-headers" }, JSON.stringify(p.after.headers, null, 2))]))))));
+        showError("");
+      } catch (e) { clear(out); showError(e.message); }
+    } }, "Preview");
+    const start = (dryRun) => async () => {
+      if (!check()) return;
+      try { await api(dlqPath(name) + "/transform", { method: "POST", body: body({ dryRun, keepOriginals: keep.checked, rate: state.overview ? state.overview.rate : undefined }) }); showError(""); refreshJobs(); } catch (e) { showError(e.message); }
+    };
+    const dry = el("button", { id: "transform-dry", onclick: start(true) }, "Dry run");
+    const go = el("button", { id: "transform-go", onclick: start(false) }, "Transform and replay");
+    buttons.push(preview, dry, go);
+    patch.addEventListener("input", check);
+    keep.addEventListener("change", check);
+    box.append(el("section", { id: "transform", "data-group": g.id },
+      el("h2", {}, "Transform group " + g.id + " (" + plural(g.count, "message") + ")"),
+      el("p", { class: "muted" }, "A JSON Patch (RFC 6902) applied to {\"body\": the JSON body, \"headers\": {the application headers}} of each message before it is replayed, " +
+        "e.g. [{\"op\": \"move\", \"from\": \"/body/amt\", \"path\": \"/body/amount\"}]. A message it fails on (a failed test, a missing path, a body that is not JSON) stays in the DLQ as it is. " +
+        "Hopper's history headers cannot be changed; each copy records that it was changed, by whom and when."),
+      patch, status,
+      el("p", {}, el("label", {}, keep, " keep each original in " + name + ".originals first"), " ", preview, " ", dry, " ", go,
+        " ", el("button", { onclick: () => openTransform(name, null) }, "Close")),
+      out));
+    check();
+    box.scrollIntoView();
   }
 
   // messageList is a button that lists the group's messages (the first
