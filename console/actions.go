@@ -311,6 +311,7 @@ func (s *Server) replay(q *queueState, job *Job, run replayRun, release func()) 
 	defer cancel()
 	job.setCancel(cancel)
 	o := run.o
+	o.RunID = job.RunID
 	if run.account == nil {
 		run.account = replayAccount(q.Name)
 	}
@@ -473,4 +474,52 @@ func (s *Server) postExport(w http.ResponseWriter, r *http.Request, who string) 
 	}
 	job.finish(s.o.Now(), fmt.Sprintf("%d exported (%d bytes)", res.Exported, res.Bytes), err, ctx.Err() != nil)
 	s.o.Log.Info("console: export done", "dlq", q.Name, "target", target, "who", who, "exported", res.Exported, "bytes", res.Bytes)
+}
+
+// ignoreRequest is the body of marking a group ignored or not.
+type ignoreRequest struct {
+	Ignored bool `json:"ignored"`
+}
+
+// postIgnore marks a group ignored (it stays in the DLQ, out of the
+// overview's attention figure) or not. The mark is the console's own,
+// kept while it runs, by group id, so it holds across rescans.
+func (s *Server) postIgnore(w http.ResponseWriter, r *http.Request, who string) {
+	q, ok := s.queue(w, r)
+	if !ok {
+		return
+	}
+	var req ignoreRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("request body: want {\"ignored\": true or false}: %w", err))
+		return
+	}
+	id := r.PathValue("group")
+	q.mu.Lock()
+	ix := q.index
+	q.mu.Unlock()
+	g, found := Group{}, false
+	if ix != nil {
+		g, found = ix.Group(id)
+	}
+	if !found {
+		httpError(w, http.StatusNotFound, fmt.Errorf("no group %q in the last scan (rescanned since?)", id))
+		return
+	}
+	kind := "ignore"
+	q.mu.Lock()
+	if req.Ignored {
+		q.ignored[id] = true
+	} else {
+		kind = "unignore"
+		delete(q.ignored, id)
+	}
+	q.mu.Unlock()
+	job := s.newJob(kind, q.Name, "group "+id, who, g.Count)
+	job.done.Store(int64(g.Count))
+	job.finish(s.o.Now(), fmt.Sprintf("%d message(s) %s", g.Count, map[bool]string{true: "ignored: they stay in the DLQ, out of the attention figure", false: "counted again"}[req.Ignored]), nil, false)
+	s.o.Log.Info("console: "+kind, "dlq", q.Name, "group", id, "messages", g.Count, "who", who)
+	writeJSON(w, http.StatusOK, s.view(job, s.o.Now()))
 }

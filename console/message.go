@@ -37,6 +37,7 @@ var headerMeaning = map[string]string{
 	msg.HeaderReplayCount:        "times the message was replayed from a DLQ; a replay keeps it in the DLQ past the replay cap",
 	msg.HeaderReplayTime:         "when the message was last replayed",
 	msg.HeaderReplayedFrom:       "DLQ the message was last replayed from",
+	msg.HeaderReplayRun:          "replay run that last replayed the message; back in the DLQ, it failed again after that run",
 	msg.HeaderDeath:              "the broker's record of each time it dead-lettered the message (history only)",
 	msg.HeaderFirstDeathQueue:    "queue the broker first dead-lettered the message from",
 	msg.HeaderFirstDeathReason:   "why the broker first dead-lettered the message",

@@ -131,7 +131,9 @@ type Server struct {
 	nextID int
 	// ctx ends the background work; set by Run.
 	ctx context.Context
-	wg  sync.WaitGroup
+	// born is when the console started, in its replay runs' names.
+	born time.Time
+	wg   sync.WaitGroup
 }
 
 // queueState is one DLQ's part of the console.
@@ -149,6 +151,9 @@ type queueState struct {
 	depthAt  time.Time
 	// rotates is true once a read found that reading the DLQ rotates it.
 	rotates bool
+	// ignored are the ids of the groups an operator marked ignored: they
+	// stay in the DLQ and out of the overview's attention figure.
+	ignored map[string]bool
 }
 
 // New checks o and returns a server.
@@ -196,12 +201,12 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, queues: map[string]*queueState{}, ctx: context.Background()}
+	s := &Server{o: o, queues: map[string]*queueState{}, ctx: context.Background(), born: o.Now()}
 	for _, d := range o.DLQs {
 		if _, dup := s.queues[d.Name]; dup {
 			continue
 		}
-		s.queues[d.Name] = &queueState{DLQ: d, sampler: &Sampler{Now: o.Now}}
+		s.queues[d.Name] = &queueState{DLQ: d, sampler: &Sampler{Now: o.Now}, ignored: map[string]bool{}}
 		s.order = append(s.order, d.Name)
 	}
 	return s, nil
@@ -312,6 +317,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/dlqs/{dlq}/transform/preview", s.action(s.postTransformPreview))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/export", s.action(s.postExport))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/purge", s.action(s.postPurge))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/groups/{group}/ignore", s.action(s.postIgnore))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.action(s.postCancel))
 	return s.guard(mux)
 }
@@ -470,6 +476,10 @@ type Overview struct {
 	// ReadRotates is true once a read found that reading the DLQ rotates
 	// it (a quorum DLQ): its scan and message views are then actions.
 	ReadRotates bool `json:"readRotates"`
+	// Attention is the messages of the last scan outside the groups marked
+	// ignored; Ignored those inside them.
+	Attention int `json:"attention"`
+	Ignored   int `json:"ignored"`
 }
 
 // The overview's chart size, in pixels.
@@ -495,6 +505,12 @@ func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
 		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight), ReadRotates: q.rotates}
 		if q.index != nil {
 			ov.Oldest, ov.Newest, ov.Scanned, ov.Groups, ov.ScannedAt = q.index.Oldest, q.index.Newest, q.index.Scanned, len(q.index.groups), q.indexAt
+			for _, g := range q.index.groups {
+				if q.ignored[g.ID] {
+					ov.Ignored += g.Count
+				}
+			}
+			ov.Attention = ov.Scanned - ov.Ignored
 		}
 		scan, busy := q.scan, q.busy
 		q.mu.Unlock()
@@ -543,6 +559,11 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 	page := groupsPage{DLQ: q.Name, Groups: []Group{}, ScannedAt: at, ReadRotates: rotates}
 	if ix != nil {
 		page.Scanned, page.Groups = ix.Scanned, ix.Groups()
+		q.mu.Lock()
+		for i := range page.Groups {
+			page.Groups[i].Ignored = q.ignored[page.Groups[i].ID]
+		}
+		q.mu.Unlock()
 	}
 	if scan != nil {
 		v := scan.View(s.o.Now())
@@ -731,7 +752,7 @@ func (s *Server) listJobs(w http.ResponseWriter, _ *http.Request) {
 	now := s.o.Now()
 	out := make([]JobView, 0, len(jobs))
 	for i := len(jobs) - 1; i >= 0; i-- {
-		out = append(out, jobs[i].View(now))
+		out = append(out, s.view(jobs[i], now))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
 }
@@ -753,7 +774,28 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("id")))
 		return
 	}
-	writeJSON(w, http.StatusOK, j.View(s.o.Now()))
+	writeJSON(w, http.StatusOK, s.view(j, s.o.Now()))
+}
+
+// view is j's view with, for a replay run that has ended, how many of the
+// messages it moved are back in its DLQ by the last scan.
+func (s *Server) view(j *Job, now time.Time) JobView {
+	v := j.View(now)
+	if v.RunID == "" || v.State == StateRunning {
+		return v
+	}
+	q := s.queues[v.DLQ]
+	if q == nil {
+		return v
+	}
+	q.mu.Lock()
+	ix, at := q.index, q.indexAt
+	q.mu.Unlock()
+	if ix != nil && !at.Before(v.Finished) {
+		n := ix.Runs[v.RunID]
+		v.CameBack = &n
+	}
+	return v
 }
 
 func (s *Server) postCancel(w http.ResponseWriter, r *http.Request, who string) {
@@ -767,6 +809,10 @@ func (s *Server) postCancel(w http.ResponseWriter, r *http.Request, who string) 
 	writeJSON(w, http.StatusOK, j.View(s.o.Now()))
 }
 
+// movesCopies are the kinds of job that replay copies, each named by its
+// run id.
+var movesCopies = map[string]bool{"replay": true, "edit": true, "transform": true}
+
 // maxJobs bounds the activity list.
 const maxJobs = 500
 
@@ -776,6 +822,11 @@ func (s *Server) newJob(kind, dlqName, target, who string, total int) *Job {
 	defer s.mu.Unlock()
 	s.nextID++
 	j := &Job{ID: strconv.Itoa(s.nextID), Kind: kind, DLQ: dlqName, Target: target, Who: who, Started: s.o.Now(), state: StateRunning}
+	if movesCopies[kind] {
+		// Unique across restarts of the console: its start time, then the
+		// job's number.
+		j.RunID = fmt.Sprintf("console %s #%d", s.born.UTC().Format("20060102T150405Z"), s.nextID)
+	}
 	j.total.Store(int64(total))
 	s.jobs = append(s.jobs, j)
 	if len(s.jobs) > maxJobs {
@@ -805,6 +856,8 @@ type Job struct {
 	Target  string
 	Who     string
 	Started time.Time
+	// RunID names a replay run on the copies it publishes.
+	RunID string
 
 	total, taken, done atomic.Int64
 
@@ -836,13 +889,17 @@ type JobView struct {
 	ETA     string `json:"eta,omitempty"`
 	Error   string `json:"error,omitempty"`
 	Summary string `json:"summary,omitempty"`
+	// RunID names a replay run; CameBack counts its messages back in the
+	// DLQ (failed again) by the first scan after it ended.
+	RunID    string `json:"runId,omitempty"`
+	CameBack *int   `json:"cameBack,omitempty"`
 }
 
 // View snapshots the job.
 func (j *Job) View(now time.Time) JobView {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	v := JobView{ID: j.ID, Kind: j.Kind, DLQ: j.DLQ, Target: j.Target, Who: j.Who, State: j.state, Started: j.Started, Finished: j.finished, Error: j.err, Summary: j.summary,
+	v := JobView{ID: j.ID, Kind: j.Kind, DLQ: j.DLQ, Target: j.Target, Who: j.Who, State: j.state, Started: j.Started, Finished: j.finished, Error: j.err, Summary: j.summary, RunID: j.RunID,
 		Total: int(j.total.Load()), Taken: int(j.taken.Load()), Done: int(j.done.Load())}
 	switch {
 	case v.State == StateDone:

@@ -115,6 +115,9 @@ type ReplayOptions struct {
 	// An error keeps the message in the DLQ as it was (KeptChange), and
 	// the error is counted in the result's Errors.
 	Change func(m *msg.Message) (*msg.Message, error)
+	// RunID names the run on every copy (msg.HeaderReplayRun), so that a
+	// copy that comes back to the DLQ tells which run replayed it.
+	RunID string
 	// Originals, when set with Change, is the queue that receives an exact
 	// copy of each message before its changed copy is published, so that
 	// the message as it was can be got back; the changed copy is
@@ -601,6 +604,11 @@ func (r *replayer) move(ctx context.Context, d Delivery, m, changed *msg.Message
 	var cp *msg.Message
 	err := guard(func() error {
 		cp = msg.ReplayCopy(from, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+		// An earlier run's name would credit this run's failures to it.
+		delete(cp.Headers, msg.HeaderReplayRun)
+		if r.o.RunID != "" {
+			cp.Headers[msg.HeaderReplayRun] = r.o.RunID
+		}
 		return nil
 	})
 	if err == nil && changed != nil && r.o.Originals != "" {

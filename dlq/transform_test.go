@@ -58,8 +58,8 @@ func TestTransformApply(t *testing.T) {
 
 	// Failures: each leaves the message as it was.
 	for body, want := range map[string]string{
-		`{"currency": "USD", "amt": 5}`: "transformation",  // test fails
-		`{"currency": "EUR"}`:           "transformation",  // nothing to move
+		`{"currency": "USD", "amt": 5}`: "transformation",   // test fails
+		`{"currency": "EUR"}`:           "transformation",   // nothing to move
 		`not json`:                      "body is not JSON", // no document
 	} {
 		if cp, err := tr.Apply(msgOf(body), t0); err == nil || cp != nil || !strings.Contains(err.Error(), want) {

@@ -37,8 +37,8 @@ func newDLQReplayCmd() *cobra.Command {
 		transform     string
 		keepOriginals bool
 		output        string
-		timeout      time.Duration
-		progressMode string
+		timeout       time.Duration
+		progressMode  string
 	)
 	cmd := &cobra.Command{
 		Use:   "replay",
@@ -126,6 +126,9 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				return err
 			}
 			o.DLQ = t.dlq
+			// Named on every copy, so that a copy back in the DLQ tells
+			// which run replayed it (stats and the console count them).
+			o.RunID = fmt.Sprintf("cli %s pid %d", time.Now().UTC().Format("20060102T150405Z"), os.Getpid())
 			if keepOriginals {
 				o.Originals = dlq.OriginalsQueue(t.dlq)
 			}

@@ -76,6 +76,7 @@
           el("div", { class: "muted" }, d.queues.length ? "from " + d.queues.join(", ") : ""),
           d.readRotates ? el("div", { class: "muted rotates" }, rotatesNote()) : null),
         el("td", { class: "num depth" }, d.depthError ? "?" : String(d.depth)),
+        el("td", { class: "num attention" }, d.scanned ? String(d.attention) + (d.ignored ? " (" + d.ignored + " ignored)" : "") : "—"),
         el("td", { class: "num rate" }, d.hasRate ? d.perMinute.toFixed(1) : "…"),
         el("td", { class: "oldest" }, when(d.oldest)),
         el("td", { class: "newest" }, when(d.newest)),
@@ -87,7 +88,7 @@
         el("td", { class: "depth-error muted" }, d.depthError || ""));
     });
     view.append(el("table", { id: "dlqs" },
-      el("thead", {}, el("tr", {}, el("th", {}, "DLQ"), el("th", { class: "num" }, "Depth"), el("th", { class: "num" }, "Arriving /min"),
+      el("thead", {}, el("tr", {}, el("th", {}, "DLQ"), el("th", { class: "num" }, "Depth"), el("th", { class: "num", title: "messages of the last scan outside the groups marked ignored" }, "Needs attention"), el("th", { class: "num" }, "Arriving /min"),
         el("th", {}, "Oldest"), el("th", {}, "Newest"), el("th", {}, "Depth over time"), el("th", {}, "Scan"), el("th", {}, ""))),
       el("tbody", {}, rows)));
   }
@@ -152,6 +153,7 @@
         actions.append(
           el("button", { class: "replay", onclick: () => replay(name, Object.assign({ group: g.id }, to.value()), rate.value) }, "Replay"), " ", rate, " msg/s ", to.box, " ",
           el("button", { class: "transform", onclick: () => openTransform(name, g) }, "Transform…"), " ",
+          el("button", { class: "ignore", onclick: () => ignoreGroup(name, g, !g.ignored) }, g.ignored ? "Unignore" : "Ignore"), " ",
           el("button", { class: "export", onclick: () => exportGroup(name, g) }, "Export"), " ",
           el("button", { class: "purge", onclick: () => { confirmBox.hidden = false; purgeGo.hidden = false; confirmBox.focus(); } }, "Purge…"), " ",
           confirmBox, " ", purgeGo);
@@ -159,7 +161,9 @@
       return el("tr", { class: "group", "data-group": g.id },
         el("td", { class: "num count" }, String(g.count)),
         el("td", { class: "num share-cell" }, shareBar(g.share), " ", (g.share * 100).toFixed(1) + "%"),
-        el("td", { class: "reason" }, k.reason || "(unknown)"),
+        el("td", { class: "reason" }, k.reason || "(unknown)",
+          k.replayRun ? el("div", { class: "again muted" }, "failed again after replay run " + k.replayRun) : null,
+          g.ignored ? el("div", { class: "ignored-mark muted" }, "ignored") : null),
         el("td", { class: "status" }, k.status),
         el("td", { class: "rk mono" }, k.routingKey || "—"),
         el("td", { class: "fp mono" }, k.fingerprint || "(no error)"),
@@ -186,7 +190,9 @@
     const box = document.getElementById("transform-box");
     if (!box) return;
     clear(box);
-    if (!g) { state.transform = null; return; }
+    // A group missing from one drawing (a scan under way) keeps what was
+    // typed for the next; only Close forgets it.
+    if (!g) return;
     const prev = state.transform && state.transform.group === g.id ? state.transform : null;
     state.transform = { dlq: name, group: g.id, patch: prev ? prev.patch : '[\n  {"op": "replace", "path": "/body/field", "value": "fixed"}\n]', keep: prev ? prev.keep : true };
     const patch = el("textarea", { id: "transform-patch", rows: 8, cols: 100, spellcheck: "false" });
@@ -243,7 +249,7 @@
         "Hopper's history headers cannot be changed; each copy records that it was changed, by whom and when."),
       patch, status,
       el("p", {}, el("label", {}, keep, " keep each original in " + name + ".originals first"), " ", preview, " ", dry, " ", go,
-        " ", el("button", { onclick: () => openTransform(name, null) }, "Close")),
+        " ", el("button", { onclick: () => { state.transform = null; clear(box); } }, "Close")),
       out));
     check();
     box.scrollIntoView();
@@ -299,6 +305,12 @@
     const body = Object.assign({}, target);
     if (rateText !== undefined && rateText !== "") body.rate = Number(rateText);
     try { await api(dlqPath(name) + "/replay", { method: "POST", body }); showError(""); refreshJobs(); } catch (e) { showError(e.message); }
+  }
+
+  // ignoreGroup marks a group ignored (it stays in the DLQ, out of the
+  // overview's attention figure) or not.
+  async function ignoreGroup(name, g, ignored) {
+    try { await api(dlqPath(name) + "/groups/" + encodeURIComponent(g.id) + "/ignore", { method: "POST", body: { ignored } }); showError(""); await refreshJobs(); route(); } catch (e) { showError(e.message); }
   }
 
   async function purgeGroup(name, g, typed) {
@@ -421,10 +433,11 @@
     clear(view);
     view.append(el("h1", {}, "Activity"));
     view.append(el("table", { id: "activity" },
-      el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "What"), el("th", {}, "DLQ"), el("th", {}, "Target"), el("th", {}, "Who"), el("th", { class: "num" }, "Messages"), el("th", {}, "State"), el("th", {}, "Result"))),
+      el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "What"), el("th", {}, "DLQ"), el("th", {}, "Target"), el("th", {}, "Who"), el("th", { class: "num" }, "Messages"), el("th", { class: "num", title: "messages of the run back in the DLQ (failed again), by the last scan" }, "Came back"), el("th", {}, "State"), el("th", {}, "Result"))),
       el("tbody", {}, state.jobs.filter((j) => j.kind !== "read").map((j) => el("tr", { "data-job": j.id },
         el("td", {}, when(j.started)), el("td", { class: "kind" }, j.kind), el("td", {}, j.dlq), el("td", { class: "mono" }, j.target || "—"),
-        el("td", { class: "who" }, j.who || ""), el("td", { class: "num" }, String(j.done)), el("td", { class: "state" }, j.state),
+        el("td", { class: "who" }, j.who || ""), el("td", { class: "num" }, String(j.done)),
+        el("td", { class: "num came-back", title: j.runId || "" }, j.cameBack === undefined || j.cameBack === null ? "—" : String(j.cameBack)), el("td", { class: "state" }, j.state),
         el("td", {}, j.error ? j.summary + " " + j.error : j.summary))))));
   }
 

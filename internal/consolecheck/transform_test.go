@@ -94,13 +94,19 @@ func transformGroup(t *testing.T, quorum bool) {
 	// is refused: busy) and draws the groups again when it ends: click
 	// until the run is under way. A second run of the DLQ is refused while
 	// one holds it, so a click too many moves nothing.
-	run(t, ctx, "transform and replay",
-		chromedp.Poll[chromedp.Void](`(() => {
+	err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`(() => {
 			if (document.querySelector('#jobs .job[data-kind="transform"]')) return true;
 			const b = document.getElementById('transform-go');
+			window.clicks = (window.clicks || 0) + 1;
+			window.lastState = b ? (b.disabled ? 'disabled' : 'clicked') : 'no button';
 			if (b && !b.disabled) b.click();
 			return false;
-		})()`, chromedp.WithPollingInterval(time.Second), chromedp.WithPollingTimeout(5*time.Minute)),
+		})()`, chromedp.WithPollingInterval(time.Second), chromedp.WithPollingTimeout(3*time.Minute)))
+	if err != nil {
+		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`window.lastState + ' after ' + window.clicks + ' tries; error: ' + document.getElementById('error').textContent`))
+		t.Fatalf("start the transformation: %v (%s)", err, state)
+	}
+	run(t, ctx, "transform and replay",
 		pollLong(`Array.from(document.querySelectorAll('#jobs .job[data-kind="transform"]')).some(j => j.querySelector('.state').textContent === 'done')`))
 	moved := e.messages(work)
 	if len(moved) != n-usd {
