@@ -119,7 +119,40 @@ type actionRequest struct {
 	Rate *float64 `json:"rate"`
 	// Confirm must be the group's size (purge only).
 	Confirm string `json:"confirm"`
+	// Batch, when positive, replays that many messages at a time, then
+	// waits for Pause (a duration such as "30s"), or for Next when Pause
+	// is empty (replay only).
+	Batch int    `json:"batch"`
+	Pause string `json:"pause"`
 	Redirect
+}
+
+// between is what a batched replay does between batches: wait pause, or
+// the operator's Next when pause is 0; the job shows it waits.
+func (s *Server) between(job *Job, pause time.Duration) func(ctx context.Context, recovered int) error {
+	return func(ctx context.Context, recovered int) error {
+		// A Next sent before this wait is not for it.
+		select {
+		case <-job.next:
+		default:
+		}
+		job.waiting.Store(true)
+		defer job.waiting.Store(false)
+		s.o.Log.Info("console: replay between batches", "dlq", job.DLQ, "target", job.Target, "replayed", recovered, "pause", pause.String())
+		var timer <-chan time.Time
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-timer:
+		case <-job.next:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
 }
 
 // Redirect sends a replay somewhere else than each message's original
@@ -253,6 +286,20 @@ func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) 
 		Parallel: 64, IdleTimeout: 5 * time.Second, StallTimeout: time.Minute,
 	}
 	req.Redirect.apply(&o)
+	var pause time.Duration
+	if req.Batch > 0 && req.Pause != "" {
+		d, err := time.ParseDuration(req.Pause)
+		if err != nil || d <= 0 {
+			httpError(w, http.StatusBadRequest, fmt.Errorf("pause %q: want a positive duration such as 30s, or none to wait for Next", req.Pause))
+			return
+		}
+		pause = d
+	}
+	o.Batch = req.Batch
+	if o.Batch > 0 {
+		// Set once the job exists; Validate only needs to see one.
+		o.Between = func(context.Context, int) error { return nil }
+	}
 	if err := o.Validate(); err != nil {
 		httpError(w, http.StatusBadRequest, err)
 		return
@@ -262,9 +309,20 @@ func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) 
 		return
 	}
 	target += targetName(o)
+	if o.Batch > 0 {
+		wait := "Next"
+		if pause > 0 {
+			wait = pause.String()
+		}
+		target += fmt.Sprintf(" in batches of %d (%s between)", o.Batch, wait)
+	}
 	job, release, ok := s.begin(w, q, "replay", target, who)
 	if !ok {
 		return
+	}
+	if o.Batch > 0 {
+		job.Batch = o.Batch
+		o.Between = s.between(job, pause)
 	}
 	s.o.Log.Info("console: replay", "dlq", q.Name, "target", target, "rate", rate, "who", who)
 	s.start(func() { s.replay(q, job, replayRun{o: o}, release) })

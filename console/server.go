@@ -319,6 +319,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/dlqs/{dlq}/purge", s.action(s.postPurge))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/groups/{group}/ignore", s.action(s.postIgnore))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.action(s.postCancel))
+	mux.HandleFunc("POST /api/jobs/{id}/next", s.action(s.postNext))
 	return s.guard(mux)
 }
 
@@ -798,6 +799,26 @@ func (s *Server) view(j *Job, now time.Time) JobView {
 	return v
 }
 
+// postNext lets a batched replay waiting between two batches go on with
+// the next.
+func (s *Server) postNext(w http.ResponseWriter, r *http.Request, who string) {
+	j := s.job(r.PathValue("id"))
+	if j == nil {
+		httpError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("id")))
+		return
+	}
+	if !j.waiting.Load() {
+		httpError(w, http.StatusConflict, fmt.Errorf("job %s is not waiting between batches", j.ID))
+		return
+	}
+	select {
+	case j.next <- struct{}{}:
+	default:
+	}
+	s.o.Log.Info("console: next batch", "job", j.ID, "dlq", j.DLQ, "who", who)
+	writeJSON(w, http.StatusOK, s.view(j, s.o.Now()))
+}
+
 func (s *Server) postCancel(w http.ResponseWriter, r *http.Request, who string) {
 	j := s.job(r.PathValue("id"))
 	if j == nil {
@@ -821,7 +842,7 @@ func (s *Server) newJob(kind, dlqName, target, who string, total int) *Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
-	j := &Job{ID: strconv.Itoa(s.nextID), Kind: kind, DLQ: dlqName, Target: target, Who: who, Started: s.o.Now(), state: StateRunning}
+	j := &Job{ID: strconv.Itoa(s.nextID), Kind: kind, DLQ: dlqName, Target: target, Who: who, Started: s.o.Now(), state: StateRunning, next: make(chan struct{}, 1)}
 	if movesCopies[kind] {
 		// Unique across restarts of the console: its start time, then the
 		// job's number.
@@ -858,6 +879,11 @@ type Job struct {
 	Started time.Time
 	// RunID names a replay run on the copies it publishes.
 	RunID string
+	// Batch is the size of a batched replay's batches; waiting is true
+	// while it waits between two, for its pause or for next.
+	Batch   int
+	waiting atomic.Bool
+	next    chan struct{}
 
 	total, taken, done atomic.Int64
 
@@ -893,13 +919,17 @@ type JobView struct {
 	// DLQ (failed again) by the first scan after it ended.
 	RunID    string `json:"runId,omitempty"`
 	CameBack *int   `json:"cameBack,omitempty"`
+	// Batch is a batched replay's batch size; Waiting is true while it
+	// waits between two batches (for its pause, or for Next).
+	Batch   int  `json:"batch,omitempty"`
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // View snapshots the job.
 func (j *Job) View(now time.Time) JobView {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	v := JobView{ID: j.ID, Kind: j.Kind, DLQ: j.DLQ, Target: j.Target, Who: j.Who, State: j.state, Started: j.Started, Finished: j.finished, Error: j.err, Summary: j.summary, RunID: j.RunID,
+	v := JobView{ID: j.ID, Kind: j.Kind, DLQ: j.DLQ, Target: j.Target, Who: j.Who, State: j.state, Started: j.Started, Finished: j.finished, Error: j.err, Summary: j.summary, RunID: j.RunID, Batch: j.Batch, Waiting: j.waiting.Load(),
 		Total: int(j.total.Load()), Taken: int(j.taken.Load()), Done: int(j.done.Load())}
 	switch {
 	case v.State == StateDone:

@@ -1185,3 +1185,20 @@ func TestCLIReplayTransform(t *testing.T) {
 		t.Fatalf("DLQ after: %v", left)
 	}
 }
+
+func TestCLIReplayInBatches(t *testing.T) {
+	e := newEnv(t)
+	for i := range 5 {
+		e.fill(e.DLQ, deadMsg(fmt.Sprint(i), e.Work, "k", "max-attempts", 503, time.Hour))
+	}
+	if r := e.run("replay", "--dlq", e.DLQ, "--batch", "2"); r.code != 64 || !strings.Contains(r.stderr, "--pause") {
+		t.Errorf("--batch without --pause: exit %d\n%s", r.code, r.stderr)
+	}
+	res, r := e.replayJSON("--dlq", e.DLQ, "--batch", "2", "--pause", "10ms")
+	if r.code != 0 || res.Recovered != 5 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "next batch of 2"); n != 2 {
+		t.Errorf("%d waits between batches, want 2:\n%s", n, r.stderr)
+	}
+}

@@ -115,6 +115,17 @@ type ReplayOptions struct {
 	// An error keeps the message in the DLQ as it was (KeptChange), and
 	// the error is counted in the result's Errors.
 	Change func(m *msg.Message) (*msg.Message, error)
+	// Batch, when positive, replays in chunks of that many messages:
+	// after each chunk the run waits for the moves in flight, then calls
+	// Between (recovered so far), and goes on when it returns nil. So a
+	// fix can be tried on a few messages before the rest. Not in a dry
+	// run.
+	Batch int
+	// Between waits between chunks: a pause, or an operator's go-ahead.
+	// An error (ctx ended) stops the run; what it has not moved stays in
+	// the DLQ. The stall timeout does not run while it waits. Required
+	// with Batch.
+	Between func(ctx context.Context, recovered int) error
 	// RunID names the run on every copy (msg.HeaderReplayRun), so that a
 	// copy that comes back to the DLQ tells which run replayed it.
 	RunID string
@@ -149,6 +160,12 @@ func (o *ReplayOptions) Validate() error {
 	}
 	if o.To != "" && o.To == o.DLQ {
 		errs = append(errs, fmt.Errorf("--to %q is the DLQ itself", o.To))
+	}
+	if o.Batch < 0 {
+		errs = append(errs, fmt.Errorf("--batch %d: must not be negative", o.Batch))
+	}
+	if o.Batch > 0 && o.Between == nil {
+		errs = append(errs, fmt.Errorf("--batch %d: say what happens between batches (--pause)", o.Batch))
 	}
 	if o.To != "" && o.ToExchange != "" {
 		errs = append(errs, fmt.Errorf("--to %q and --to-exchange %q: give a queue or an exchange, not both", o.To, o.ToExchange))
@@ -208,6 +225,7 @@ const (
 	KeptMaxReplays    = "replay cap reached (x-replay-count >= --max-replays)"
 	KeptLimit         = "past --limit (handed back to keep the quorum DLQ's order)"
 	KeptChange        = "change refused (left in the DLQ as it was)"
+	KeptStopped       = "run stopped between batches"
 )
 
 // Why a run ended.
@@ -314,6 +332,11 @@ type replayer struct {
 	abort    func(error)
 	progress atomic.Int64 // UnixNano of the last progress
 	began    time.Time
+	// waiting is true while Between waits: no stall then.
+	waiting atomic.Bool
+	// nextBatch is the count of recovered messages at which the run next
+	// waits (Batch).
+	nextBatch int
 }
 
 // Replay runs one replay: it takes at most o.Bound messages from src and
@@ -458,6 +481,9 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 				return nil
 			})
 		}
+		if err == nil && verdict == "" && r.o.Batch > 0 && !r.o.DryRun && !r.batchOK(ctx) {
+			verdict = KeptStopped
+		}
 		if err == nil && verdict == "" && r.o.Change != nil {
 			changeErr = guard(func() error {
 				var cerr error
@@ -531,6 +557,34 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			r.move(ctx, d, m, changed, dest)
 		}()
 	}
+}
+
+// batchOK is called before a message is moved: at the end of a batch it
+// waits for the moves in flight, then for Between. false: the run stops.
+func (r *replayer) batchOK(ctx context.Context) bool {
+	if r.nextBatch == 0 {
+		r.nextBatch = r.o.Batch
+	}
+	r.mu.Lock()
+	n := r.res.Recovered + r.inflight
+	r.mu.Unlock()
+	if n < r.nextBatch {
+		return true
+	}
+	r.awaitMoves()
+	r.mu.Lock()
+	n = r.res.Recovered
+	r.mu.Unlock()
+	if n < r.nextBatch {
+		// Moves failed: the batch is not full yet.
+		return true
+	}
+	r.waiting.Store(true)
+	err := r.o.Between(ctx, n)
+	r.waiting.Store(false)
+	r.touch()
+	r.nextBatch = n + r.o.Batch
+	return err == nil && ctx.Err() == nil
 }
 
 // awaitMoves waits until no move is in flight. Moves end on their own,
@@ -679,7 +733,7 @@ func (r *replayer) watch(ctx context.Context, done <-chan struct{}, stop context
 			return
 		case <-tick.C:
 		}
-		if ctx.Err() == nil && time.Since(time.Unix(0, r.progress.Load())) > r.o.StallTimeout {
+		if ctx.Err() == nil && !r.waiting.Load() && time.Since(time.Unix(0, r.progress.Load())) > r.o.StallTimeout {
 			stop(ErrStalled)
 		}
 		// Half a tick of slack so that ticks landing just short of the

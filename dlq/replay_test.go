@@ -613,3 +613,47 @@ func TestReplayOptionsRedirectValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayInBatches(t *testing.T) {
+	five := func() *fakeQueue {
+		var ms []*msg.Message
+		for i := range 5 {
+			ms = append(ms, dead(fmt.Sprint(i), "orders", "k", "max-attempts", 500, time.Minute))
+		}
+		return newFakeQueue(t, ms...)
+	}
+	q, p := five(), newFakePub()
+	o := opts(5)
+	o.Parallel, o.Batch = 4, 2
+	var calls []string
+	o.Between = func(_ context.Context, recovered int) error {
+		// Every move of the batch has settled before the wait.
+		calls = append(calls, fmt.Sprintf("%d/%d", recovered, len(p.idsIn("orders"))))
+		return nil
+	}
+	res, err := replay(t, q, p, o)
+	if err != nil || res.Recovered != 5 {
+		t.Fatalf("err=%v %+v", err, res)
+	}
+	if !slices.Equal(calls, []string{"2/2", "4/4"}) {
+		t.Errorf("waits at %v, want after 2 and 4 moved", calls)
+	}
+
+	// Stopped at the first wait: the first batch moved, the rest stays.
+	q, p = five(), newFakePub()
+	ctx, cancel := context.WithCancel(context.Background())
+	o.Between = func(context.Context, int) error { cancel(); return context.Canceled }
+	res, err = Replay(ctx, q, p, o)
+	q.Close()
+	if res.Recovered != 2 || err == nil || res.End != EndInterrupted {
+		t.Fatalf("err=%v %+v", err, res)
+	}
+	accounted(t, res)
+	if ids := q.ids(); !slices.Equal(ids, []string{"2", "3", "4"}) {
+		t.Errorf("DLQ after = %v", ids)
+	}
+	o.Between = nil
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--batch") {
+		t.Errorf("batch without a wait: %v", err)
+	}
+}

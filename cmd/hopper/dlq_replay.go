@@ -36,6 +36,7 @@ func newDLQReplayCmd() *cobra.Command {
 		o             dlq.ReplayOptions
 		transform     string
 		keepOriginals bool
+		pause         time.Duration
 		output        string
 		timeout       time.Duration
 		progressMode  string
@@ -83,6 +84,12 @@ original as it was to <dlq>.originals (confirmed) before its changed copy.
 With --dry-run the run counts what the transformation would change and
 where it fails, and moves nothing.
 
+--batch N --pause D replays N messages, waits for their confirms and acks,
+then waits D before the next N, so that a fix can be watched on the first
+few before the rest go; interrupting it during a pause stops it there (a
+pause longer than the broker's consumer_timeout ends the run: nothing is
+lost, the rest stays in the DLQ).
+
 Safe to kill at any point: a message is in the DLQ until its copy is
 confirmed; at most the --parallel messages in flight can end up in both
 queues. A run longer than the broker's consumer_timeout (30 min by default)
@@ -120,6 +127,25 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				o.Change = func(m *msg.Message) (*msg.Message, error) { return tr.Apply(m, time.Now()) }
 			} else if keepOriginals {
 				return usage(errors.New("--keep-originals: only with --transform"))
+			}
+			if o.Batch > 0 {
+				if pause <= 0 {
+					return usage(fmt.Errorf("--batch %d: give --pause, the wait between batches (e.g. 30s)", o.Batch))
+				}
+				stderr := cmd.ErrOrStderr()
+				o.Between = func(ctx context.Context, recovered int) error {
+					fmt.Fprintf(stderr, "replay: %d replayed; next batch of %d in %s (interrupt to stop here: the rest stays in the DLQ)\n", recovered, o.Batch, pause)
+					t := time.NewTimer(pause)
+					defer t.Stop()
+					select {
+					case <-t.C:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+			} else if pause != 0 {
+				return usage(errors.New("--pause: only with --batch"))
 			}
 			t, err := f.load(cmd, "replay")
 			if err != nil {
@@ -217,6 +243,8 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 	fs.StringVar(&o.RoutingKey, "to-routing-key", "", "routing key for --to-exchange (default: each message's original routing key)")
 	fs.StringVar(&transform, "transform", "", "fix each message before it is replayed: a JSON Patch (RFC 6902) over {\"body\": BODY, \"headers\": {APP HEADERS}}, or @FILE holding one; a message it fails on stays in the DLQ as it was")
 	fs.BoolVar(&keepOriginals, "keep-originals", false, "with --transform: publish each message as it was to <dlq>.originals (confirmed) before its changed copy")
+	fs.IntVar(&o.Batch, "batch", 0, "replay this many messages at a time, waiting --pause between batches (0: all at once)")
+	fs.DurationVar(&pause, "pause", 0, "with --batch: the wait between batches, e.g. 30s")
 	fs.IntVar(&o.Limit, "limit", 0, "replay at most this many messages (0: no limit)")
 	fs.Float64Var(&o.Rate, "rate", 0, "replay at most this many messages per second (0: no limit)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and count, but publish and remove nothing")

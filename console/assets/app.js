@@ -150,8 +150,15 @@
         const confirmBox = el("input", { class: "purge-confirm", type: "text", placeholder: "type " + g.count, hidden: true, autocomplete: "off" });
         const purgeGo = el("button", { class: "purge-go", hidden: true, onclick: () => purgeGroup(name, g, confirmBox.value) }, "Purge for good");
         const to = redirectInputs();
+        const batch = el("input", { class: "batch", type: "number", min: 0, step: 1, placeholder: "batch", title: "replay this many at a time (blank: all at once)" });
+        const pause = el("input", { class: "pause", type: "text", size: 6, placeholder: "pause", title: "between batches: a pause such as 30s, or blank to wait for Next" });
+        const batched = () => {
+          const v = {};
+          if (batch.value && Number(batch.value) > 0) { v.batch = Number(batch.value); if (pause.value.trim()) v.pause = pause.value.trim(); }
+          return v;
+        };
         actions.append(
-          el("button", { class: "replay", onclick: () => replay(name, Object.assign({ group: g.id }, to.value()), rate.value) }, "Replay"), " ", rate, " msg/s ", to.box, " ",
+          el("button", { class: "replay", onclick: () => replay(name, Object.assign({ group: g.id }, to.value(), batched()), rate.value) }, "Replay"), " ", rate, " msg/s ", batch, " ", pause, " ", to.box, " ",
           el("button", { class: "transform", onclick: () => openTransform(name, g) }, "Transform…"), " ",
           el("button", { class: "ignore", onclick: () => ignoreGroup(name, g, !g.ignored) }, g.ignored ? "Unignore" : "Ignore"), " ",
           el("button", { class: "export", onclick: () => exportGroup(name, g) }, "Export"), " ",
@@ -455,8 +462,14 @@
         el("span", { class: "eta" }, j.eta ? "ETA " + j.eta : ""),
         el("span", { class: "state" }, j.state),
         el("span", { class: "summary" }, (j.summary || "") + (j.error ? " " + j.error : "")),
+        j.waiting ? el("span", { class: "waiting" }, j.done + " replayed; waiting before the next " + j.batch) : null,
+        j.waiting && state.allowActions ? el("button", { class: "next", onclick: () => nextBatch(j.id) }, "Next batch") : null,
         j.state === "running" && state.allowActions ? el("button", { class: "cancel", onclick: () => cancelJob(j.id) }, "Cancel") : null));
     }
+  }
+
+  async function nextBatch(id) {
+    try { await api("/api/jobs/" + encodeURIComponent(id) + "/next", { method: "POST" }); refreshJobs(); } catch (e) { showError(e.message); }
   }
 
   async function cancelJob(id) {
