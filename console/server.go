@@ -604,38 +604,17 @@ var errStopping = errors.New("the console is stopping")
 // errFound ends a pass that found the message it looked for.
 var errFound = errors.New("found")
 
-// fetch reads the message with id from q without removing anything: a
-// pass over the DLQ (as peek makes) that stops at the message on a
-// classic DLQ and goes round the whole of a quorum one, which must keep
-// its order. rotate allows reading a quorum DLQ (see open).
+// fetch reads the message with id from q without removing anything (see
+// firstOf). rotate allows reading a quorum DLQ (see open).
 func (s *Server) fetch(ctx context.Context, q *queueState, id string, rotate bool) (*msg.Message, error) {
-	release, err := s.claim(q, nil)
+	found, err := s.firstOf(ctx, q, dlq.Filter{MessageIDs: []string{id}}, 1, rotate)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	p, err := s.open(ctx, q, rotate)
-	if err != nil {
-		return nil, err
-	}
-	defer p.Close()
-	var found *msg.Message
-	_, err = dlq.Browse(ctx, p.Source, dlq.BrowseOptions{Limit: p.Present, Bound: p.Present, Rotate: p.Rotate}, func(m *msg.Message) error {
-		if found == nil && m.MessageID == id {
-			found = m.Clone()
-			if p.Rotate == nil {
-				return errFound
-			}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errFound) {
-		return nil, err
-	}
-	if found == nil {
+	if len(found) == 0 {
 		return nil, fmt.Errorf("message %q is not in %s (replayed or purged since the scan?)", id, q.Name)
 	}
-	return found, nil
+	return found[0], nil
 }
 
 // open opens q for a pass that removes nothing. Reading a quorum DLQ

@@ -78,7 +78,7 @@ func (s *Server) postTransformPreview(w http.ResponseWriter, r *http.Request, wh
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Minute)
 	defer cancel()
-	first, err := s.firstOf(ctx, q, sel.filter, previewSize)
+	first, err := s.firstOf(ctx, q, sel.filter, previewSize, true)
 	switch {
 	case errors.Is(err, errBusy):
 		httpError(w, http.StatusConflict, err)
@@ -96,16 +96,16 @@ func (s *Server) postTransformPreview(w http.ResponseWriter, r *http.Request, wh
 }
 
 // firstOf reads the first n messages of q the filter selects, removing
-// nothing: a pass over the DLQ that stops once it has them on a classic
-// DLQ, and goes round the whole of a quorum one, which must keep its
-// order. It is made for an action, so a quorum DLQ is read (rotated).
-func (s *Server) firstOf(ctx context.Context, q *queueState, f dlq.Filter, n int) ([]*msg.Message, error) {
+// nothing: a pass over the DLQ (as peek makes) that stops once it has them
+// on a classic DLQ, and goes round the whole of a quorum one, which must
+// keep its order. rotate allows reading a quorum DLQ (see open).
+func (s *Server) firstOf(ctx context.Context, q *queueState, f dlq.Filter, n int, rotate bool) ([]*msg.Message, error) {
 	release, err := s.claim(q, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	p, err := s.open(ctx, q, true)
+	p, err := s.open(ctx, q, rotate)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/console"
+	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
@@ -542,13 +543,22 @@ func TestConsoleHostileContentIsText(t *testing.T) {
 
 func TestConsoleSIGKILLDuringReplayLosesNothing(t *testing.T) {
 	for _, quorum := range []bool{false, true} {
-		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum) })
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum, false) })
 	}
 }
 
-// sigkillDuringReplay kills the console mid-replay of one group of the
-// classic (orders) or quorum (invoices) DLQ and accounts for every id.
-func sigkillDuringReplay(t *testing.T, quorum bool) {
+// TestConsoleSIGKILLDuringTransformLosesNothing: the same kill in the
+// middle of a transformation that keeps the originals.
+func TestConsoleSIGKILLDuringTransformLosesNothing(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum, true) })
+	}
+}
+
+// sigkillDuringReplay kills the console mid-replay (or mid-transformation)
+// of one group of the classic (orders) or quorum (invoices) DLQ and
+// accounts for every id.
+func sigkillDuringReplay(t *testing.T, quorum, transform bool) {
 	e := newEnv(t)
 	work := e.Orders
 	if quorum {
@@ -571,8 +581,14 @@ func sigkillDuringReplay(t *testing.T, quorum bool) {
 		return len(groups.Groups) == 2
 	})
 	var job console.JobView
-	if code := p.api(t, "POST", "api/dlqs/"+work+".dlq/replay", map[string]any{"group": groups.Groups[0].ID, "rate": 500}, &job); code != http.StatusAccepted {
-		t.Fatalf("replay: %d\n%s", code, p.logText())
+	action, req := "replay", map[string]any{"group": groups.Groups[0].ID, "rate": 500}
+	if transform {
+		action = "transform"
+		req["patch"] = []map[string]any{{"op": "add", "path": "/body/fixed", "value": true}}
+		req["keepOriginals"] = true
+	}
+	if code := p.api(t, "POST", "api/dlqs/"+work+".dlq/"+action, req, &job); code != http.StatusAccepted {
+		t.Fatalf("%s: %d\n%s", action, code, p.logText())
 	}
 	waitfor.Until(t, time.Minute, "the replay to move some messages", func() bool {
 		var j console.JobView
@@ -601,6 +617,29 @@ func sigkillDuringReplay(t *testing.T, quorum bool) {
 	for _, id := range moved {
 		if strings.HasPrefix(id, "stay-") {
 			t.Fatalf("%s of the other group was replayed", id)
+		}
+	}
+	if transform {
+		for _, m := range e.messages(work) {
+			if !strings.Contains(string(m.Body), `"fixed":true`) {
+				t.Fatalf("%s went unchanged: %s", m.MessageID, m.Body)
+			}
+		}
+		for _, m := range e.messages(work + ".dlq") {
+			if strings.Contains(string(m.Body), "fixed") {
+				t.Fatalf("%s is back in the DLQ changed: %s", m.MessageID, m.Body)
+			}
+		}
+		// Every message moved has its original kept (a copy kept for one
+		// whose move the kill cut short is an extra, never a loss).
+		kept := map[string]bool{}
+		for _, id := range e.contents(dlq.OriginalsQueue(work + ".dlq")) {
+			kept[id] = true
+		}
+		for _, id := range moved {
+			if !kept[id] {
+				t.Fatalf("%s was transformed and moved without its original kept", id)
+			}
 		}
 	}
 	if len(moved) == 0 || len(moved) == n {
