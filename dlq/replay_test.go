@@ -657,3 +657,22 @@ func TestReplayInBatches(t *testing.T) {
 		t.Errorf("batch without a wait: %v", err)
 	}
 }
+
+func TestReplayNamesTheRun(t *testing.T) {
+	a := dead("a", "orders", "k", "max-attempts", 500, time.Minute)
+	a.Headers[msg.HeaderReplayRun] = "an earlier run"
+	b := dead("b", "orders", "k", "max-attempts", 500, time.Minute)
+	for _, c := range []struct{ run, want string }{{"cli 1", "cli 1"}, {"", ""}} {
+		q, p := newFakeQueue(t, a, b), newFakePub()
+		o := opts(2)
+		o.RunID = c.run
+		if res, err := replay(t, q, p, o); err != nil || res.Recovered != 2 {
+			t.Fatalf("err=%v %+v", err, res)
+		}
+		for _, m := range p.confirmed["orders"] {
+			if got := m.String(msg.HeaderReplayRun); got != c.want {
+				t.Errorf("run %q: copy %s names run %q, want %q", c.run, m.MessageID, got, c.want)
+			}
+		}
+	}
+}
