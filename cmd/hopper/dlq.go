@@ -40,7 +40,7 @@ used; it may be left out when there is only one.
   export   write messages to a JSON Lines file (--remove to take them out)
   import   publish the messages of such a file to the DLQ (or --to)
   purge    delete every message (asks first)
-  console  web console: failure groups, messages, replay/export/purge of a group
+  console  web console: failure groups, messages, replay/edit/transform/export/purge
 
 stats, peek and export read messages without removing them: each is taken
 unacked and handed back when the command ends, in its place. On a quorum
