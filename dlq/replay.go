@@ -432,6 +432,12 @@ func (r *replayer) run(parent context.Context) error {
 // ended) and the error for an abnormal end.
 func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.WaitGroup, pace *pacer) (string, error) {
 	for {
+		// A select below with a free slot and an ended ctx may pick
+		// either, and a source may still hand out what it has buffered:
+		// once ctx has ended, nothing more is taken.
+		if ctx.Err() != nil {
+			return "", nil
+		}
 		r.mu.Lock()
 		taken, inflight, replaying := r.res.Taken, r.inflight, r.res.Recovered+r.res.WouldRecover+r.inflight
 		r.mu.Unlock()
