@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/chromedp/chromedp v0.23.0
+	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/expr-lang/expr v1.17.8
 	github.com/schollz/progressbar/v3 v3.19.1
 	golang.org/x/term v0.47.0

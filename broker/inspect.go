@@ -79,6 +79,25 @@ func (i *Inspector) declared(queue string) (amqp.Queue, error) {
 	return q, nil
 }
 
+// ExchangeExists checks an exchange with a passive declare, on a channel
+// of its own (a missing exchange closes the channel it is asked on). The
+// default exchange, named "", always exists.
+func (i *Inspector) ExchangeExists(name string) error {
+	if name == "" {
+		return nil
+	}
+	ch, err := i.s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer closeQuietly(ch)
+	// kind "", durable, autoDelete, internal, noWait: a passive declare checks the name only
+	if err := ch.ExchangeDeclarePassive(name, "", false, false, false, false, nil); err != nil {
+		return fmt.Errorf("%w: exchange %q: %w", ErrTopology, name, err)
+	}
+	return nil
+}
+
 // Purge removes every ready message and returns how many.
 func (i *Inspector) Purge(queue string) (int, error) {
 	n, err := i.s.ch.QueuePurge(queue, false) // noWait=false

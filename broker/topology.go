@@ -665,6 +665,21 @@ func closeQuietly(ch *amqp.Channel) {
 	}
 }
 
+// DeclareQueue connects once and declares q as Declare declares a queue
+// of the plan (an Unbounded quorum queue without a delivery limit where
+// the broker allows it), for a queue a tool needs beside the plan's.
+func DeclareQueue(ctx context.Context, o Options, q topology.Queue) error {
+	conn, _, err := o.dialOnce(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("connect to broker: %w", err)
+	}
+	defer conn.Close()
+	if err := declare(conn, q); err != nil {
+		return fmt.Errorf("declare queue %q: %w", q.Name, err)
+	}
+	return nil
+}
+
 // Apply connects once and declares (declare=true) or verifies the plan,
 // for the topology subcommands.
 func Apply(ctx context.Context, o Options, p *topology.Plan, declare bool) error {

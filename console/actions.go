@@ -119,6 +119,84 @@ type actionRequest struct {
 	Rate *float64 `json:"rate"`
 	// Confirm must be the group's size (purge only).
 	Confirm string `json:"confirm"`
+	// Batch, when positive, replays that many messages at a time, then
+	// waits for Pause (a duration such as "30s"), or for Next when Pause
+	// is empty (replay only).
+	Batch int    `json:"batch"`
+	Pause string `json:"pause"`
+	Redirect
+}
+
+// between is what a batched replay does between batches: wait pause, or
+// the operator's Next when pause is 0; the job shows it waits.
+func (s *Server) between(job *Job, pause time.Duration) func(ctx context.Context, recovered int) error {
+	return func(ctx context.Context, recovered int) error {
+		// A Next sent before this wait is not for it.
+		select {
+		case <-job.next:
+		default:
+		}
+		job.waiting.Store(true)
+		defer job.waiting.Store(false)
+		s.o.Log.Info("console: replay between batches", "dlq", job.DLQ, "target", job.Target, "replayed", recovered, "pause", pause.String())
+		var timer <-chan time.Time
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-timer:
+		case <-job.next:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+}
+
+// Redirect sends a replay somewhere else than each message's original
+// queue: a queue, or an exchange with a routing key (empty: each
+// message's original one). The target is checked to exist before
+// anything moves.
+type Redirect struct {
+	To         string `json:"to"`
+	ToExchange string `json:"toExchange"`
+	RoutingKey string `json:"routingKey"`
+}
+
+// apply sets the replay's destination.
+func (d Redirect) apply(o *dlq.ReplayOptions) {
+	o.To, o.ToExchange, o.RoutingKey = strings.TrimSpace(d.To), strings.TrimSpace(d.ToExchange), d.RoutingKey
+}
+
+// checkTarget answers 400 when the replay o is redirected to a queue or
+// exchange that does not exist, before anything is read or moved; ok is
+// false then.
+func (s *Server) checkTarget(w http.ResponseWriter, r *http.Request, o dlq.ReplayOptions) bool {
+	if o.To == "" && o.ToExchange == "" {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.o.Broker.CheckTarget(ctx, o.ToExchange, o.To); err != nil {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("nothing moved: %w", err))
+		return false
+	}
+	return true
+}
+
+// targetName names where a replay goes, for the activity list.
+func targetName(o dlq.ReplayOptions) string {
+	switch {
+	case o.ToExchange != "" && o.RoutingKey != "":
+		return " to exchange " + o.ToExchange + " with key " + o.RoutingKey
+	case o.ToExchange != "":
+		return " to exchange " + o.ToExchange
+	case o.To != "":
+		return " to " + o.To
+	}
+	return ""
 }
 
 // selected is what an action applies to: the filter the dlq run applies,
@@ -207,30 +285,102 @@ func (s *Server) postReplay(w http.ResponseWriter, r *http.Request, who string) 
 		DLQ: q.Name, Through: q.Through, Filter: filter, Rate: rate, MaxReplays: s.o.MaxReplays,
 		Parallel: 64, IdleTimeout: 5 * time.Second, StallTimeout: time.Minute,
 	}
+	req.Redirect.apply(&o)
+	var pause time.Duration
+	if req.Batch > 0 && req.Pause != "" {
+		d, err := time.ParseDuration(req.Pause)
+		if err != nil || d <= 0 {
+			httpError(w, http.StatusBadRequest, fmt.Errorf("pause %q: want a positive duration such as 30s, or none to wait for Next", req.Pause))
+			return
+		}
+		pause = d
+	}
+	o.Batch = req.Batch
+	if o.Batch > 0 {
+		// Set once the job exists; Validate only needs to see one.
+		o.Between = func(context.Context, int) error { return nil }
+	}
 	if err := o.Validate(); err != nil {
 		httpError(w, http.StatusBadRequest, err)
 		return
+	}
+	if !s.checkTarget(w, r, o) {
+		s.o.Log.Info("console: replay refused", "dlq", q.Name, "target", target+targetName(o), "who", who, "why", "destination missing")
+		return
+	}
+	target += targetName(o)
+	if o.Batch > 0 {
+		wait := "Next"
+		if pause > 0 {
+			wait = pause.String()
+		}
+		target += fmt.Sprintf(" in batches of %d (%s between)", o.Batch, wait)
 	}
 	job, release, ok := s.begin(w, q, "replay", target, who)
 	if !ok {
 		return
 	}
+	if o.Batch > 0 {
+		job.Batch = o.Batch
+		o.Between = s.between(job, pause)
+	}
 	s.o.Log.Info("console: replay", "dlq", q.Name, "target", target, "rate", rate, "who", who)
+	s.start(func() { s.replay(q, job, replayRun{o: o}, release) })
+	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// start runs fn in the background; Run waits for it when the console
+// stops.
+func (s *Server) start(fn func()) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.replay(q, job, o, release)
+		fn()
 	}()
-	writeJSON(w, http.StatusAccepted, job.View(s.o.Now()))
+}
+
+// replayRun is one replay the console makes.
+type replayRun struct {
+	o dlq.ReplayOptions
+	// prepare, when set, runs before the DLQ is opened; an error ends the
+	// run before anything is read.
+	prepare func(ctx context.Context) error
+	// account, when set, turns the run's account into the activity list's
+	// summary and error (default: replayAccount).
+	account func(res dlq.ReplayResult) (string, error)
+}
+
+// replayAccount is a replay's line in the activity list.
+func replayAccount(dlqName string) func(dlq.ReplayResult) (string, error) {
+	return func(res dlq.ReplayResult) (string, error) {
+		summary := fmt.Sprintf("%d replayed, %d failed, %d kept, %d left in place (%s)", res.Recovered, res.Failed, res.Kept, res.Skipped, res.End)
+		if res.Failed+res.Bad > 0 {
+			return summary, fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, dlqName)
+		}
+		return summary, nil
+	}
 }
 
 // replay runs dlq.Replay over the DLQ owned exclusively, as hopper dlq
 // replay does: each copy published, confirmed, then the original acked;
 // the messages outside the selection handed back.
-func (s *Server) replay(q *queueState, job *Job, o dlq.ReplayOptions, release func()) {
+func (s *Server) replay(q *queueState, job *Job, run replayRun, release func()) {
 	ctx, cancel := context.WithCancel(s.background())
 	defer cancel()
 	job.setCancel(cancel)
+	o := run.o
+	o.RunID = job.RunID
+	if run.account == nil {
+		run.account = replayAccount(q.Name)
+	}
+	if run.prepare != nil {
+		if err := run.prepare(ctx); err != nil {
+			release()
+			job.finish(s.o.Now(), "nothing moved", err, ctx.Err() != nil)
+			s.o.Log.Warn("console: "+job.Kind+" refused", "dlq", q.Name, "target", job.Target, "who", job.Who, "error", err.Error())
+			return
+		}
+	}
 	p, err := s.o.Broker.Own(ctx, q.Name, 2*o.Parallel, o.Parallel)
 	if err != nil {
 		release()
@@ -249,12 +399,12 @@ func (s *Server) replay(q *queueState, job *Job, o dlq.ReplayOptions, release fu
 	p.Close()
 	release()
 	q.sampler.Removed(res.Recovered)
-	summary := fmt.Sprintf("%d replayed, %d failed, %d kept, %d left in place (%s)", res.Recovered, res.Failed, res.Kept, res.Skipped, res.End)
-	if err == nil && res.Failed+res.Bad > 0 {
-		err = fmt.Errorf("%d message(s) could not be replayed; they are still in %s", res.Failed+res.Bad, q.Name)
+	summary, aerr := run.account(res)
+	if err == nil {
+		err = aerr
 	}
 	job.finish(s.o.Now(), summary, err, ctx.Err() != nil)
-	s.o.Log.Info("console: replay done", "dlq", q.Name, "target", job.Target, "who", job.Who, "replayed", res.Recovered, "failed", res.Failed, "kept", res.Kept, "end", res.End)
+	s.o.Log.Info("console: "+job.Kind+" done", "dlq", q.Name, "target", job.Target, "who", job.Who, "replayed", res.Recovered, "changed", res.Changed, "failed", res.Failed, "kept", res.Kept, "end", res.End)
 	s.rescan(q, job.Who)
 }
 
@@ -382,4 +532,52 @@ func (s *Server) postExport(w http.ResponseWriter, r *http.Request, who string) 
 	}
 	job.finish(s.o.Now(), fmt.Sprintf("%d exported (%d bytes)", res.Exported, res.Bytes), err, ctx.Err() != nil)
 	s.o.Log.Info("console: export done", "dlq", q.Name, "target", target, "who", who, "exported", res.Exported, "bytes", res.Bytes)
+}
+
+// ignoreRequest is the body of marking a group ignored or not.
+type ignoreRequest struct {
+	Ignored bool `json:"ignored"`
+}
+
+// postIgnore marks a group ignored (it stays in the DLQ, out of the
+// overview's attention figure) or not. The mark is the console's own,
+// kept while it runs, by group id, so it holds across rescans.
+func (s *Server) postIgnore(w http.ResponseWriter, r *http.Request, who string) {
+	q, ok := s.queue(w, r)
+	if !ok {
+		return
+	}
+	var req ignoreRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("request body: want {\"ignored\": true or false}: %w", err))
+		return
+	}
+	id := r.PathValue("group")
+	q.mu.Lock()
+	ix := q.index
+	q.mu.Unlock()
+	g, found := Group{}, false
+	if ix != nil {
+		g, found = ix.Group(id)
+	}
+	if !found {
+		httpError(w, http.StatusNotFound, fmt.Errorf("no group %q in the last scan (rescanned since?)", id))
+		return
+	}
+	kind := "ignore"
+	q.mu.Lock()
+	if req.Ignored {
+		q.ignored[id] = true
+	} else {
+		kind = "unignore"
+		delete(q.ignored, id)
+	}
+	q.mu.Unlock()
+	job := s.newJob(kind, q.Name, "group "+id, who, g.Count)
+	job.done.Store(int64(g.Count))
+	job.finish(s.o.Now(), fmt.Sprintf("%d message(s) %s", g.Count, map[bool]string{true: "ignored: they stay in the DLQ, out of the attention figure", false: "counted again"}[req.Ignored]), nil, false)
+	s.o.Log.Info("console: "+kind, "dlq", q.Name, "group", id, "messages", g.Count, "who", who)
+	writeJSON(w, http.StatusOK, s.view(job, s.o.Now()))
 }

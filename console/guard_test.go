@@ -37,6 +37,16 @@ func (b *fakeBroker) Own(context.Context, string, int, int) (dlq.Pass, error) {
 	return dlq.Pass{}, errors.New("no broker")
 }
 
+func (b *fakeBroker) Originals(context.Context, string) (string, error) {
+	b.opened.Add(1)
+	return "", errors.New("no broker")
+}
+
+func (b *fakeBroker) CheckTarget(context.Context, string, string) error {
+	b.opened.Add(1)
+	return errors.New("no broker")
+}
+
 // request sends one request to h as a browser on localhost:8089 would,
 // with the headers given.
 func request(h http.Handler, method, target string, hdr map[string]string) *httptest.ResponseRecorder {

@@ -26,6 +26,9 @@ type Index struct {
 	// dead-letter times (zero when none had one).
 	Scanned        int
 	Oldest, Newest time.Time
+	// Runs counts, per replay run, its messages that failed again and are
+	// back in the DLQ.
+	Runs map[string]int
 }
 
 type entry struct {
@@ -54,11 +57,13 @@ type Group struct {
 	SampleError string `json:"sampleError,omitempty"`
 	// Queues are the original queues its messages came from.
 	Queues []string `json:"queues"`
+	// Ignored is true while an operator has it marked ignored.
+	Ignored bool `json:"ignored"`
 }
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{byKey: map[dlq.GroupKey]int32{}}
+	return &Index{byKey: map[dlq.GroupKey]int32{}, Runs: map[string]int{}}
 }
 
 // Add indexes one message.
@@ -72,6 +77,12 @@ func (ix *Index) Add(m *msg.Message) {
 	}
 	g := ix.groups[gi]
 	g.Count++
+	if key.ReplayRun != "" {
+		if _, seen := ix.Runs[key.ReplayRun]; !seen {
+			key.ReplayRun = strings.Clone(key.ReplayRun)
+		}
+		ix.Runs[key.ReplayRun]++
+	}
 	if q := msg.OriginalQueue(m); q != "" && !slices.Contains(g.Queues, q) {
 		g.Queues = append(g.Queues, q)
 	}
@@ -103,6 +114,12 @@ func GroupID(k dlq.GroupKey) string {
 	h := fnv.New64a()
 	for _, s := range []string{k.Reason, k.Status, k.Fingerprint, k.RoutingKey} {
 		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	// Only when set, so that a group's id stays what it was before runs
+	// were named.
+	if k.ReplayRun != "" {
+		h.Write([]byte(k.ReplayRun))
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))

@@ -172,3 +172,30 @@ func TestIndexCompact(t *testing.T) {
 	}
 	runtime.KeepAlive(ix)
 }
+
+func TestIndexFailedAgainPerRun(t *testing.T) {
+	ix := NewIndex()
+	plain := dead("p", "orders", "order.paid", "non-retriable", 422, "invalid", t0)
+	ix.Add(plain)
+	for i, run := range []string{"run A", "run A", "run B"} {
+		m := dead("r"+strconv.Itoa(i), "orders", "order.paid", "non-retriable", 422, "invalid", t0)
+		m.Headers[msg.HeaderReplayRun] = run
+		ix.Add(m)
+	}
+	if len(ix.Groups()) != 3 {
+		t.Fatalf("groups %+v: one per run, apart from the never replayed", ix.Groups())
+	}
+	if ix.Runs["run A"] != 2 || ix.Runs["run B"] != 1 || len(ix.Runs) != 2 {
+		t.Errorf("runs %v", ix.Runs)
+	}
+	// A group never replayed keeps the id it had before runs were named.
+	key := dlq.GroupOf(plain)
+	if key.ReplayRun != "" || GroupID(key) != GroupID(dlq.GroupKey{Reason: key.Reason, Status: key.Status, Fingerprint: key.Fingerprint, RoutingKey: key.RoutingKey}) {
+		t.Errorf("key %+v", key)
+	}
+	withRun := key
+	withRun.ReplayRun = "run A"
+	if GroupID(withRun) == GroupID(key) {
+		t.Error("a run's group has the same id as the group never replayed")
+	}
+}

@@ -37,11 +37,17 @@ var headerMeaning = map[string]string{
 	msg.HeaderReplayCount:        "times the message was replayed from a DLQ; a replay keeps it in the DLQ past the replay cap",
 	msg.HeaderReplayTime:         "when the message was last replayed",
 	msg.HeaderReplayedFrom:       "DLQ the message was last replayed from",
+	msg.HeaderReplayRun:          "replay run that last replayed the message; back in the DLQ, it failed again after that run",
 	msg.HeaderDeath:              "the broker's record of each time it dead-lettered the message (history only)",
 	msg.HeaderFirstDeathQueue:    "queue the broker first dead-lettered the message from",
 	msg.HeaderFirstDeathReason:   "why the broker first dead-lettered the message",
 	msg.HeaderFirstDeathExchange: "exchange the message was in when the broker first dead-lettered it",
 	msg.HeaderDeliveryCount:      "times a quorum queue delivered the message and had it returned; past its delivery limit the broker drops it",
+	msg.HeaderEditedBy:           "who last edited the message before a replay (the console's token label)",
+	msg.HeaderEditedTime:         "when the message was last edited",
+	msg.HeaderEdited:             "what the last edit changed",
+	msg.HeaderEditCount:          "times the message was edited",
+	msg.HeaderOriginalBodyDigest: "SHA-256 of the body as first published, before any edit",
 }
 
 // Field is one name and value in the message view.
@@ -72,6 +78,8 @@ type MessageView struct {
 	Body       Body    `json:"body"`
 	TraceID    string  `json:"traceId,omitempty"`
 	TraceURL   string  `json:"traceUrl,omitempty"`
+	// Edit is where the editor starts, with actions allowed.
+	Edit *EditView `json:"edit,omitempty"`
 }
 
 func (s *Server) describe(dlqName string, m *msg.Message) MessageView {
@@ -90,6 +98,9 @@ func (s *Server) describe(dlqName string, m *msg.Message) MessageView {
 		v.Headers = append(v.Headers, Field{Name: k, Value: dlq.FormatValue(m.Headers[k]), About: headerMeaning[k]})
 	}
 	v.Body = renderBody(m.Body, s.o.MaxBody)
+	if s.o.AllowActions {
+		v.Edit = editView(dlqName, m)
+	}
 	if id := m.String(msg.HeaderTraceID); id != "" {
 		v.TraceID = id
 		if s.o.TraceURL != "" {

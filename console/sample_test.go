@@ -22,6 +22,12 @@ func (d *depths) BrowseInPlace(context.Context, string) (dlq.Pass, error) {
 func (d *depths) Own(context.Context, string, int, int) (dlq.Pass, error) {
 	return dlq.Pass{}, errors.New("no broker")
 }
+func (d *depths) Originals(context.Context, string) (string, error) {
+	return "", errors.New("no broker")
+}
+func (d *depths) CheckTarget(context.Context, string, string) error {
+	return errors.New("no broker")
+}
 
 // TestSampleSkipsABusyDLQ: while a scan holds a classic DLQ's messages the
 // broker reports them as gone; the sample is skipped, so the held

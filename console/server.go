@@ -40,6 +40,12 @@ type Broker interface {
 	// Own opens queue exclusively with a window of prefetch messages and,
 	// when inFlight > 0, a publisher with that many confirms pending.
 	Own(ctx context.Context, queue string, prefetch, inFlight int) (dlq.Pass, error)
+	// Originals makes sure the queue that keeps the originals of queue's
+	// edited messages exists, and names it.
+	Originals(ctx context.Context, queue string) (string, error)
+	// CheckTarget fails when a replay's destination does not exist: the
+	// exchange when not "", else the queue.
+	CheckTarget(ctx context.Context, exchange, queue string) error
 }
 
 // DLQ is one dead-letter queue the console shows.
@@ -125,7 +131,9 @@ type Server struct {
 	nextID int
 	// ctx ends the background work; set by Run.
 	ctx context.Context
-	wg  sync.WaitGroup
+	// born is when the console started, in its replay runs' names.
+	born time.Time
+	wg   sync.WaitGroup
 }
 
 // queueState is one DLQ's part of the console.
@@ -143,6 +151,9 @@ type queueState struct {
 	depthAt  time.Time
 	// rotates is true once a read found that reading the DLQ rotates it.
 	rotates bool
+	// ignored are the ids of the groups an operator marked ignored: they
+	// stay in the DLQ and out of the overview's attention figure.
+	ignored map[string]bool
 }
 
 // New checks o and returns a server.
@@ -190,12 +201,12 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, queues: map[string]*queueState{}, ctx: context.Background()}
+	s := &Server{o: o, queues: map[string]*queueState{}, ctx: context.Background(), born: o.Now()}
 	for _, d := range o.DLQs {
 		if _, dup := s.queues[d.Name]; dup {
 			continue
 		}
-		s.queues[d.Name] = &queueState{DLQ: d, sampler: &Sampler{Now: o.Now}}
+		s.queues[d.Name] = &queueState{DLQ: d, sampler: &Sampler{Now: o.Now}, ignored: map[string]bool{}}
 		s.order = append(s.order, d.Name)
 	}
 	return s, nil
@@ -301,9 +312,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
 	mux.HandleFunc("POST /api/dlqs/{dlq}/scan", s.postScan)
 	mux.HandleFunc("POST /api/dlqs/{dlq}/replay", s.action(s.postReplay))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/edit", s.action(s.postEdit))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/transform", s.action(s.postTransform))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/transform/preview", s.action(s.postTransformPreview))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/export", s.action(s.postExport))
 	mux.HandleFunc("POST /api/dlqs/{dlq}/purge", s.action(s.postPurge))
+	mux.HandleFunc("POST /api/dlqs/{dlq}/groups/{group}/ignore", s.action(s.postIgnore))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.action(s.postCancel))
+	mux.HandleFunc("POST /api/jobs/{id}/next", s.action(s.postNext))
 	return s.guard(mux)
 }
 
@@ -461,6 +477,10 @@ type Overview struct {
 	// ReadRotates is true once a read found that reading the DLQ rotates
 	// it (a quorum DLQ): its scan and message views are then actions.
 	ReadRotates bool `json:"readRotates"`
+	// Attention is the messages of the last scan outside the groups marked
+	// ignored; Ignored those inside them.
+	Attention int `json:"attention"`
+	Ignored   int `json:"ignored"`
 }
 
 // The overview's chart size, in pixels.
@@ -486,6 +506,12 @@ func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
 		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight), ReadRotates: q.rotates}
 		if q.index != nil {
 			ov.Oldest, ov.Newest, ov.Scanned, ov.Groups, ov.ScannedAt = q.index.Oldest, q.index.Newest, q.index.Scanned, len(q.index.groups), q.indexAt
+			for _, g := range q.index.groups {
+				if q.ignored[g.ID] {
+					ov.Ignored += g.Count
+				}
+			}
+			ov.Attention = ov.Scanned - ov.Ignored
 		}
 		scan, busy := q.scan, q.busy
 		q.mu.Unlock()
@@ -534,6 +560,11 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 	page := groupsPage{DLQ: q.Name, Groups: []Group{}, ScannedAt: at, ReadRotates: rotates}
 	if ix != nil {
 		page.Scanned, page.Groups = ix.Scanned, ix.Groups()
+		q.mu.Lock()
+		for i := range page.Groups {
+			page.Groups[i].Ignored = q.ignored[page.Groups[i].ID]
+		}
+		q.mu.Unlock()
 	}
 	if scan != nil {
 		v := scan.View(s.o.Now())
@@ -573,38 +604,17 @@ var errStopping = errors.New("the console is stopping")
 // errFound ends a pass that found the message it looked for.
 var errFound = errors.New("found")
 
-// fetch reads the message with id from q without removing anything: a
-// pass over the DLQ (as peek makes) that stops at the message on a
-// classic DLQ and goes round the whole of a quorum one, which must keep
-// its order. rotate allows reading a quorum DLQ (see open).
+// fetch reads the message with id from q without removing anything (see
+// firstOf). rotate allows reading a quorum DLQ (see open).
 func (s *Server) fetch(ctx context.Context, q *queueState, id string, rotate bool) (*msg.Message, error) {
-	release, err := s.claim(q, nil)
+	found, err := s.firstOf(ctx, q, dlq.Filter{MessageIDs: []string{id}}, 1, rotate)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	p, err := s.open(ctx, q, rotate)
-	if err != nil {
-		return nil, err
-	}
-	defer p.Close()
-	var found *msg.Message
-	_, err = dlq.Browse(ctx, p.Source, dlq.BrowseOptions{Limit: p.Present, Bound: p.Present, Rotate: p.Rotate}, func(m *msg.Message) error {
-		if found == nil && m.MessageID == id {
-			found = m.Clone()
-			if p.Rotate == nil {
-				return errFound
-			}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errFound) {
-		return nil, err
-	}
-	if found == nil {
+	if len(found) == 0 {
 		return nil, fmt.Errorf("message %q is not in %s (replayed or purged since the scan?)", id, q.Name)
 	}
-	return found, nil
+	return found[0], nil
 }
 
 // open opens q for a pass that removes nothing. Reading a quorum DLQ
@@ -722,7 +732,7 @@ func (s *Server) listJobs(w http.ResponseWriter, _ *http.Request) {
 	now := s.o.Now()
 	out := make([]JobView, 0, len(jobs))
 	for i := len(jobs) - 1; i >= 0; i-- {
-		out = append(out, jobs[i].View(now))
+		out = append(out, s.view(jobs[i], now))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
 }
@@ -744,7 +754,48 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("id")))
 		return
 	}
-	writeJSON(w, http.StatusOK, j.View(s.o.Now()))
+	writeJSON(w, http.StatusOK, s.view(j, s.o.Now()))
+}
+
+// view is j's view with, for a replay run that has ended, how many of the
+// messages it moved are back in its DLQ by the last scan.
+func (s *Server) view(j *Job, now time.Time) JobView {
+	v := j.View(now)
+	if v.RunID == "" || v.State == StateRunning {
+		return v
+	}
+	q := s.queues[v.DLQ]
+	if q == nil {
+		return v
+	}
+	q.mu.Lock()
+	ix, at := q.index, q.indexAt
+	q.mu.Unlock()
+	if ix != nil && !at.Before(v.Finished) {
+		n := ix.Runs[v.RunID]
+		v.CameBack = &n
+	}
+	return v
+}
+
+// postNext lets a batched replay waiting between two batches go on with
+// the next.
+func (s *Server) postNext(w http.ResponseWriter, r *http.Request, who string) {
+	j := s.job(r.PathValue("id"))
+	if j == nil {
+		httpError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("id")))
+		return
+	}
+	if !j.waiting.Load() {
+		httpError(w, http.StatusConflict, fmt.Errorf("job %s is not waiting between batches", j.ID))
+		return
+	}
+	select {
+	case j.next <- struct{}{}:
+	default:
+	}
+	s.o.Log.Info("console: next batch", "job", j.ID, "dlq", j.DLQ, "who", who)
+	writeJSON(w, http.StatusOK, s.view(j, s.o.Now()))
 }
 
 func (s *Server) postCancel(w http.ResponseWriter, r *http.Request, who string) {
@@ -758,6 +809,10 @@ func (s *Server) postCancel(w http.ResponseWriter, r *http.Request, who string) 
 	writeJSON(w, http.StatusOK, j.View(s.o.Now()))
 }
 
+// movesCopies are the kinds of job that replay copies, each named by its
+// run id.
+var movesCopies = map[string]bool{"replay": true, "edit": true, "transform": true}
+
 // maxJobs bounds the activity list.
 const maxJobs = 500
 
@@ -766,7 +821,12 @@ func (s *Server) newJob(kind, dlqName, target, who string, total int) *Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
-	j := &Job{ID: strconv.Itoa(s.nextID), Kind: kind, DLQ: dlqName, Target: target, Who: who, Started: s.o.Now(), state: StateRunning}
+	j := &Job{ID: strconv.Itoa(s.nextID), Kind: kind, DLQ: dlqName, Target: target, Who: who, Started: s.o.Now(), state: StateRunning, next: make(chan struct{}, 1)}
+	if movesCopies[kind] {
+		// Unique across restarts of the console: its start time, then the
+		// job's number.
+		j.RunID = fmt.Sprintf("console %s #%d", s.born.UTC().Format("20060102T150405Z"), s.nextID)
+	}
 	j.total.Store(int64(total))
 	s.jobs = append(s.jobs, j)
 	if len(s.jobs) > maxJobs {
@@ -796,6 +856,13 @@ type Job struct {
 	Target  string
 	Who     string
 	Started time.Time
+	// RunID names a replay run on the copies it publishes.
+	RunID string
+	// Batch is the size of a batched replay's batches; waiting is true
+	// while it waits between two, for its pause or for next.
+	Batch   int
+	waiting atomic.Bool
+	next    chan struct{}
 
 	total, taken, done atomic.Int64
 
@@ -827,13 +894,21 @@ type JobView struct {
 	ETA     string `json:"eta,omitempty"`
 	Error   string `json:"error,omitempty"`
 	Summary string `json:"summary,omitempty"`
+	// RunID names a replay run; CameBack counts its messages back in the
+	// DLQ (failed again) by the first scan after it ended.
+	RunID    string `json:"runId,omitempty"`
+	CameBack *int   `json:"cameBack,omitempty"`
+	// Batch is a batched replay's batch size; Waiting is true while it
+	// waits between two batches (for its pause, or for Next).
+	Batch   int  `json:"batch,omitempty"`
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // View snapshots the job.
 func (j *Job) View(now time.Time) JobView {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	v := JobView{ID: j.ID, Kind: j.Kind, DLQ: j.DLQ, Target: j.Target, Who: j.Who, State: j.state, Started: j.Started, Finished: j.finished, Error: j.err, Summary: j.summary,
+	v := JobView{ID: j.ID, Kind: j.Kind, DLQ: j.DLQ, Target: j.Target, Who: j.Who, State: j.state, Started: j.Started, Finished: j.finished, Error: j.err, Summary: j.summary, RunID: j.RunID, Batch: j.Batch, Waiting: j.waiting.Load(),
 		Total: int(j.total.Load()), Taken: int(j.taken.Load()), Done: int(j.done.Load())}
 	switch {
 	case v.State == StateDone:

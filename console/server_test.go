@@ -356,6 +356,9 @@ func TestLiveScanGroupsAndShowsMessageReadOnly(t *testing.T) {
 	if code := e.call("POST", e.path("/purge"), map[string]string{"group": svc.ID, "confirm": "4"}, withToken, nil); code != http.StatusForbidden {
 		t.Errorf("purge on a read-only console: %d, want 403", code)
 	}
+	if code := e.call("POST", e.path("/edit"), map[string]string{"message": "svc-0", "body": "{}", "contentType": "application/json"}, withToken, nil); code != http.StatusForbidden {
+		t.Errorf("edit on a read-only console: %d, want 403", code)
+	}
 	if got := e.contents(e.DLQ); len(got) != 9 {
 		t.Fatalf("DLQ holds %d messages, want 9", len(got))
 	}
@@ -388,8 +391,15 @@ func TestLiveReplayGroupMovesExactlyThatGroup(t *testing.T) {
 			if code := e.call("POST", e.path("/replay"), map[string]string{"group": val.ID}, site, nil); code != http.StatusForbidden {
 				t.Errorf("replay from another site: %d, want 403", code)
 			}
+			edit := map[string]string{"message": "val-0", "body": "{}", "contentType": "application/json"}
+			if code := e.call("POST", e.path("/edit"), edit, cross, nil); code != http.StatusForbidden {
+				t.Errorf("edit from another origin: %d, want 403", code)
+			}
+			if code := e.call("POST", e.path("/edit"), edit, nil, nil); code != http.StatusUnauthorized {
+				t.Errorf("edit without token: %d, want 401", code)
+			}
 			if got := e.contents(e.Work); len(got) != 0 {
-				t.Fatalf("refused replays moved %v", got)
+				t.Fatalf("refused replays and edits moved %v", got)
 			}
 
 			var job console.JobView

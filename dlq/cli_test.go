@@ -1105,3 +1105,100 @@ func TestCLIExportToStdout(t *testing.T) {
 		}
 	}
 }
+
+func TestCLIReplayToExchange(t *testing.T) {
+	e := newEnv(t)
+	byOriginal, byKey := e.Work+".by-original", e.Work+".by-key"
+	e.declare(byOriginal, nil)
+	e.declare(byKey, nil)
+	in, err := broker.OpenInspector(context.Background(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	// amq.topic exists on every broker; each queue is bound by its own key.
+	for q, key := range map[string]string{byOriginal: e.Work + ".created", byKey: e.Work + ".fixed"} {
+		if err := in.Bind(q, "amq.topic", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.fill(e.DLQ, deadMsg("a", e.Work, e.Work+".created", "max-attempts", 503, time.Hour))
+	if r := e.run("replay", "--dlq", e.DLQ, "--to-exchange", "no-such-"+e.Work); r.code == 0 || !strings.Contains(r.stderr, "destination exchange") {
+		t.Errorf("--to-exchange a missing exchange: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := e.run("replay", "--dlq", e.DLQ, "--to-routing-key", "x"); r.code != 64 || !strings.Contains(r.stderr, "only with --to-exchange") {
+		t.Errorf("--to-routing-key alone: exit %d\n%s", r.code, r.stderr)
+	}
+	if n := e.depth(e.DLQ); n != 1 {
+		t.Fatalf("DLQ holds %d after refused replays, want 1", n)
+	}
+	// The original routing key picks the queue.
+	if res, r := e.replayJSON("--dlq", e.DLQ, "--to-exchange", "amq.topic"); r.code != 0 || res.Recovered != 1 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	if got := ids(e.browse(byOriginal)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("%s holds %v", byOriginal, got)
+	}
+	e.fill(e.DLQ, deadMsg("b", e.Work, e.Work+".created", "max-attempts", 503, time.Hour))
+	if res, r := e.replayJSON("--dlq", e.DLQ, "--to-exchange", "amq.topic", "--to-routing-key", e.Work+".fixed"); r.code != 0 || res.Recovered != 1 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	if got := ids(e.browse(byKey)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("%s holds %v", byKey, got)
+	}
+}
+
+func TestCLIReplayTransform(t *testing.T) {
+	e := newEnv(t)
+	body := func(id, b string) *msg.Message {
+		m := deadMsg(id, e.Work, "k", "non-retriable", 422, time.Hour)
+		m.Body = []byte(b)
+		return m
+	}
+	e.fill(e.DLQ, body("a", `{"currency":"EUR","amt":1}`), body("usd", `{"currency":"USD","amt":2}`), body("b", `{"currency":"EUR","amt":3}`))
+	patch := `[{"op":"test","path":"/body/currency","value":"EUR"},{"op":"move","from":"/body/amt","path":"/body/amount"}]`
+	if r := e.run("replay", "--dlq", e.DLQ, "--transform", `[{"op":"replace","path":"/headers/x-retry-count","value":0}]`); r.code != 64 || !strings.Contains(r.stderr, "history") {
+		t.Errorf("a patch of a history header: exit %d\n%s", r.code, r.stderr)
+	}
+	dry, r := e.replayJSON("--dlq", e.DLQ, "--transform", patch, "--dry-run")
+	if r.code != 0 || dry.WouldRecover != 2 || dry.Changed != 2 || dry.KeptWhy[dlq.KeptChange] != 1 {
+		t.Fatalf("dry run: exit %d %+v\n%s", r.code, dry, r.stderr)
+	}
+	if n := e.depth(e.DLQ); n != 3 {
+		t.Fatalf("a dry run left %d in the DLQ", n)
+	}
+	res, r := e.replayJSON("--dlq", e.DLQ, "--transform", patch, "--keep-originals", "--parallel", "1")
+	if r.code != 0 || res.Recovered != 2 || res.Changed != 2 || res.Kept != 1 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	got := e.browse(e.Work)
+	if len(got) != 2 || string(got[0].Body) != `{"currency":"EUR","amount":1}` || string(got[1].Body) != `{"currency":"EUR","amount":3}` ||
+		!strings.HasPrefix(got[0].String(msg.HeaderEditedBy), "hopper dlq replay") {
+		t.Fatalf("work queue: %v", got)
+	}
+	orig := e.browse(dlq.OriginalsQueue(e.DLQ))
+	if len(orig) != 2 || string(orig[0].Body) != `{"currency":"EUR","amt":1}` {
+		t.Fatalf("originals: %v", orig)
+	}
+	left := e.browse(e.DLQ)
+	if len(left) != 1 || left[0].MessageID != "usd" || string(left[0].Body) != `{"currency":"USD","amt":2}` {
+		t.Fatalf("DLQ after: %v", left)
+	}
+}
+
+func TestCLIReplayInBatches(t *testing.T) {
+	e := newEnv(t)
+	for i := range 5 {
+		e.fill(e.DLQ, deadMsg(fmt.Sprint(i), e.Work, "k", "max-attempts", 503, time.Hour))
+	}
+	if r := e.run("replay", "--dlq", e.DLQ, "--batch", "2"); r.code != 64 || !strings.Contains(r.stderr, "--pause") {
+		t.Errorf("--batch without --pause: exit %d\n%s", r.code, r.stderr)
+	}
+	res, r := e.replayJSON("--dlq", e.DLQ, "--batch", "2", "--pause", "10ms")
+	if r.code != 0 || res.Recovered != 5 {
+		t.Fatalf("exit %d %+v\n%s", r.code, res, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "next batch of 2"); n != 2 {
+		t.Errorf("%d waits between batches, want 2:\n%s", n, r.stderr)
+	}
+}

@@ -28,6 +28,10 @@ type GroupKey struct {
 	Fingerprint string `json:"fingerprint"`
 	// RoutingKey is the routing key the message was first published with.
 	RoutingKey string `json:"routingKey"`
+	// ReplayRun names the replay run after which the message failed again
+	// (x-hopper-replay-run); "" for a message never replayed. A fix that
+	// did not hold shows as groups of its own, one per run.
+	ReplayRun string `json:"replayRun,omitempty"`
 }
 
 // GroupOf returns m's failure group.
@@ -37,6 +41,7 @@ func GroupOf(m *msg.Message) GroupKey {
 		Status:      statusKey(m),
 		Fingerprint: Fingerprint(m.String(msg.HeaderFinalError)),
 		RoutingKey:  msg.OriginalRoutingKey(m),
+		ReplayRun:   m.String(msg.HeaderReplayRun),
 	}
 }
 

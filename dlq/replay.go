@@ -54,6 +54,12 @@ type ReplayOptions struct {
 	// To, when set, is the destination queue for every message instead of
 	// its x-original-queue.
 	To string
+	// ToExchange, when set, is the exchange every message is published
+	// to instead, with RoutingKey, or the message's original routing key
+	// when RoutingKey is empty: the bindings of that exchange then decide
+	// where it goes, as they did when it was first published.
+	ToExchange string
+	RoutingKey string
 	// Through, when set and To is not, names the exchange a message from
 	// queue is replayed through instead of that queue: for a partition
 	// queue its consistent-hash exchange, published with the message's
@@ -103,6 +109,31 @@ type ReplayOptions struct {
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the run).
 	OnBad func(n int, err error)
+	// Change, when set, makes the message a copy is made from: an edit or
+	// a transformation of the message taken from the DLQ. It must not
+	// change its argument; nil and no error replays the message as it is.
+	// An error keeps the message in the DLQ as it was (KeptChange), and
+	// the error is counted in the result's Errors.
+	Change func(m *msg.Message) (*msg.Message, error)
+	// Batch, when positive, replays in chunks of that many messages:
+	// after each chunk the run waits for the moves in flight, then calls
+	// Between (recovered so far), and goes on when it returns nil. So a
+	// fix can be tried on a few messages before the rest. Not in a dry
+	// run.
+	Batch int
+	// Between waits between chunks: a pause, or an operator's go-ahead.
+	// An error (ctx ended) stops the run; what it has not moved stays in
+	// the DLQ. The stall timeout does not run while it waits. Required
+	// with Batch.
+	Between func(ctx context.Context, recovered int) error
+	// RunID names the run on every copy (msg.HeaderReplayRun), so that a
+	// copy that comes back to the DLQ tells which run replayed it.
+	RunID string
+	// Originals, when set with Change, is the queue that receives an exact
+	// copy of each message before its changed copy is published, so that
+	// the message as it was can be got back; the changed copy is
+	// published only once that copy is confirmed.
+	Originals string
 }
 
 // Validate reports every problem with the options at once, each named by
@@ -129,6 +160,21 @@ func (o *ReplayOptions) Validate() error {
 	}
 	if o.To != "" && o.To == o.DLQ {
 		errs = append(errs, fmt.Errorf("--to %q is the DLQ itself", o.To))
+	}
+	if o.Batch < 0 {
+		errs = append(errs, fmt.Errorf("--batch %d: must not be negative", o.Batch))
+	}
+	if o.Batch > 0 && o.Between == nil {
+		errs = append(errs, fmt.Errorf("--batch %d: say what happens between batches (--pause)", o.Batch))
+	}
+	if o.To != "" && o.ToExchange != "" {
+		errs = append(errs, fmt.Errorf("--to %q and --to-exchange %q: give a queue or an exchange, not both", o.To, o.ToExchange))
+	}
+	if o.RoutingKey != "" && o.ToExchange == "" {
+		errs = append(errs, fmt.Errorf("--to-routing-key %q: only with --to-exchange (a queue is reached by its name)", o.RoutingKey))
+	}
+	if o.Originals != "" && (o.Originals == o.DLQ || o.Originals == o.To) {
+		errs = append(errs, fmt.Errorf("originals queue %q must be neither the DLQ nor the destination", o.Originals))
 	}
 	if err := o.Filter.Validate(); err != nil {
 		errs = append(errs, err)
@@ -178,6 +224,8 @@ const (
 	KeptNoDestination = "no destination (no x-original-queue; use --to)"
 	KeptMaxReplays    = "replay cap reached (x-replay-count >= --max-replays)"
 	KeptLimit         = "past --limit (handed back to keep the quorum DLQ's order)"
+	KeptChange        = "change refused (left in the DLQ as it was)"
+	KeptStopped       = "run stopped between batches"
 )
 
 // Why a run ended.
@@ -226,6 +274,9 @@ type ReplayResult struct {
 	Kept int `json:"kept"`
 	// Skipped did not match the filter.
 	Skipped int `json:"skipped"`
+	// Changed are the recovered (or, in a dry run, would-be recovered)
+	// messages whose copy was changed (ReplayOptions.Change).
+	Changed int `json:"changed,omitempty"`
 	// Bad could not be processed (see the package doc); they stay.
 	Bad int `json:"bad,omitempty"`
 	// InFlight are taken and not yet decided (progress reports only).
@@ -281,6 +332,11 @@ type replayer struct {
 	abort    func(error)
 	progress atomic.Int64 // UnixNano of the last progress
 	began    time.Time
+	// waiting is true while Between waits: no stall then.
+	waiting atomic.Bool
+	// nextBatch is the count of recovered messages at which the run next
+	// waits (Batch).
+	nextBatch int
 }
 
 // Replay runs one replay: it takes at most o.Bound messages from src and
@@ -376,6 +432,12 @@ func (r *replayer) run(parent context.Context) error {
 // ended) and the error for an abnormal end.
 func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.WaitGroup, pace *pacer) (string, error) {
 	for {
+		// A select below with a free slot and an ended ctx may pick
+		// either, and a source may still hand out what it has buffered:
+		// once ctx has ended, nothing more is taken.
+		if ctx.Err() != nil {
+			return "", nil
+		}
 		r.mu.Lock()
 		taken, inflight, replaying := r.res.Taken, r.inflight, r.res.Recovered+r.res.WouldRecover+r.inflight
 		r.mu.Unlock()
@@ -417,11 +479,26 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		r.touch()
 		m, err := message(d)
 		var dest, verdict string
+		var changed *msg.Message
+		var changeErr error
 		if err == nil {
 			err = guard(func() error {
 				dest, verdict = r.decide(m, replaying)
 				return nil
 			})
+		}
+		if err == nil && verdict == "" && r.o.Batch > 0 && !r.o.DryRun && !r.batchOK(ctx) {
+			verdict = KeptStopped
+		}
+		if err == nil && verdict == "" && r.o.Change != nil {
+			changeErr = guard(func() error {
+				var cerr error
+				changed, cerr = r.o.Change(m)
+				return cerr
+			})
+			if changeErr != nil {
+				verdict = KeptChange
+			}
 		}
 
 		r.mu.Lock()
@@ -434,6 +511,9 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		case verdict == "" && r.o.DryRun:
 			r.res.WouldRecover++
 			r.res.queue(msg.OriginalQueue(m)).WouldRecover++
+			if changed != nil {
+				r.res.Changed++
+			}
 		case verdict == "":
 			r.inflight++
 		case verdict == "skip":
@@ -443,6 +523,9 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			r.res.Kept++
 			r.res.queue(msg.OriginalQueue(m)).Kept++
 			r.res.KeptWhy[verdict]++
+			if changeErr != nil {
+				r.countError(changeErr)
+			}
 		}
 		r.mu.Unlock()
 		if err != nil && r.o.OnBad != nil {
@@ -477,9 +560,37 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		go func() {
 			defer workers.Done()
 			defer func() { <-slots }()
-			r.move(ctx, d, m, dest)
+			r.move(ctx, d, m, changed, dest)
 		}()
 	}
+}
+
+// batchOK is called before a message is moved: at the end of a batch it
+// waits for the moves in flight, then for Between. false: the run stops.
+func (r *replayer) batchOK(ctx context.Context) bool {
+	if r.nextBatch == 0 {
+		r.nextBatch = r.o.Batch
+	}
+	r.mu.Lock()
+	n := r.res.Recovered + r.inflight
+	r.mu.Unlock()
+	if n < r.nextBatch {
+		return true
+	}
+	r.awaitMoves()
+	r.mu.Lock()
+	n = r.res.Recovered
+	r.mu.Unlock()
+	if n < r.nextBatch {
+		// Moves failed: the batch is not full yet.
+		return true
+	}
+	r.waiting.Store(true)
+	err := r.o.Between(ctx, n)
+	r.waiting.Store(false)
+	r.touch()
+	r.nextBatch = n + r.o.Batch
+	return err == nil && ctx.Err() == nil
 }
 
 // awaitMoves waits until no move is in flight. Moves end on their own,
@@ -506,6 +617,9 @@ func (r *replayer) decide(m *msg.Message, replaying int) (dest, verdict string) 
 		return "", KeptLimit
 	}
 	dest = r.o.To
+	if r.o.ToExchange != "" {
+		dest = "exchange " + r.o.ToExchange
+	}
 	if dest == "" {
 		dest = msg.OriginalQueue(m)
 	}
@@ -519,9 +633,16 @@ func (r *replayer) decide(m *msg.Message, replaying int) (dest, verdict string) 
 }
 
 // route is the exchange and routing key a copy for dest is published
-// with: dest through the default exchange, or the exchange in front of
-// dest's partitions with the original routing key.
+// with: ToExchange when set; else dest through the default exchange, or
+// the exchange in front of dest's partitions with the original routing
+// key.
 func (r *replayer) route(m *msg.Message, dest string) (exchange, key string) {
+	if r.o.ToExchange != "" {
+		if r.o.RoutingKey != "" {
+			return r.o.ToExchange, r.o.RoutingKey
+		}
+		return r.o.ToExchange, msg.OriginalRoutingKey(m)
+	}
 	if r.o.To == "" && r.o.Through != nil {
 		if ex, ok := r.o.Through(dest); ok {
 			return ex, msg.OriginalRoutingKey(m)
@@ -532,13 +653,31 @@ func (r *replayer) route(m *msg.Message, dest string) (exchange, key string) {
 
 // move publishes the copy, waits for the confirm, then acks the original.
 // A failed publish leaves the original held (it returns to the DLQ at the
-// end of the run), or rotated on a quorum DLQ; never acked.
-func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest string) {
+// end of the run), or rotated on a quorum DLQ; never acked. changed, when
+// not nil, is what the copy is made from instead of m; the original then
+// goes to the originals queue first, when there is one.
+func (r *replayer) move(ctx context.Context, d Delivery, m, changed *msg.Message, dest string) {
+	from := m
+	if changed != nil {
+		from = changed
+	}
 	var cp *msg.Message
 	err := guard(func() error {
-		cp = msg.ReplayCopy(m, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+		cp = msg.ReplayCopy(from, r.o.DLQ, r.o.Now(), r.o.ResetAttempts, r.o.ClearDeadline)
+		// An earlier run's name would credit this run's failures to it.
+		delete(cp.Headers, msg.HeaderReplayRun)
+		if r.o.RunID != "" {
+			cp.Headers[msg.HeaderReplayRun] = r.o.RunID
+		}
 		return nil
 	})
+	if err == nil && changed != nil && r.o.Originals != "" {
+		// Not ctx, as below. The original stays in the DLQ until both
+		// copies are confirmed.
+		if perr := r.pub.PublishTo(context.WithoutCancel(ctx), "", r.o.Originals, msg.KeepCopy(m)); perr != nil {
+			err = fmt.Errorf("keep the original in %s: %w", r.o.Originals, perr)
+		}
+	}
 	published := false
 	if err == nil {
 		// Not ctx: an interrupt must not abandon a publish the broker may
@@ -570,14 +709,22 @@ func (r *replayer) move(ctx context.Context, d Delivery, m *msg.Message, dest st
 	if err != nil {
 		r.res.Failed++
 		q.Failed++
-		key := err.Error()
-		if _, seen := r.res.Errors[key]; seen || len(r.res.Errors) < maxErrorKinds {
-			r.res.Errors[key]++
-		}
+		r.countError(err)
 		return
 	}
 	r.res.Recovered++
 	q.Recovered++
+	if changed != nil {
+		r.res.Changed++
+	}
+}
+
+// countError counts a failure in the result's Errors; r.mu is held.
+func (r *replayer) countError(err error) {
+	key := err.Error()
+	if _, seen := r.res.Errors[key]; seen || len(r.res.Errors) < maxErrorKinds {
+		r.res.Errors[key]++
+	}
 }
 
 // watch reports progress and ends the run when it stalls.
@@ -592,7 +739,7 @@ func (r *replayer) watch(ctx context.Context, done <-chan struct{}, stop context
 			return
 		case <-tick.C:
 		}
-		if ctx.Err() == nil && time.Since(time.Unix(0, r.progress.Load())) > r.o.StallTimeout {
+		if ctx.Err() == nil && !r.waiting.Load() && time.Since(time.Unix(0, r.progress.Load())) > r.o.StallTimeout {
 			stop(ErrStalled)
 		}
 		// Half a tick of slack so that ticks landing just short of the
@@ -666,6 +813,13 @@ func (r *ReplayResult) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(tw, "would recover\t%d\n", r.WouldRecover)
 	} else {
 		fmt.Fprintf(tw, "recovered\t%d\t(%.0f msg/s)\n", r.Recovered, r.Rate)
+	}
+	if r.Changed > 0 || r.KeptWhy[KeptChange] > 0 {
+		verb := "changed"
+		if r.DryRun {
+			verb = "would change"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t(the transformation changes them before they go)\n", verb, r.Changed)
 	}
 	fmt.Fprintf(tw, "failed\t%d\t(still in the DLQ)\n", r.Failed)
 	fmt.Fprintf(tw, "kept\t%d\t(still in the DLQ)\n", r.Kept)

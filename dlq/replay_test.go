@@ -497,3 +497,182 @@ func TestReplayLimitCountsRecoveredOnly(t *testing.T) {
 		t.Errorf("DLQ after = %v", ids)
 	}
 }
+
+func TestReplayChangeKeepsTheOriginalFirst(t *testing.T) {
+	a := dead("a", "orders", "k", "non-retriable", 422, time.Minute)
+	a.Body = []byte("old")
+	b := dead("b", "orders", "k", "non-retriable", 422, time.Minute)
+	q := newFakeQueue(t, a, b)
+	p := newFakePub()
+	var order []string
+	p.after = func(queue string, m *msg.Message) { order = append(order, queue+":"+m.MessageID+":"+string(m.Body)) }
+	o := opts(2)
+	o.Filter = Filter{MessageIDs: []string{"a"}}
+	o.Originals = "orders.dlq.originals"
+	o.Change = func(m *msg.Message) (*msg.Message, error) {
+		cp := m.Clone()
+		cp.Body = []byte("new")
+		return cp, nil
+	}
+	res, err := replay(t, q, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounted(t, res)
+	if res.Recovered != 1 || res.Changed != 1 || res.Skipped != 1 {
+		t.Fatalf("%+v", res)
+	}
+	if !slices.Equal(order, []string{"orders.dlq.originals:a:old", "orders:a:new"}) {
+		t.Errorf("publishes %v: the original is kept before the changed copy goes", order)
+	}
+	if string(a.Body) != "old" {
+		t.Error("the message taken was changed")
+	}
+	if ids := q.ids(); !slices.Equal(ids, []string{"b"}) {
+		t.Errorf("DLQ after = %v", ids)
+	}
+}
+
+func TestReplayChangeFailuresLeaveTheMessage(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		change    func(*msg.Message) (*msg.Message, error)
+		originals error
+		kept      int
+		failed    int
+	}{
+		{"change refused", func(*msg.Message) (*msg.Message, error) { return nil, errors.New("amount: not a number") }, nil, 1, 0},
+		{"change panics", func(*msg.Message) (*msg.Message, error) { panic("boom") }, nil, 1, 0},
+		{"originals queue refuses", func(m *msg.Message) (*msg.Message, error) { return m.Clone(), nil }, errRefused, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := dead("a", "orders", "k", "non-retriable", 422, time.Minute)
+			q := newFakeQueue(t, a)
+			p := newFakePub()
+			p.fail = func(queue string, _ *msg.Message) error {
+				if queue == "keep" {
+					return c.originals
+				}
+				return nil
+			}
+			o := opts(1)
+			o.Change, o.Originals = c.change, "keep"
+			res, err := replay(t, q, p, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			accounted(t, res)
+			if res.Recovered != 0 || res.Kept != c.kept || res.Failed != c.failed || len(res.Errors) != 1 {
+				t.Fatalf("%+v", res)
+			}
+			if ids := p.idsIn("orders"); len(ids) != 0 {
+				t.Errorf("published %v", ids)
+			}
+			if ids := q.ids(); !slices.Equal(ids, []string{"a"}) || q.ready[0].m != a {
+				t.Errorf("DLQ after = %v: the message stays as it was", ids)
+			}
+		})
+	}
+}
+
+func TestReplayToExchange(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want string
+	}{
+		{"", "orders.v2/order.created"}, // the original routing key
+		{"order.fixed", "orders.v2/order.fixed"},
+	} {
+		q := newFakeQueue(t, dead("1", "orders", "order.created", "max-attempts", 500, time.Minute))
+		p := newFakePub()
+		o := opts(1)
+		o.ToExchange, o.RoutingKey = "orders.v2", c.key
+		res, err := replay(t, q, p, o)
+		if err != nil || res.Recovered != 1 {
+			t.Fatalf("err=%v %+v", err, res)
+		}
+		if ids := p.idsIn(c.want); !slices.Equal(ids, []string{"1"}) {
+			t.Errorf("routing key %q: nothing published to %s (%v)", c.key, c.want, p.confirmed)
+		}
+	}
+}
+
+func TestReplayOptionsRedirectValidate(t *testing.T) {
+	for _, c := range []struct {
+		o    ReplayOptions
+		want string
+	}{
+		{ReplayOptions{To: "a", ToExchange: "x"}, "not both"},
+		{ReplayOptions{RoutingKey: "k"}, "only with --to-exchange"},
+		{ReplayOptions{To: "orders.dlq"}, "the DLQ itself"},
+	} {
+		o := c.o
+		o.DLQ, o.Parallel, o.IdleTimeout, o.StallTimeout = "orders.dlq", 1, time.Second, time.Second
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.o, err, c.want)
+		}
+	}
+}
+
+func TestReplayInBatches(t *testing.T) {
+	five := func() *fakeQueue {
+		var ms []*msg.Message
+		for i := range 5 {
+			ms = append(ms, dead(fmt.Sprint(i), "orders", "k", "max-attempts", 500, time.Minute))
+		}
+		return newFakeQueue(t, ms...)
+	}
+	q, p := five(), newFakePub()
+	o := opts(5)
+	o.Parallel, o.Batch = 4, 2
+	var calls []string
+	o.Between = func(_ context.Context, recovered int) error {
+		// Every move of the batch has settled before the wait.
+		calls = append(calls, fmt.Sprintf("%d/%d", recovered, len(p.idsIn("orders"))))
+		return nil
+	}
+	res, err := replay(t, q, p, o)
+	if err != nil || res.Recovered != 5 {
+		t.Fatalf("err=%v %+v", err, res)
+	}
+	if !slices.Equal(calls, []string{"2/2", "4/4"}) {
+		t.Errorf("waits at %v, want after 2 and 4 moved", calls)
+	}
+
+	// Stopped at the first wait: the first batch moved, the rest stays.
+	q, p = five(), newFakePub()
+	ctx, cancel := context.WithCancel(context.Background())
+	o.Between = func(context.Context, int) error { cancel(); return context.Canceled }
+	res, err = Replay(ctx, q, p, o)
+	q.Close()
+	if res.Recovered != 2 || err == nil || res.End != EndInterrupted {
+		t.Fatalf("err=%v %+v", err, res)
+	}
+	accounted(t, res)
+	if ids := q.ids(); !slices.Equal(ids, []string{"2", "3", "4"}) {
+		t.Errorf("DLQ after = %v", ids)
+	}
+	o.Between = nil
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--batch") {
+		t.Errorf("batch without a wait: %v", err)
+	}
+}
+
+func TestReplayNamesTheRun(t *testing.T) {
+	a := dead("a", "orders", "k", "max-attempts", 500, time.Minute)
+	a.Headers[msg.HeaderReplayRun] = "an earlier run"
+	b := dead("b", "orders", "k", "max-attempts", 500, time.Minute)
+	for _, c := range []struct{ run, want string }{{"cli 1", "cli 1"}, {"", ""}} {
+		q, p := newFakeQueue(t, a, b), newFakePub()
+		o := opts(2)
+		o.RunID = c.run
+		if res, err := replay(t, q, p, o); err != nil || res.Recovered != 2 {
+			t.Fatalf("err=%v %+v", err, res)
+		}
+		for _, m := range p.confirmed["orders"] {
+			if got := m.String(msg.HeaderReplayRun); got != c.want {
+				t.Errorf("run %q: copy %s names run %q, want %q", c.run, m.MessageID, got, c.want)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/topology"
 )
 
 // Opener opens DLQs on one broker.
@@ -273,6 +274,50 @@ func (o *Opener) Own(ctx context.Context, queue string, prefetch, inFlight int) 
 		closeRot()
 	}
 	return p, nil
+}
+
+// Originals declares the queue that keeps the originals of the messages
+// of queue changed before a replay (dlq.OriginalsQueue), of the DLQ's own
+// type, and returns its name. Like the DLQ, it is durable, never expires
+// its messages, and as a quorum queue has no delivery limit where the
+// broker allows it: what it keeps is the only copy of the message as it
+// was.
+func (o *Opener) Originals(ctx context.Context, queue string) (string, error) {
+	typ, err := o.queueType(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	q := topology.Queue{Name: dlq.OriginalsQueue(queue), Role: topology.RoleDLQ, Owned: true,
+		Args: map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}}
+	if typ == broker.Quorum {
+		q.Args, q.Unbounded = map[string]any{"x-queue-type": "quorum"}, true
+	}
+	if err := broker.DeclareQueue(ctx, o.Opts, q); err != nil {
+		return "", fmt.Errorf("keep originals of %s: %w", queue, err)
+	}
+	return q.Name, nil
+}
+
+// CheckTarget checks that a replay's destination exists before anything
+// moves: exchange (when not "") by a passive declare, else queue. Every
+// publish to a missing one would otherwise come back unroutable, one
+// message at a time.
+func (o *Opener) CheckTarget(ctx context.Context, exchange, queue string) error {
+	in, err := broker.OpenInspector(ctx, o.Opts)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if exchange != "" {
+		if err := in.ExchangeExists(exchange); err != nil {
+			return fmt.Errorf("destination exchange %q: %w", exchange, err)
+		}
+		return nil
+	}
+	if _, err := in.Depth(queue); err != nil {
+		return fmt.Errorf("destination queue %q: %w", queue, err)
+	}
+	return nil
 }
 
 // exclusiveSource adapts broker.Exclusive to dlq.Source.

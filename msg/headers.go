@@ -69,6 +69,10 @@ const (
 	HeaderReplayTime = "x-last-replay-time"
 	// HeaderReplayedFrom names the DLQ it was last replayed from.
 	HeaderReplayedFrom = "x-replayed-from"
+	// HeaderReplayRun names the replay run that last replayed it. A
+	// message back in the DLQ with it failed again after that replay, so
+	// the DLQ tools can tell per run how many came back.
+	HeaderReplayRun = "x-hopper-replay-run"
 )
 
 // Headers the broker writes. x-death holds one entry per queue and reason

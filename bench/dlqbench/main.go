@@ -72,6 +72,10 @@ type options struct {
 	hopperBin               string
 	// queueType is the console-scan DLQ's x-queue-type.
 	queueType string
+	// transform, when set, compares replay --transform with a plain
+	// replay of the same JSON bodies instead.
+	transform     string
+	keepOriginals bool
 }
 
 func run() error {
@@ -82,6 +86,8 @@ func run() error {
 	flag.IntVar(&o.runs, "runs", 1, "alternating raw/replay measurements; medians are reported")
 	flag.StringVar(&o.hopperBin, "hopper-bin", "", "hopper binary (default: go build ./cmd/hopper into a temporary directory)")
 	flag.StringVar(&o.queueType, "queue-type", "classic", "type of the console-scan DLQ: classic or quorum (a quorum DLQ is rotated, not returned to, by every pass)")
+	flag.StringVar(&o.transform, "transform", "", `compare "hopper dlq replay --transform PATCH" with a plain replay of the same JSON bodies (nothing else is measured); e.g. '[{"op":"move","from":"/body/amt","path":"/body/amount"}]'`)
+	flag.BoolVar(&o.keepOriginals, "keep-originals", false, "with --transform: add --keep-originals")
 	flag.Parse()
 	if o.queueType != "classic" && o.queueType != "quorum" {
 		return fmt.Errorf("--queue-type %q: want classic or quorum", o.queueType)
@@ -117,6 +123,10 @@ func run() error {
 	pub := broker.NewPublisher(broker.PublisherOptions{Options: bopts, Channels: 64, ConfirmTimeout: 30 * time.Second})
 	defer pub.Close()
 	body := bytes.Repeat([]byte("x"), o.size)
+
+	if o.transform != "" {
+		return compareTransform(o, rb.URL(), bopts, pub, dlqName, work)
+	}
 
 	var raws, floors, reps []float64
 	var last replayResult
@@ -228,7 +238,65 @@ func declareType(o broker.Options, name, typ string) error {
 }
 
 // fill publishes n dead-lettered messages whose original queue is work.
+// compareTransform measures replay --transform against a plain replay of
+// the same DLQ of JSON bodies, alternating, in one run.
+func compareTransform(o options, url string, bopts broker.Options, pub *broker.Publisher, dlqName, work string) error {
+	pad := max(o.size-len(`{"currency":"EUR","amt":12345,"pad":""}`), 0)
+	body := []byte(`{"currency":"EUR","amt":12345,"pad":"` + strings.Repeat("x", pad) + `"}`)
+	extra := []string{"--transform", o.transform}
+	if o.keepOriginals {
+		extra = append(extra, "--keep-originals")
+	}
+	var plains, transformed []float64
+	for i := 1; i <= o.runs; i++ {
+		for _, mode := range []string{"plain", "transform"} {
+			logf("run %d/%d: filling %s with %d JSON messages of %d bytes", i, o.runs, dlqName, o.n, len(body))
+			if _, err := fillJSON(pub, dlqName, work, o.n, body); err != nil {
+				return err
+			}
+			args := []string(nil)
+			if mode == "transform" {
+				args = extra
+			}
+			logf("run %d/%d: hopper dlq replay --parallel %d %s", i, o.runs, o.parallel, strings.Join(args, " "))
+			rep, err := replay(o, url, dlqName, args...)
+			if err != nil {
+				return err
+			}
+			if err := expectAndPurge(bopts, work, o.n); err != nil {
+				return err
+			}
+			if o.keepOriginals && mode == "transform" {
+				if err := expectAndPurge(bopts, dlq.OriginalsQueue(dlqName), o.n); err != nil {
+					return err
+				}
+			}
+			logf("  %s %.0f msg/s, peak RSS %.1f MB", mode, rep.rate, float64(rep.peakKB())/1024)
+			if mode == "plain" {
+				plains = append(plains, rep.rate)
+			} else {
+				transformed = append(transformed, rep.rate)
+			}
+		}
+	}
+	p, t := median(plains), median(transformed)
+	fmt.Printf("messages:          %d x %d bytes of JSON, %d publishes in flight, %d run(s), medians\n", o.n, len(body), o.parallel, o.runs)
+	fmt.Printf("plain replay:      %8.0f msg/s  (runs: %s)\n", p, rates(plains))
+	fmt.Printf("replay --transform:%8.0f msg/s  (runs: %s)\n", t, rates(transformed))
+	fmt.Printf("dlqbench: transform=%.0f/s replay=%.0f/s ratio=%.2f keep_originals=%v\n", t, p, t/p, o.keepOriginals)
+	return nil
+}
+
+// fillJSON fills queue with n dead letters of a JSON body.
+func fillJSON(pub *broker.Publisher, queue, work string, n int, body []byte) (float64, error) {
+	return fillWith(pub, queue, work, n, body, "application/json")
+}
+
 func fill(pub *broker.Publisher, queue, work string, n int, body []byte) (float64, error) {
+	return fillWith(pub, queue, work, n, body, "application/octet-stream")
+}
+
+func fillWith(pub *broker.Publisher, queue, work string, n int, body []byte, contentType string) (float64, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
@@ -242,7 +310,7 @@ func fill(pub *broker.Publisher, queue, work string, n int, body []byte) (float6
 				if i >= n || failed.Load() != nil {
 					return
 				}
-				m := &msg.Message{MessageID: strconv.Itoa(i), ContentType: "application/octet-stream", Headers: map[string]any{}, Body: body}
+				m := &msg.Message{MessageID: strconv.Itoa(i), ContentType: contentType, Headers: map[string]any{}, Body: body}
 				*m = *msg.DLQCopy(m, msg.Info{Queue: work, RoutingKey: work}, msg.DeadLetter{Status: 503, Reason: "max-attempts", Retries: 10, Now: time.Now()})
 				if err := pub.Publish(context.Background(), queue, m); err != nil {
 					failed.Store(&err)
@@ -332,9 +400,9 @@ func (r replayResult) peakKB() int64 {
 }
 
 // replay runs the binary and measures it.
-func replay(o options, url, dlqName string) (replayResult, error) {
-	cmd := exec.Command(o.hopperBin, "dlq", "replay", "--dlq", dlqName, "--broker-url", url,
-		"--parallel", strconv.Itoa(o.parallel), "-o", "json", "--log-format", "text")
+func replay(o options, url, dlqName string, extra ...string) (replayResult, error) {
+	cmd := exec.Command(o.hopperBin, append([]string{"dlq", "replay", "--dlq", dlqName, "--broker-url", url,
+		"--parallel", strconv.Itoa(o.parallel), "-o", "json", "--log-format", "text"}, extra...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOPPER_") {
 			cmd.Env = append(cmd.Env, kv)

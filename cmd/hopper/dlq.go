@@ -40,7 +40,7 @@ used; it may be left out when there is only one.
   export   write messages to a JSON Lines file (--remove to take them out)
   import   publish the messages of such a file to the DLQ (or --to)
   purge    delete every message (asks first)
-  console  web console: failure groups, messages, replay/export/purge of a group
+  console  web console: failure groups, messages, replay/edit/transform/export/purge
 
 stats, peek and export read messages without removing them: each is taken
 unacked and handed back when the command ends, in its place. On a quorum
@@ -193,19 +193,6 @@ func (t *target) explain(err error) error {
 		return fmt.Errorf("DLQ %q does not exist (check --dlq, --queue, queue.name and topology.dlq): %w", t.dlq, err)
 	}
 	return err
-}
-
-// queueExists checks a destination queue with a passive declare.
-func (t *target) queueExists(ctx context.Context, queue string) error {
-	in, err := broker.OpenInspector(ctx, t.opts)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if _, err := in.Depth(queue); err != nil {
-		return fmt.Errorf("destination queue %q: %w", queue, err)
-	}
-	return nil
 }
 
 // opener opens the DLQ on the config's broker, as every DLQ tool does.

@@ -38,7 +38,7 @@ func newDLQConsoleCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
-		Short: "Web console of every DLQ of the config: failure groups, messages, replay, export, purge",
+		Short: "Web console of every DLQ of the config: failure groups, messages, replay, edit, transform, export, purge",
 		Long: `Serves a web console for the DLQs of the config (every subscription's; a
 DLQ shared by several queues, such as partitions', once):
 
@@ -70,7 +70,22 @@ Read-only unless --allow-actions. Then a group, or one message, can be
 replayed (the same run as hopper dlq replay: exclusive owner, publish,
 confirm, then ack; --max-replays; paced at the rate given, cancellable),
 exported as JSON Lines (the export format) or purged after typing the
-group's size. Every action needs the token in the X-Hopper-Token header:
+group's size. One message can be edited and retried from its view: its
+body (checked as JSON when its content type is JSON) and application
+headers changed, never Hopper's history headers; the message as it was is
+published to <dlq>.originals and confirmed before the edited copy goes,
+which records who edited it, when, and the digest of the original body.
+A group can be transformed before it is replayed (a JSON Patch over
+{"body": ..., "headers": {...}}, as replay --transform), with a preview of
+its first five messages before and after and a dry run that counts what it
+would change; a message the patch fails on stays in the DLQ as it was. A
+replay can go to another queue, or an exchange and routing key, checked to
+exist before anything moves, and in batches (a size, and a pause or the
+operator's Next between batches). Every replay run names itself on its
+copies (x-hopper-replay-run): messages that fail again are grouped per run,
+and the activity list shows per run how many came back. A group can be
+marked ignored: it stays in the DLQ, out of the overview's attention
+figure. Every action needs the token in the X-Hopper-Token header:
 --token-file holds one per line (LABEL:TOKEN, or TOKEN alone), else one is
 generated and printed once at start. Actions are POST only.
 

@@ -70,7 +70,7 @@ publishing nothing.`,
 			if opts.DryRun {
 				// A real run would find every publish unroutable: the dry
 				// run says so first.
-				if err := t.queueExists(ctx, opts.To); err != nil {
+				if err := t.opener().CheckTarget(ctx, "", opts.To); err != nil {
 					return err
 				}
 			} else {

@@ -2,28 +2,51 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/user"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/progress"
+	"github.com/hopper-sidecar/hopper/msg"
 )
+
+// readTransform parses --transform: the patch itself, or @FILE.
+func readTransform(arg string) (*dlq.Transform, error) {
+	text := []byte(arg)
+	if name, ok := strings.CutPrefix(arg, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		text = b
+	}
+	return dlq.ParseTransform(text)
+}
 
 func newDLQReplayCmd() *cobra.Command {
 	var f dlqFlags
 	var ff filterFlags
 	var (
-		o            dlq.ReplayOptions
-		output       string
-		timeout      time.Duration
-		progressMode string
+		o             dlq.ReplayOptions
+		transform     string
+		keepOriginals bool
+		pause         time.Duration
+		output        string
+		timeout       time.Duration
+		progressMode  string
 	)
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Move messages back to their original queue: publish, confirm, then ack",
-		Long: `Moves DLQ messages to their original queue (x-original-queue) or to --to.
+		Long: `Moves DLQ messages to their original queue (x-original-queue), to --to, or
+through --to-exchange (with --to-routing-key, or each message's original
+routing key). The destination is checked to exist before anything moves.
 Each copy is published persistent and mandatory, confirmed by the broker,
 and only then is the original acked. A message without a known destination,
 replayed --max-replays times already, not matching the filters, or whose
@@ -45,6 +68,27 @@ kept, so a message that fails again comes straight back to the DLQ; with
 --reset-attempts they are cleared and it gets its full retry budget again.
 --clear-deadline removes Hopper's deadline so an expired message is not
 expired again at once.
+
+--transform fixes each message before it goes: a JSON Patch (RFC 6902)
+applied to the document {"body": <the JSON body>, "headers": {<application
+headers>}}, e.g.
+
+  --transform '[{"op":"move","from":"/body/amt","path":"/body/amount"}]'
+
+A message it cannot be applied to (a failed "test" operation, a missing
+path, a body that is not JSON) stays in the DLQ as it was, counted as kept;
+one it leaves unchanged is replayed as it is. Hopper's history headers
+cannot be reached. The copy records that it was changed, by whom, when, and
+the digest of the original body; --keep-originals also publishes each
+original as it was to <dlq>.originals (confirmed) before its changed copy.
+With --dry-run the run counts what the transformation would change and
+where it fails, and moves nothing.
+
+--batch N --pause D replays N messages, waits for their confirms and acks,
+then waits D before the next N, so that a fix can be watched on the first
+few before the rest go; interrupting it during a pause stops it there (a
+pause longer than the broker's consumer_timeout ends the run: nothing is
+lost, the rest stays in the DLQ).
 
 Safe to kill at any point: a message is in the DLQ until its copy is
 confirmed; at most the --parallel messages in flight can end up in both
@@ -71,11 +115,49 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				return usage(fmt.Errorf("--timeout %s: must not be negative", timeout))
 			}
 			o.Filter = filter
+			var tr *dlq.Transform
+			if transform != "" {
+				if tr, err = readTransform(transform); err != nil {
+					return usage(fmt.Errorf("--transform: %w", err))
+				}
+				tr.By = "hopper dlq replay"
+				if u, uerr := user.Current(); uerr == nil {
+					tr.By += " (" + u.Username + ")"
+				}
+				o.Change = func(m *msg.Message) (*msg.Message, error) { return tr.Apply(m, time.Now()) }
+			} else if keepOriginals {
+				return usage(errors.New("--keep-originals: only with --transform"))
+			}
+			if o.Batch > 0 {
+				if pause <= 0 {
+					return usage(fmt.Errorf("--batch %d: give --pause, the wait between batches (e.g. 30s)", o.Batch))
+				}
+				stderr := cmd.ErrOrStderr()
+				o.Between = func(ctx context.Context, recovered int) error {
+					fmt.Fprintf(stderr, "replay: %d replayed; next batch of %d in %s (interrupt to stop here: the rest stays in the DLQ)\n", recovered, o.Batch, pause)
+					t := time.NewTimer(pause)
+					defer t.Stop()
+					select {
+					case <-t.C:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+			} else if pause != 0 {
+				return usage(errors.New("--pause: only with --batch"))
+			}
 			t, err := f.load(cmd, "replay")
 			if err != nil {
 				return err
 			}
 			o.DLQ = t.dlq
+			// Named on every copy, so that a copy back in the DLQ tells
+			// which run replayed it (stats and the console count them).
+			o.RunID = fmt.Sprintf("cli %s pid %d", time.Now().UTC().Format("20060102T150405Z"), os.Getpid())
+			if keepOriginals {
+				o.Originals = dlq.OriginalsQueue(t.dlq)
+			}
 			if len(t.partitioned) > 0 {
 				o.Through = t.through
 			}
@@ -90,10 +172,15 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 				defer cancel()
 			}
 
-			if o.To != "" && !o.DryRun {
-				// Every publish to a missing queue would come back unroutable:
-				// say so once, before taking anything.
-				if err := t.queueExists(ctx, o.To); err != nil {
+			if (o.To != "" || o.ToExchange != "") && !o.DryRun {
+				// Every publish to a missing queue or exchange would come
+				// back unroutable: say so once, before taking anything.
+				if err := t.opener().CheckTarget(ctx, o.ToExchange, o.To); err != nil {
+					return err
+				}
+			}
+			if o.Originals != "" && !o.DryRun {
+				if _, err := t.opener().Originals(ctx, t.dlq); err != nil {
 					return err
 				}
 			}
@@ -152,6 +239,12 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 	ff.register(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&o.To, "to", "", "destination queue for every message (default: each message's x-original-queue)")
+	fs.StringVar(&o.ToExchange, "to-exchange", "", "publish every message to this exchange instead (its bindings decide where it goes), with --to-routing-key or the message's original routing key")
+	fs.StringVar(&o.RoutingKey, "to-routing-key", "", "routing key for --to-exchange (default: each message's original routing key)")
+	fs.StringVar(&transform, "transform", "", "fix each message before it is replayed: a JSON Patch (RFC 6902) over {\"body\": BODY, \"headers\": {APP HEADERS}}, or @FILE holding one; a message it fails on stays in the DLQ as it was")
+	fs.BoolVar(&keepOriginals, "keep-originals", false, "with --transform: publish each message as it was to <dlq>.originals (confirmed) before its changed copy")
+	fs.IntVar(&o.Batch, "batch", 0, "replay this many messages at a time, waiting --pause between batches (0: all at once)")
+	fs.DurationVar(&pause, "pause", 0, "with --batch: the wait between batches, e.g. 30s")
 	fs.IntVar(&o.Limit, "limit", 0, "replay at most this many messages (0: no limit)")
 	fs.Float64Var(&o.Rate, "rate", 0, "replay at most this many messages per second (0: no limit)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "decide and count, but publish and remove nothing")

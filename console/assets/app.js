@@ -76,6 +76,7 @@
           el("div", { class: "muted" }, d.queues.length ? "from " + d.queues.join(", ") : ""),
           d.readRotates ? el("div", { class: "muted rotates" }, rotatesNote()) : null),
         el("td", { class: "num depth" }, d.depthError ? "?" : String(d.depth)),
+        el("td", { class: "num attention" }, d.scanned ? String(d.attention) + (d.ignored ? " (" + d.ignored + " ignored)" : "") : "—"),
         el("td", { class: "num rate" }, d.hasRate ? d.perMinute.toFixed(1) : "…"),
         el("td", { class: "oldest" }, when(d.oldest)),
         el("td", { class: "newest" }, when(d.newest)),
@@ -87,7 +88,7 @@
         el("td", { class: "depth-error muted" }, d.depthError || ""));
     });
     view.append(el("table", { id: "dlqs" },
-      el("thead", {}, el("tr", {}, el("th", {}, "DLQ"), el("th", { class: "num" }, "Depth"), el("th", { class: "num" }, "Arriving /min"),
+      el("thead", {}, el("tr", {}, el("th", {}, "DLQ"), el("th", { class: "num" }, "Depth"), el("th", { class: "num", title: "messages of the last scan outside the groups marked ignored" }, "Needs attention"), el("th", { class: "num" }, "Arriving /min"),
         el("th", {}, "Oldest"), el("th", {}, "Newest"), el("th", {}, "Depth over time"), el("th", {}, "Scan"), el("th", {}, ""))),
       el("tbody", {}, rows)));
   }
@@ -148,8 +149,18 @@
         const rate = el("input", { class: "rate", type: "number", min: 0, step: "any", value: String(state.overview ? state.overview.rate : 0), title: "replay rate, messages per second (0: no cap)" });
         const confirmBox = el("input", { class: "purge-confirm", type: "text", placeholder: "type " + g.count, hidden: true, autocomplete: "off" });
         const purgeGo = el("button", { class: "purge-go", hidden: true, onclick: () => purgeGroup(name, g, confirmBox.value) }, "Purge for good");
+        const to = redirectInputs();
+        const batch = el("input", { class: "batch", type: "number", min: 0, step: 1, placeholder: "batch", title: "replay this many at a time (blank: all at once)" });
+        const pause = el("input", { class: "pause", type: "text", size: 6, placeholder: "pause", title: "between batches: a pause such as 30s, or blank to wait for Next" });
+        const batched = () => {
+          const v = {};
+          if (batch.value && Number(batch.value) > 0) { v.batch = Number(batch.value); if (pause.value.trim()) v.pause = pause.value.trim(); }
+          return v;
+        };
         actions.append(
-          el("button", { class: "replay", onclick: () => replay(name, { group: g.id }, rate.value) }, "Replay"), " ", rate, " msg/s ",
+          el("button", { class: "replay", onclick: () => replay(name, Object.assign({ group: g.id }, to.value(), batched()), rate.value) }, "Replay"), " ", rate, " msg/s ", batch, " ", pause, " ", to.box, " ",
+          el("button", { class: "transform", onclick: () => openTransform(name, g) }, "Transform…"), " ",
+          el("button", { class: "ignore", onclick: () => ignoreGroup(name, g, !g.ignored) }, g.ignored ? "Unignore" : "Ignore"), " ",
           el("button", { class: "export", onclick: () => exportGroup(name, g) }, "Export"), " ",
           el("button", { class: "purge", onclick: () => { confirmBox.hidden = false; purgeGo.hidden = false; confirmBox.focus(); } }, "Purge…"), " ",
           confirmBox, " ", purgeGo);
@@ -157,7 +168,9 @@
       return el("tr", { class: "group", "data-group": g.id },
         el("td", { class: "num count" }, String(g.count)),
         el("td", { class: "num share-cell" }, shareBar(g.share), " ", (g.share * 100).toFixed(1) + "%"),
-        el("td", { class: "reason" }, k.reason || "(unknown)"),
+        el("td", { class: "reason" }, k.reason || "(unknown)",
+          k.replayRun ? el("div", { class: "again muted" }, "failed again after replay run " + k.replayRun) : null,
+          g.ignored ? el("div", { class: "ignored-mark muted" }, "ignored") : null),
         el("td", { class: "status" }, k.status),
         el("td", { class: "rk mono" }, k.routingKey || "—"),
         el("td", { class: "fp mono" }, k.fingerprint || "(no error)"),
@@ -172,6 +185,81 @@
         el("th", {}, "Routing key"), el("th", {}, "Error fingerprint"), el("th", {}, "First"), el("th", {}, "Last"), el("th", {}, "Sample"), el("th", {}, state.allowActions ? "Actions" : ""))),
       el("tbody", {}, rows)));
     if (!page.groups.length) view.append(el("p", { id: "no-groups" }, "No failure groups: the DLQ was empty when scanned, or no scan has finished."));
+    view.append(el("div", { id: "transform-box" }));
+    if (state.transform && state.transform.dlq === name) openTransform(name, page.groups.find((g) => g.id === state.transform.group));
+  }
+
+  // openTransform shows the transformation of a group: a JSON Patch over
+  // {"body": …, "headers": {…}}, its preview on the group's first
+  // messages, a dry run, and the run. What is typed survives the groups
+  // being drawn again.
+  function openTransform(name, g) {
+    const box = document.getElementById("transform-box");
+    if (!box) return;
+    clear(box);
+    // A group missing from one drawing (a scan under way) keeps what was
+    // typed for the next; only Close forgets it.
+    if (!g) return;
+    const prev = state.transform && state.transform.group === g.id ? state.transform : null;
+    state.transform = { dlq: name, group: g.id, patch: prev ? prev.patch : '[\n  {"op": "replace", "path": "/body/field", "value": "fixed"}\n]', keep: prev ? prev.keep : true };
+    const patch = el("textarea", { id: "transform-patch", rows: 8, cols: 100, spellcheck: "false" });
+    patch.value = state.transform.patch;
+    const status = el("div", { id: "transform-status", class: "muted" });
+    const keep = el("input", { id: "transform-keep", type: "checkbox", checked: state.transform.keep });
+    const out = el("div", { id: "transform-previews" });
+    const buttons = [];
+    function check() {
+      state.transform.patch = patch.value;
+      state.transform.keep = keep.checked;
+      let ok = true;
+      try {
+        const p = JSON.parse(patch.value);
+        if (!Array.isArray(p) || !p.length) throw new Error("want a JSON array of operations");
+        status.textContent = p.length + " operation" + (p.length === 1 ? "" : "s");
+        status.className = "ok";
+      } catch (e) { ok = false; status.textContent = "not a JSON Patch: " + e.message; status.className = "bad"; }
+      for (const b of buttons) b.disabled = !ok;
+      return ok;
+    }
+    const body = (extra) => Object.assign({ group: g.id, patch: JSON.parse(patch.value) }, extra);
+    const preview = el("button", { id: "transform-preview", onclick: async () => {
+      if (!check()) return;
+      clear(out);
+      out.append(el("p", { class: "muted" }, "Reading the first messages of the group…"));
+      try {
+        const data = await api(dlqPath(name) + "/transform/preview", { method: "POST", body: body({}) });
+        clear(out);
+        out.append(el("table", { id: "transform-preview-table" },
+          el("thead", {}, el("tr", {}, el("th", {}, "Message"), el("th", {}, "Before"), el("th", {}, "After"))),
+          el("tbody", {}, data.previews.map((p) => el("tr", { class: "preview", "data-id": p.id },
+            el("td", { class: "mono" }, p.id || "(no id)"),
+            el("td", {}, el("pre", { class: "before" }, p.before.body), el("pre", { class: "before-headers" }, JSON.stringify(p.before.headers, null, 2))),
+            el("td", {}, p.error ? el("div", { class: "bad preview-error" }, "left in the DLQ as it is: " + p.error)
+              : p.unchanged ? el("div", { class: "muted unchanged" }, "unchanged: replayed as it is")
+              : [el("pre", { class: "after" }, p.after.body), el("pre", { class: "after-headers" }, JSON.stringify(p.after.headers, null, 2))]))))));
+        showError("");
+      } catch (e) { clear(out); showError(e.message); }
+    } }, "Preview");
+    const start = (dryRun) => async () => {
+      if (!check()) return;
+      try { await api(dlqPath(name) + "/transform", { method: "POST", body: body({ dryRun, keepOriginals: keep.checked, rate: state.overview ? state.overview.rate : undefined }) }); showError(""); refreshJobs(); } catch (e) { showError(e.message); }
+    };
+    const dry = el("button", { id: "transform-dry", onclick: start(true) }, "Dry run");
+    const go = el("button", { id: "transform-go", onclick: start(false) }, "Transform and replay");
+    buttons.push(preview, dry, go);
+    patch.addEventListener("input", check);
+    keep.addEventListener("change", check);
+    box.append(el("section", { id: "transform", "data-group": g.id },
+      el("h2", {}, "Transform group " + g.id + " (" + plural(g.count, "message") + ")"),
+      el("p", { class: "muted" }, "A JSON Patch (RFC 6902) applied to {\"body\": the JSON body, \"headers\": {the application headers}} of each message before it is replayed, " +
+        "e.g. [{\"op\": \"move\", \"from\": \"/body/amt\", \"path\": \"/body/amount\"}]. A message it fails on (a failed test, a missing path, a body that is not JSON) stays in the DLQ as it is. " +
+        "Hopper's history headers cannot be changed; each copy records that it was changed, by whom and when."),
+      patch, status,
+      el("p", {}, el("label", {}, keep, " keep each original in " + name + ".originals first"), " ", preview, " ", dry, " ", go,
+        " ", el("button", { onclick: () => { state.transform = null; clear(box); } }, "Close")),
+      out));
+    check();
+    box.scrollIntoView();
   }
 
   // messageList is a button that lists the group's messages (the first
@@ -200,10 +288,36 @@
     return bar;
   }
 
+  // redirectInputs are the fields that send a replay somewhere else than
+  // each message's original queue: a queue, or an exchange and a routing
+  // key (blank: each message's original one). The console checks the
+  // target exists before anything moves.
+  function redirectInputs() {
+    const queue = el("input", { class: "redirect-to", type: "text", placeholder: "to queue", size: 12, autocomplete: "off", title: "replay to this queue instead of each message's original queue" });
+    const exchange = el("input", { class: "redirect-exchange", type: "text", placeholder: "or exchange", size: 12, autocomplete: "off", title: "publish to this exchange instead" });
+    const key = el("input", { class: "redirect-key", type: "text", placeholder: "routing key", size: 10, autocomplete: "off", title: "routing key with the exchange (blank: each message's original one)" });
+    return {
+      box: el("span", { class: "redirect" }, queue, " ", exchange, " ", key),
+      value: () => {
+        const v = {};
+        if (queue.value.trim()) v.to = queue.value.trim();
+        if (exchange.value.trim()) v.toExchange = exchange.value.trim();
+        if (key.value) v.routingKey = key.value;
+        return v;
+      },
+    };
+  }
+
   async function replay(name, target, rateText) {
     const body = Object.assign({}, target);
     if (rateText !== undefined && rateText !== "") body.rate = Number(rateText);
     try { await api(dlqPath(name) + "/replay", { method: "POST", body }); showError(""); refreshJobs(); } catch (e) { showError(e.message); }
+  }
+
+  // ignoreGroup marks a group ignored (it stays in the DLQ, out of the
+  // overview's attention figure) or not.
+  async function ignoreGroup(name, g, ignored) {
+    try { await api(dlqPath(name) + "/groups/" + encodeURIComponent(g.id) + "/ignore", { method: "POST", body: { ignored } }); showError(""); await refreshJobs(); route(); } catch (e) { showError(e.message); }
   }
 
   async function purgeGroup(name, g, typed) {
@@ -236,7 +350,9 @@
     else if (m.traceId) view.append(el("p", {}, "Trace id: ", el("code", {}, m.traceId)));
     if (state.allowActions) {
       const rate = el("input", { class: "rate", type: "number", min: 0, step: "any", value: String(state.overview ? state.overview.rate : 0) });
-      view.append(el("p", { class: "actions" }, el("button", { class: "replay-one", onclick: () => replay(name, { message: m.id }, rate.value) }, "Replay this message"), " ", rate, " msg/s"));
+      const to = redirectInputs();
+      state.redirect = to;
+      view.append(el("p", { class: "actions" }, el("button", { class: "replay-one", onclick: () => replay(name, Object.assign({ message: m.id }, to.value()), rate.value) }, "Replay this message"), " ", rate, " msg/s ", to.box));
     }
     view.append(el("h2", {}, "Attempt history"));
     view.append(fieldTable("history", m.history, false));
@@ -247,6 +363,68 @@
     const b = m.body;
     view.append(el("h2", {}, "Body ", el("span", { class: "muted", id: "body-kind" }, b.kind + ", " + b.size + " bytes" + (b.truncated ? ", cut" : ""))));
     view.append(el("pre", { id: "body" }, b.text));
+    if (state.allowActions && m.edit) view.append(editor(name, m));
+  }
+
+  // editor is the message view's "edit and retry": the body (checked as
+  // JSON while typing when the content type is JSON) and the application
+  // headers as one JSON object. Only what changed is sent; the console
+  // checks it again, and again on the message it takes from the DLQ.
+  function editor(name, m) {
+    const ed = m.edit;
+    const body = el("textarea", { id: "edit-body", rows: 14, cols: 100, spellcheck: "false", readonly: !ed.bodyEditable });
+    body.value = ed.body;
+    const headers = el("textarea", { id: "edit-headers", rows: 6, cols: 100, spellcheck: "false" });
+    const headersText = JSON.stringify(ed.headers, null, 2);
+    headers.value = headersText;
+    const bodyStatus = el("div", { id: "edit-body-status", class: "muted" });
+    const headersStatus = el("div", { id: "edit-headers-status", class: "muted" });
+    const reset = el("input", { id: "edit-reset", type: "checkbox" });
+    const go = el("button", { id: "edit-go", disabled: true }, "Replay the edited copy");
+    function check() {
+      let ok = true;
+      if (ed.json && ed.bodyEditable) {
+        try { JSON.parse(body.value); bodyStatus.textContent = "valid JSON"; bodyStatus.className = "ok"; } catch (e) { ok = false; bodyStatus.textContent = "not valid JSON: " + e.message; bodyStatus.className = "bad"; }
+      } else {
+        bodyStatus.textContent = ed.bodyEditable ? "text (" + (ed.contentType || "no content type") + "): not checked" : ed.why;
+        bodyStatus.className = "muted";
+      }
+      try {
+        const h = JSON.parse(headers.value);
+        if (h === null || typeof h !== "object" || Array.isArray(h)) throw new Error("want a JSON object of header names and values");
+        headersStatus.textContent = "application headers: " + Object.keys(h).length;
+        headersStatus.className = "ok";
+      } catch (e) { ok = false; headersStatus.textContent = "headers: " + e.message; headersStatus.className = "bad"; }
+      const changed = body.value !== ed.body || headers.value !== headersText;
+      go.disabled = !ok || !changed;
+      return ok;
+    }
+    body.addEventListener("input", check);
+    headers.addEventListener("input", check);
+    go.addEventListener("click", async () => {
+      if (!check()) return;
+      const req = Object.assign({ message: m.id, contentType: ed.contentType, resetAttempts: reset.checked }, state.redirect ? state.redirect.value() : {});
+      if (body.value !== ed.body) req.body = body.value;
+      if (headers.value !== headersText) req.headers = JSON.parse(headers.value);
+      const result = document.getElementById("edit-result");
+      try {
+        const job = await api(dlqPath(name) + "/edit", { method: "POST", body: req });
+        result.textContent = "Edit started (activity " + job.id + ").";
+        showError("");
+        refreshJobs();
+      } catch (e) { result.textContent = e.message; showError(e.message); }
+    });
+    const box = el("section", { id: "editor" },
+      el("h2", {}, "Edit and retry"),
+      el("p", { class: "muted" }, "The edited copy is replayed as a replay is: published, confirmed, then the message acked. " +
+        "The message as it is now is first kept in " + ed.originals + " (hopper dlq export --dlq " + ed.originals + " --message-id " + m.id + ", then hopper dlq import, bring it back). " +
+        "Hopper's history headers cannot be edited; the copy records who edited it, when, and the digest of the original body."),
+      el("label", {}, "Body", ed.json ? " (JSON)" : ""), body, bodyStatus,
+      el("label", {}, "Application headers (a JSON object)"), headers, headersStatus,
+      el("p", {}, el("label", {}, reset, " reset attempts (full retry budget again)"), " ", go, " ", el("span", { class: "muted" }, "(to the queue or exchange given beside Replay this message, if any)")),
+      el("p", { id: "edit-result", class: "muted" }));
+    check();
+    return box;
   }
 
   function fieldTable(id, fields, about) {
@@ -262,10 +440,11 @@
     clear(view);
     view.append(el("h1", {}, "Activity"));
     view.append(el("table", { id: "activity" },
-      el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "What"), el("th", {}, "DLQ"), el("th", {}, "Target"), el("th", {}, "Who"), el("th", { class: "num" }, "Messages"), el("th", {}, "State"), el("th", {}, "Result"))),
+      el("thead", {}, el("tr", {}, el("th", {}, "When"), el("th", {}, "What"), el("th", {}, "DLQ"), el("th", {}, "Target"), el("th", {}, "Who"), el("th", { class: "num" }, "Messages"), el("th", { class: "num", title: "messages of the run back in the DLQ (failed again), by the last scan" }, "Came back"), el("th", {}, "State"), el("th", {}, "Result"))),
       el("tbody", {}, state.jobs.filter((j) => j.kind !== "read").map((j) => el("tr", { "data-job": j.id },
         el("td", {}, when(j.started)), el("td", { class: "kind" }, j.kind), el("td", {}, j.dlq), el("td", { class: "mono" }, j.target || "—"),
-        el("td", { class: "who" }, j.who || ""), el("td", { class: "num" }, String(j.done)), el("td", { class: "state" }, j.state),
+        el("td", { class: "who" }, j.who || ""), el("td", { class: "num" }, String(j.done)),
+        el("td", { class: "num came-back", title: j.runId || "" }, j.cameBack === undefined || j.cameBack === null ? "—" : String(j.cameBack)), el("td", { class: "state" }, j.state),
         el("td", {}, j.error ? j.summary + " " + j.error : j.summary))))));
   }
 
@@ -283,8 +462,14 @@
         el("span", { class: "eta" }, j.eta ? "ETA " + j.eta : ""),
         el("span", { class: "state" }, j.state),
         el("span", { class: "summary" }, (j.summary || "") + (j.error ? " " + j.error : "")),
+        j.waiting ? el("span", { class: "waiting" }, j.done + " replayed; waiting before the next " + j.batch) : null,
+        j.waiting && state.allowActions ? el("button", { class: "next", onclick: () => nextBatch(j.id) }, "Next batch") : null,
         j.state === "running" && state.allowActions ? el("button", { class: "cancel", onclick: () => cancelJob(j.id) }, "Cancel") : null));
     }
+  }
+
+  async function nextBatch(id) {
+    try { await api("/api/jobs/" + encodeURIComponent(id) + "/next", { method: "POST" }); refreshJobs(); } catch (e) { showError(e.message); }
   }
 
   async function cancelJob(id) {
@@ -296,10 +481,13 @@
       const data = await api("/api/jobs");
       state.jobs = data.jobs;
       renderJobs();
-      // A finished action changes the groups: draw them again.
+      // A finished action changes the groups of its DLQ: draw them again
+      // if they are shown (not for another DLQ's: that would clear what
+      // the operator is typing here).
       let changed = false;
+      const shown = state.route.startsWith("#/dlq/") ? decodeURIComponent(state.route.slice(6).split("/")[0]) : "";
       for (const j of state.jobs) {
-        if (j.state !== "running" && !state.seenDone.has(j.id)) { state.seenDone.add(j.id); changed = true; }
+        if (j.state !== "running" && !state.seenDone.has(j.id)) { state.seenDone.add(j.id); changed = changed || j.dlq === shown; }
       }
       if (changed && state.route.startsWith("#/dlq/") && !state.route.includes("/msg/")) route();
       if (state.route === "#/activity") renderActivity(document.getElementById("view"));

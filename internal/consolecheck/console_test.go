@@ -29,6 +29,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/console"
+	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
@@ -196,6 +197,17 @@ func (e *env) fill(queue string, kinds []failure, body func(id string) []byte, e
 // contents reads a queue's messages and hands them back; ids sorted.
 func (e *env) contents(queue string) []string {
 	e.t.Helper()
+	var out []string
+	for _, m := range e.messages(queue) {
+		out = append(out, m.MessageID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// messages reads a queue's messages, in order, and hands them back.
+func (e *env) messages(queue string) []*msg.Message {
+	e.t.Helper()
 	waitfor.Until(e.t, 30*time.Second, queue+" to have no unacked messages", func() bool {
 		_, unacked, err := e.rb.QueueCounts(queue)
 		return err == nil && unacked == 0
@@ -205,7 +217,7 @@ func (e *env) contents(queue string) []string {
 		e.t.Fatal(err)
 	}
 	defer in.Close()
-	var out []string
+	var out []*msg.Message
 	for {
 		d, ok, err := in.Get(queue)
 		if err != nil {
@@ -214,9 +226,8 @@ func (e *env) contents(queue string) []string {
 		if !ok {
 			break
 		}
-		out = append(out, d.Message().MessageID)
+		out = append(out, d.Message())
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -295,6 +306,19 @@ func (p *proc) logText() string {
 // api calls the console's API with the token.
 func (p *proc) api(t *testing.T, method, path string, body any, out any) int {
 	t.Helper()
+	code, raw := p.call(t, method, path, body, true)
+	if out != nil && code < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+	}
+	return code
+}
+
+// call makes one API call, with the token or without, and returns the
+// status and the answer.
+func (p *proc) call(t *testing.T, method, path string, body any, withToken bool) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -304,20 +328,20 @@ func (p *proc) api(t *testing.T, method, path string, body any, out any) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(console.TokenHeader, secret)
+	if withToken {
+		req.Header.Set(console.TokenHeader, secret)
+	}
 	req.Header.Set(console.APIHeader, "1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if out != nil && res.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-		}
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	return res.StatusCode
+	return res.StatusCode, raw
 }
 
 // browser starts a headless Chromium; the context ends with the test.
@@ -519,13 +543,22 @@ func TestConsoleHostileContentIsText(t *testing.T) {
 
 func TestConsoleSIGKILLDuringReplayLosesNothing(t *testing.T) {
 	for _, quorum := range []bool{false, true} {
-		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum) })
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum, false) })
 	}
 }
 
-// sigkillDuringReplay kills the console mid-replay of one group of the
-// classic (orders) or quorum (invoices) DLQ and accounts for every id.
-func sigkillDuringReplay(t *testing.T, quorum bool) {
+// TestConsoleSIGKILLDuringTransformLosesNothing: the same kill in the
+// middle of a transformation that keeps the originals.
+func TestConsoleSIGKILLDuringTransformLosesNothing(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { sigkillDuringReplay(t, quorum, true) })
+	}
+}
+
+// sigkillDuringReplay kills the console mid-replay (or mid-transformation)
+// of one group of the classic (orders) or quorum (invoices) DLQ and
+// accounts for every id.
+func sigkillDuringReplay(t *testing.T, quorum, transform bool) {
 	e := newEnv(t)
 	work := e.Orders
 	if quorum {
@@ -548,8 +581,14 @@ func sigkillDuringReplay(t *testing.T, quorum bool) {
 		return len(groups.Groups) == 2
 	})
 	var job console.JobView
-	if code := p.api(t, "POST", "api/dlqs/"+work+".dlq/replay", map[string]any{"group": groups.Groups[0].ID, "rate": 500}, &job); code != http.StatusAccepted {
-		t.Fatalf("replay: %d\n%s", code, p.logText())
+	action, req := "replay", map[string]any{"group": groups.Groups[0].ID, "rate": 500}
+	if transform {
+		action = "transform"
+		req["patch"] = []map[string]any{{"op": "add", "path": "/body/fixed", "value": true}}
+		req["keepOriginals"] = true
+	}
+	if code := p.api(t, "POST", "api/dlqs/"+work+".dlq/"+action, req, &job); code != http.StatusAccepted {
+		t.Fatalf("%s: %d\n%s", action, code, p.logText())
 	}
 	waitfor.Until(t, time.Minute, "the replay to move some messages", func() bool {
 		var j console.JobView
@@ -578,6 +617,29 @@ func sigkillDuringReplay(t *testing.T, quorum bool) {
 	for _, id := range moved {
 		if strings.HasPrefix(id, "stay-") {
 			t.Fatalf("%s of the other group was replayed", id)
+		}
+	}
+	if transform {
+		for _, m := range e.messages(work) {
+			if !strings.Contains(string(m.Body), `"fixed":true`) {
+				t.Fatalf("%s went unchanged: %s", m.MessageID, m.Body)
+			}
+		}
+		for _, m := range e.messages(work + ".dlq") {
+			if strings.Contains(string(m.Body), "fixed") {
+				t.Fatalf("%s is back in the DLQ changed: %s", m.MessageID, m.Body)
+			}
+		}
+		// Every message moved has its original kept (a copy kept for one
+		// whose move the kill cut short is an extra, never a loss).
+		kept := map[string]bool{}
+		for _, id := range e.contents(dlq.OriginalsQueue(work + ".dlq")) {
+			kept[id] = true
+		}
+		for _, id := range moved {
+			if !kept[id] {
+				t.Fatalf("%s was transformed and moved without its original kept", id)
+			}
 		}
 	}
 	if len(moved) == 0 || len(moved) == n {
