@@ -194,7 +194,7 @@ bench: deps
 faults: SHELL := /bin/bash
 faults: .SHELLFLAGS := -o pipefail -c
 faults: deps
-	HOPPER_FAULTS_N=5000 HOPPER_FAULTS_TIER_RESTARTS=5 $(GO) test -count=1 -v -run TestFault -timeout 30m ./faults/ 2>&1 | tee faults.log
+	HOPPER_FAULTS_N=5000 HOPPER_FAULTS_TIER_RESTARTS=5 $(GO) test -count=1 -v -run TestFault -timeout 60m ./faults/ 2>&1 | tee faults.log
 
 .PHONY: tier-restarts
 
