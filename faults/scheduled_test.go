@@ -126,30 +126,8 @@ func spread(offs []time.Duration) string {
 	return fmt.Sprintf("n=%d earliest %+.3fs median %+.3fs p99 %+.3fs latest %+.3fs", len(s), s[0].Seconds(), q(0.5), q(0.99), s[len(s)-1].Seconds())
 }
 
-// waitParked waits until the parking queues hold at least k messages
-// together, counted by a passive declare of each (a quorum queue's listed
-// count lags) plus what they are dead-lettering.
+// waitParked waits until the parking queues hold at least k messages.
 func (r *run) waitParked(k int) {
 	r.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		held := 0
-		if d, err := depths(); err == nil {
-			parking := map[string]int{}
-			for name, n := range d {
-				if r.q.isParking(name) {
-					parking[name] = n
-				}
-			}
-			held = max(heldNow(r.q, parking), 0)
-		}
-		if held >= k {
-			r.step("the parking queues hold %d messages", held)
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the parking queues held %d messages after 2m, waiting for %d", held, k)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	r.waitHeld(k, "the parking queues", r.q.isParking)
 }

@@ -104,10 +104,17 @@ func tiersFull(t *testing.T, name, queueType string) {
 }
 
 // waitInTiers waits until the scenario's tier queues hold at least k
-// messages together and returns how many they held. Each tier is counted
-// by a passive declare (a quorum queue's listed count lags behind it),
-// plus its dead letters under way.
+// messages together and returns how many they held.
 func (r *run) waitInTiers(k int) int {
+	r.t.Helper()
+	return r.waitHeld(k, "the tiers", func(name string) bool { return strings.HasPrefix(name, r.q.work+".retry.") })
+}
+
+// waitHeld waits until the queues of the scenario that match hold at least
+// k messages together and returns how many they held. Each queue is
+// counted by a passive declare on one connection (a quorum queue's listed
+// count lags behind it), plus its dead letters under way.
+func (r *run) waitHeld(k int, what string, match func(name string) bool) int {
 	r.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	var in *broker.Inspector
@@ -118,7 +125,7 @@ func (r *run) waitInTiers(k int) int {
 	}()
 	var lastErr error
 	for {
-		held, err := r.tiersHeld(&in)
+		held, err := held(&in, match)
 		if err != nil {
 			lastErr = err
 			if in != nil {
@@ -127,19 +134,19 @@ func (r *run) waitInTiers(k int) int {
 			}
 		}
 		if held >= k {
-			r.step("the tiers hold %d retry copies", held)
+			r.step("%s hold %d messages", what, held)
 			return held
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("the tiers held %d retry copies after 2m, waiting for %d (last error reading them: %v)", held, k, lastErr)
+			r.t.Fatalf("%s held %d messages after 2m, waiting for %d (last error reading them: %v)", what, held, k, lastErr)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the poll interval of a wait for observable state
 	}
 }
 
-// tiersHeld counts what the scenario's tiers hold: each by a passive
-// declare on *in (opened when nil), plus its dead letters under way.
-func (r *run) tiersHeld(in **broker.Inspector) (int, error) {
+// held counts what the queues that match hold: each by a passive declare
+// on *in (opened when nil), plus its dead letters under way.
+func held(in **broker.Inspector, match func(name string) bool) (int, error) {
 	d, err := depths()
 	if err != nil {
 		return 0, err
@@ -147,7 +154,7 @@ func (r *run) tiersHeld(in **broker.Inspector) (int, error) {
 	if *in == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if *in, err = broker.OpenInspector(ctx, brokerOptions("faults-tiers")); err != nil {
+		if *in, err = broker.OpenInspector(ctx, brokerOptions("faults-held")); err != nil {
 			return 0, err
 		}
 	}
@@ -155,18 +162,18 @@ func (r *run) tiersHeld(in **broker.Inspector) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	held := 0
+	n := 0
 	for name := range d {
-		if !strings.HasPrefix(name, r.q.work+".retry.") {
+		if !match(name) {
 			continue
 		}
-		n, err := (*in).Depth(name)
+		ready, err := (*in).Depth(name)
 		if err != nil {
 			return 0, fmt.Errorf("depth of %s: %w", name, err)
 		}
-		held += n + dlx[name]
+		n += ready + dlx[name]
 	}
-	return held, nil
+	return n, nil
 }
 
 // killBroker SIGKILLs the broker's node, the hard fault, and starts it
