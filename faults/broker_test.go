@@ -51,12 +51,10 @@ func brokerOptions(name string) broker.Options {
 // settled count must include it. list_queues does not offer that count,
 // so it is asked of each quorum queue by an eval.
 func depths() (map[string]int, error) {
-	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages")
+	m, err := listed()
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]int{}
-	addCounts(m, out)
 	dlx, err := dlxByQueue()
 	if err != nil {
 		return nil, err
@@ -64,6 +62,18 @@ func depths() (map[string]int, error) {
 	for name, n := range dlx {
 		m[name] += n
 	}
+	return m, nil
+}
+
+// listed returns the messages every queue holds as the broker lists them:
+// ready and unacked.
+func listed() (map[string]int, error) {
+	out, err := target.Ctl("list_queues", "-q", "--no-table-headers", "-p", "/", "name", "messages")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]int{}
+	addCounts(m, out)
 	return m, nil
 }
 
