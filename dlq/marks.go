@@ -30,7 +30,7 @@ const (
 // address), when, and how many messages the group held then.
 type Mark struct {
 	By       string    `json:"by"`
-	At       time.Time `json:"at"`
+	At       time.Time `json:"at,omitzero"`
 	Messages int       `json:"messages,omitempty"`
 }
 
