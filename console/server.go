@@ -311,13 +311,18 @@ func (s *Server) sample(ctx context.Context) {
 
 // readMarks reads every DLQ's marks from the broker: another console may
 // have changed them. A read that fails keeps the marks read before, and
-// the overview says why.
+// the overview says why. A DLQ whose depth could not be read is passed
+// over: the broker is unreachable or the DLQ missing, and a second
+// attempt to connect would only hold up the next sample.
 func (s *Server) readMarks(ctx context.Context) {
 	for _, name := range s.order {
 		q := s.queues[name]
 		q.mu.Lock()
-		gen := q.marksGen
+		gen, down := q.marksGen, q.depthErr != ""
 		q.mu.Unlock()
+		if down {
+			continue
+		}
 		rctx, cancel := context.WithTimeout(ctx, marksTimeout)
 		m, err := s.o.Broker.Marks(rctx, name)
 		cancel()
