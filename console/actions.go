@@ -540,8 +540,11 @@ type ignoreRequest struct {
 }
 
 // postIgnore marks a group ignored (it stays in the DLQ, out of the
-// overview's attention figure) or not. The mark is the console's own,
-// kept while it runs, by group id, so it holds across rescans.
+// overview's attention figure) or not. The mark is stored on the broker,
+// beside the DLQ, before it is shown (see Broker.ChangeMarks), by group
+// id, so it holds across rescans, restarts of the console and every
+// console of the DLQ. A mark that could not be stored is an error: the
+// operator would otherwise see a mark that the next console forgets.
 func (s *Server) postIgnore(w http.ResponseWriter, r *http.Request, who string) {
 	q, ok := s.queue(w, r)
 	if !ok {
@@ -567,17 +570,32 @@ func (s *Server) postIgnore(w http.ResponseWriter, r *http.Request, who string) 
 		return
 	}
 	kind := "ignore"
-	q.mu.Lock()
-	if req.Ignored {
-		q.ignored[id] = true
-	} else {
+	if !req.Ignored {
 		kind = "unignore"
-		delete(q.ignored, id)
 	}
-	q.mu.Unlock()
 	job := s.newJob(kind, q.Name, "group "+id, who, g.Count)
+	now := s.o.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), marksTimeout)
+	defer cancel()
+	marks, err := s.o.Broker.ChangeMarks(ctx, q.Name, who, func(m *dlq.Marks) {
+		if req.Ignored {
+			m.Ignored[id] = dlq.Mark{By: who, At: now.UTC(), Messages: g.Count}
+		} else {
+			delete(m.Ignored, id)
+		}
+	})
+	if err != nil {
+		err = fmt.Errorf("the mark was not stored, nothing changed: %w", err)
+		job.finish(s.o.Now(), "", err, false)
+		s.o.Log.Warn("console: "+kind+" failed", "dlq", q.Name, "group", id, "messages", g.Count, "who", who, "error", err.Error())
+		httpError(w, http.StatusBadGateway, err)
+		return
+	}
+	q.mu.Lock()
+	q.setMarks(marks)
+	q.mu.Unlock()
 	job.done.Store(int64(g.Count))
 	job.finish(s.o.Now(), fmt.Sprintf("%d message(s) %s", g.Count, map[bool]string{true: "ignored: they stay in the DLQ, out of the attention figure", false: "counted again"}[req.Ignored]), nil, false)
-	s.o.Log.Info("console: "+kind, "dlq", q.Name, "group", id, "messages", g.Count, "who", who)
+	s.o.Log.Info("console: "+kind, "dlq", q.Name, "group", id, "messages", g.Count, "who", who, "marks", dlq.MarksQueue(q.Name))
 	writeJSON(w, http.StatusOK, s.view(job, s.o.Now()))
 }

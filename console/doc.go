@@ -20,4 +20,10 @@
 // read-only console does not read it, and with actions allowed it needs
 // the token. Every API call must come from the console's own page (see
 // APIHeader), so that no other site's page can start one.
+//
+// The marks an operator puts on failure groups (ignored) are not the
+// console's own: they are kept on the broker beside the DLQ (see
+// Broker.Marks and dlq.MarksQueue), so a restart keeps them and every
+// console of the DLQ shows the same ones. A mark is shown only once the
+// broker has stored it.
 package console

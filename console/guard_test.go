@@ -47,6 +47,16 @@ func (b *fakeBroker) CheckTarget(context.Context, string, string) error {
 	return errors.New("no broker")
 }
 
+func (b *fakeBroker) Marks(_ context.Context, q string) (dlq.Marks, error) {
+	m, _ := dlq.LatestMarks(q, nil)
+	return m, nil
+}
+
+func (b *fakeBroker) ChangeMarks(context.Context, string, string, func(*dlq.Marks)) (dlq.Marks, error) {
+	b.opened.Add(1)
+	return dlq.Marks{}, errors.New("no broker")
+}
+
 // request sends one request to h as a browser on localhost:8089 would,
 // with the headers given.
 func request(h http.Handler, method, target string, hdr map[string]string) *httptest.ResponseRecorder {

@@ -57,8 +57,11 @@ type Group struct {
 	SampleError string `json:"sampleError,omitempty"`
 	// Queues are the original queues its messages came from.
 	Queues []string `json:"queues"`
-	// Ignored is true while an operator has it marked ignored.
-	Ignored bool `json:"ignored"`
+	// Ignored is true while an operator has it marked ignored; IgnoredBy
+	// and IgnoredAt say who marked it and when.
+	Ignored   bool      `json:"ignored"`
+	IgnoredBy string    `json:"ignoredBy,omitempty"`
+	IgnoredAt time.Time `json:"ignoredAt,omitzero"`
 }
 
 // NewIndex returns an empty index.

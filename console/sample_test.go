@@ -28,6 +28,13 @@ func (d *depths) Originals(context.Context, string) (string, error) {
 func (d *depths) CheckTarget(context.Context, string, string) error {
 	return errors.New("no broker")
 }
+func (d *depths) Marks(_ context.Context, q string) (dlq.Marks, error) {
+	m, _ := dlq.LatestMarks(q, nil)
+	return m, nil
+}
+func (d *depths) ChangeMarks(context.Context, string, string, func(*dlq.Marks)) (dlq.Marks, error) {
+	return dlq.Marks{}, errors.New("no broker")
+}
 
 // TestSampleSkipsABusyDLQ: while a scan holds a classic DLQ's messages the
 // broker reports them as gone; the sample is skipped, so the held

@@ -46,6 +46,13 @@ type Broker interface {
 	// CheckTarget fails when a replay's destination does not exist: the
 	// exchange when not "", else the queue.
 	CheckTarget(ctx context.Context, exchange, queue string) error
+	// Marks reads the marks kept on the broker for queue's failure groups
+	// (see dlq.MarksQueue): the empty set when none were ever stored.
+	Marks(ctx context.Context, queue string) (dlq.Marks, error)
+	// ChangeMarks makes change to queue's marks on behalf of who and
+	// returns the set stored, only once the broker holds it durably; on
+	// an error the marks are as they were.
+	ChangeMarks(ctx context.Context, queue, who string, change func(*dlq.Marks)) (dlq.Marks, error)
 }
 
 // DLQ is one dead-letter queue the console shows.
@@ -151,9 +158,18 @@ type queueState struct {
 	depthAt  time.Time
 	// rotates is true once a read found that reading the DLQ rotates it.
 	rotates bool
-	// ignored are the ids of the groups an operator marked ignored: they
-	// stay in the DLQ and out of the overview's attention figure.
-	ignored map[string]bool
+	// ignored are the groups an operator marked ignored, by id: they stay
+	// in the DLQ and out of the overview's attention figure. They are a
+	// copy of the marks kept on the broker (Broker.Marks), read at start
+	// and at every sample, so that they outlive the console and every
+	// console of the DLQ shows the same ones.
+	ignored map[string]dlq.Mark
+	// marksErr is why the last read of the marks failed ("" when it did
+	// not): until one succeeds, ignored is what was read before.
+	marksErr string
+	// marksGen counts the sets applied to ignored: a read that started
+	// before a change of this console's own ended must not undo it.
+	marksGen int
 }
 
 // New checks o and returns a server.
@@ -206,7 +222,7 @@ func New(o Options) (*Server, error) {
 		if _, dup := s.queues[d.Name]; dup {
 			continue
 		}
-		s.queues[d.Name] = &queueState{DLQ: d, sampler: &Sampler{Now: o.Now}, ignored: map[string]bool{}}
+		s.queues[d.Name] = &queueState{DLQ: d, sampler: &Sampler{Now: o.Now}, ignored: map[string]dlq.Mark{}}
 		s.order = append(s.order, d.Name)
 	}
 	return s, nil
@@ -236,6 +252,7 @@ func (s *Server) Run(ctx context.Context) {
 	s.ctx = ctx
 	s.mu.Unlock()
 	s.sample(ctx)
+	s.readMarks(ctx)
 	if s.o.ScanOnStart {
 		s.wg.Add(1)
 		go func() {
@@ -260,6 +277,7 @@ func (s *Server) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 			s.sample(ctx)
+			s.readMarks(ctx)
 		}
 	}
 }
@@ -289,6 +307,50 @@ func (s *Server) sample(ctx context.Context) {
 			q.sampler.Add(d)
 		}
 	}
+}
+
+// readMarks reads every DLQ's marks from the broker: another console may
+// have changed them. A read that fails keeps the marks read before, and
+// the overview says why. A DLQ whose depth could not be read is passed
+// over: the broker is unreachable or the DLQ missing, and a second
+// attempt to connect would only hold up the next sample.
+func (s *Server) readMarks(ctx context.Context) {
+	for _, name := range s.order {
+		q := s.queues[name]
+		q.mu.Lock()
+		gen, down := q.marksGen, q.depthErr != ""
+		q.mu.Unlock()
+		if down {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, marksTimeout)
+		m, err := s.o.Broker.Marks(rctx, name)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		q.mu.Lock()
+		switch {
+		case err != nil:
+			if q.marksErr == "" {
+				s.o.Log.Warn("console: read ignored marks", "dlq", name, "queue", dlq.MarksQueue(name), "error", err.Error())
+			}
+			q.marksErr = err.Error()
+		case gen == q.marksGen:
+			q.setMarks(m)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// marksTimeout bounds one read or change of a DLQ's marks.
+const marksTimeout = 30 * time.Second
+
+// setMarks makes m the marks q shows. Called with q.mu held.
+func (q *queueState) setMarks(m dlq.Marks) {
+	q.ignored = m.Clone().Ignored
+	q.marksErr = ""
+	q.marksGen++
 }
 
 // Handler serves the page and the API.
@@ -481,6 +543,9 @@ type Overview struct {
 	// ignored; Ignored those inside them.
 	Attention int `json:"attention"`
 	Ignored   int `json:"ignored"`
+	// MarksError is why the marks kept on the broker could not be read:
+	// the figures then use the marks read before, none at first.
+	MarksError string `json:"marksError,omitempty"`
 }
 
 // The overview's chart size, in pixels.
@@ -503,11 +568,11 @@ func (s *Server) overview(w http.ResponseWriter, _ *http.Request) {
 		rate, ok := q.sampler.PerMinute()
 		q.mu.Lock()
 		samples := q.sampler.Samples()
-		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight), ReadRotates: q.rotates}
+		ov := Overview{Name: name, Queues: q.Queues, Depth: q.depth, DepthError: q.depthErr, PerMinute: rate, HasRate: ok, Samples: len(samples), Chart: DepthChart(samples, chartWidth, chartHeight), ReadRotates: q.rotates, MarksError: q.marksErr}
 		if q.index != nil {
 			ov.Oldest, ov.Newest, ov.Scanned, ov.Groups, ov.ScannedAt = q.index.Oldest, q.index.Newest, q.index.Scanned, len(q.index.groups), q.indexAt
 			for _, g := range q.index.groups {
-				if q.ignored[g.ID] {
+				if _, ign := q.ignored[g.ID]; ign {
 					ov.Ignored += g.Count
 				}
 			}
@@ -547,6 +612,8 @@ type groupsPage struct {
 	Groups      []Group   `json:"groups"`
 	Scan        *JobView  `json:"scan,omitempty"`
 	ReadRotates bool      `json:"readRotates"`
+	// MarksError is why the marks kept on the broker could not be read.
+	MarksError string `json:"marksError,omitempty"`
 }
 
 func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
@@ -562,10 +629,15 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 		page.Scanned, page.Groups = ix.Scanned, ix.Groups()
 		q.mu.Lock()
 		for i := range page.Groups {
-			page.Groups[i].Ignored = q.ignored[page.Groups[i].ID]
+			if m, ign := q.ignored[page.Groups[i].ID]; ign {
+				page.Groups[i].Ignored, page.Groups[i].IgnoredBy, page.Groups[i].IgnoredAt = true, m.By, m.At
+			}
 		}
 		q.mu.Unlock()
 	}
+	q.mu.Lock()
+	page.MarksError = q.marksErr
+	q.mu.Unlock()
 	if scan != nil {
 		v := scan.View(s.o.Now())
 		page.Scan = &v

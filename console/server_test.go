@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,6 +121,20 @@ func (e *env) fill(kinds []failure) map[string][]string {
 // start runs a console over the DLQ; set changes its options.
 func (e *env) start(allow bool, set ...func(*console.Options)) {
 	e.t.Helper()
+	e.use(e.launch(allow, set...))
+}
+
+// live is a running console, until stop.
+type live struct {
+	c    *console.Server
+	srv  *httptest.Server
+	stop func()
+}
+
+// launch runs a console over the DLQ, stopped at the end of the test if
+// not before; set changes its options.
+func (e *env) launch(allow bool, set ...func(*console.Options)) *live {
+	e.t.Helper()
 	o := console.Options{
 		DLQs:         []console.DLQ{{Name: e.DLQ, Queues: []string{e.Work}}},
 		Broker:       &dlqconn.Opener{Opts: e.opts, ConfirmTimeout: 10 * time.Second, Log: slog.New(slog.DiscardHandler)},
@@ -141,14 +156,21 @@ func (e *env) start(allow bool, set ...func(*console.Options)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	e.console = c
-	e.srv = httptest.NewServer(c.Handler())
-	e.t.Cleanup(func() {
-		e.srv.Close()
-		cancel()
-		<-done
-	})
+	l := &live{c: c, srv: httptest.NewServer(c.Handler())}
+	var once sync.Once
+	l.stop = func() {
+		once.Do(func() {
+			l.srv.Close()
+			cancel()
+			<-done
+		})
+	}
+	e.t.Cleanup(l.stop)
+	return l
 }
+
+// use points the env's calls at l.
+func (e *env) use(l *live) { e.console, e.srv = l.c, l.srv }
 
 // call makes a request to the console and decodes a JSON answer into out
 // (when not nil); it returns the status.

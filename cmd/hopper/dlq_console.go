@@ -85,7 +85,10 @@ operator's Next between batches). Every replay run names itself on its
 copies (x-hopper-replay-run): messages that fail again are grouped per run,
 and the activity list shows per run how many came back. A group can be
 marked ignored: it stays in the DLQ, out of the overview's attention
-figure. Every action needs the token in the X-Hopper-Token header:
+figure; the marks are kept on the broker in <dlq>.console-marks (a classic
+queue holding one message, declared by the first mark), so every console
+of the DLQ shows them and a restart keeps them; deleting that queue clears
+them. Every action needs the token in the X-Hopper-Token header:
 --token-file holds one per line (LABEL:TOKEN, or TOKEN alone), else one is
 generated and printed once at start. Actions are POST only.
 

@@ -76,7 +76,8 @@
           el("div", { class: "muted" }, d.queues.length ? "from " + d.queues.join(", ") : ""),
           d.readRotates ? el("div", { class: "muted rotates" }, rotatesNote()) : null),
         el("td", { class: "num depth" }, d.depthError ? "?" : String(d.depth)),
-        el("td", { class: "num attention" }, d.scanned ? String(d.attention) + (d.ignored ? " (" + d.ignored + " ignored)" : "") : "—"),
+        el("td", { class: "num attention" }, d.scanned ? String(d.attention) + (d.ignored ? " (" + d.ignored + " ignored)" : "") : "—",
+          d.marksError ? el("div", { class: "marks-error muted" }, "ignored marks not read: " + d.marksError) : null),
         el("td", { class: "num rate" }, d.hasRate ? d.perMinute.toFixed(1) : "…"),
         el("td", { class: "oldest" }, when(d.oldest)),
         el("td", { class: "newest" }, when(d.newest)),
@@ -142,6 +143,7 @@
       page.scan && page.scan.state === "failed" ? "Last scan failed: " + page.scan.error + " " : "",
       el("button", { class: "rescan", onclick: async () => { await rescan(name); } }, "Rescan")));
     if (page.readRotates) view.append(el("p", { class: "muted rotates" }, rotatesNote() + "."));
+    if (page.marksError) view.append(el("p", { class: "muted marks-error" }, "The ignored marks kept on the broker could not be read, so these are the ones read before: " + page.marksError));
     const rows = page.groups.map((g) => {
       const k = g.key;
       const actions = el("td", { class: "actions" });
@@ -170,7 +172,7 @@
         el("td", { class: "num share-cell" }, shareBar(g.share), " ", (g.share * 100).toFixed(1) + "%"),
         el("td", { class: "reason" }, k.reason || "(unknown)",
           k.replayRun ? el("div", { class: "again muted" }, "failed again after replay run " + k.replayRun) : null,
-          g.ignored ? el("div", { class: "ignored-mark muted" }, "ignored") : null),
+          g.ignored ? el("div", { class: "ignored-mark muted", title: "marked ignored" + (g.ignoredBy ? " by " + g.ignoredBy : "") + (g.ignoredAt ? " at " + when(g.ignoredAt) : "") }, "ignored") : null),
         el("td", { class: "status" }, k.status),
         el("td", { class: "rk mono" }, k.routingKey || "—"),
         el("td", { class: "fp mono" }, k.fingerprint || "(no error)"),

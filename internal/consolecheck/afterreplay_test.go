@@ -16,7 +16,8 @@ import (
 // come back to the DLQ; the rescan shows them as a group of their own,
 // "failed again after replay run …", and the activity list shows per run
 // how many came back. A group marked ignored stays in the DLQ and leaves
-// the overview's attention figure until unmarked.
+// the overview's attention figure until unmarked, across restarts of the
+// console: the mark is kept on the broker.
 func TestConsoleAfterReplay(t *testing.T) {
 	e := newEnv(t)
 	dlqName := e.Orders + ".dlq"
@@ -70,12 +71,35 @@ func TestConsoleAfterReplay(t *testing.T) {
 	if got := e.contents(dlqName); len(got) != total {
 		t.Fatalf("DLQ holds %d after ignoring, want %d", len(got), total)
 	}
-	run(t, ctx, "unignore", chromedp.Navigate(p.URL+"#/dlq/"+dlqName), poll(`document.querySelectorAll('#groups tr.group').length === 3`),
+	// The mark is kept on the broker: a second console beside this one
+	// shows it, and a console started after this one stopped still leaves
+	// the group out.
+	beside := e.startConsole()
+	beside.scansDone(t)
+	run(t, ctx, "a console beside shows the mark", chromedp.Navigate(beside.URL), attention(fmt.Sprintf("%d (%d ignored)", total-len(ids["svc"]), len(ids["svc"]))))
+	beside.stop(t)
+	p.stop(t)
+	if log := p.logText(); !strings.Contains(log, "console: ignore") {
+		t.Errorf("ignore not logged:\n%s", log)
+	}
+	p = e.startConsole()
+	p.scansDone(t)
+	run(t, ctx, "after a restart, still ignored", chromedp.Navigate(p.URL), attention(fmt.Sprintf("%d (%d ignored)", total-len(ids["svc"]), len(ids["svc"]))),
+		chromedp.Navigate(p.URL+"#/dlq/"+dlqName), poll(`document.querySelectorAll('#groups tr.group').length === 3`),
+		poll(`(document.querySelector('#groups tr.group:nth-child(1) .ignored-mark')||{}).title.startsWith('marked ignored by oncall from ')`))
+	run(t, ctx, "unignore", chromedp.Navigate(p.URL+"#/dlq/"+dlqName), chromedp.SendKeys(chromedp.CSS("#token"), secret),
+		poll(`document.querySelectorAll('#groups tr.group').length === 3`),
 		chromedp.Click(chromedp.CSS(`#groups tr.group:nth-child(1) button.ignore`)),
 		poll(`document.querySelector('#groups tr.group:nth-child(1) .ignored-mark') === null`),
 		chromedp.Navigate(p.URL), attention(fmt.Sprint(total)))
-	log := p.logText()
-	if !strings.Contains(log, "console: ignore") || !strings.Contains(log, "console: unignore") {
-		t.Errorf("ignore and unignore not logged:\n%s", log)
+	p.stop(t)
+	if log := p.logText(); !strings.Contains(log, "console: unignore") {
+		t.Errorf("unignore not logged:\n%s", log)
+	}
+	p = e.startConsole()
+	p.scansDone(t)
+	run(t, ctx, "after another restart, counted again", chromedp.Navigate(p.URL), attention(fmt.Sprint(total)))
+	if got := e.contents(dlqName); len(got) != total {
+		t.Fatalf("DLQ holds %d at the end, want %d", len(got), total)
 	}
 }

@@ -246,6 +246,8 @@ type proc struct {
 	URL string
 	mu  sync.Mutex
 	log bytes.Buffer
+	// read is closed once the console's standard error is read to its end.
+	read chan struct{}
 }
 
 var listening = regexp.MustCompile(`listening on (http://[^ ]+/)`)
@@ -254,7 +256,7 @@ var listening = regexp.MustCompile(`listening on (http://[^ ]+/)`)
 func (e *env) startConsole(extra ...string) *proc {
 	e.t.Helper()
 	args := append([]string{"dlq", "console", "-c", e.config, "--listen", "127.0.0.1:0", "--allow-actions", "--token-file", e.tokens, "--rate", "0", "--sample-every", "1s", "--log-format", "text"}, extra...)
-	p := &proc{cmd: e.hopperCmd(args...)}
+	p := &proc{cmd: e.hopperCmd(args...), read: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		e.t.Fatal(err)
@@ -273,6 +275,7 @@ func (e *env) startConsole(extra ...string) *proc {
 	})
 	urls := make(chan string, 1)
 	go func() {
+		defer close(p.read)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -295,6 +298,23 @@ func (e *env) startConsole(extra ...string) *proc {
 		e.t.Fatalf("console not listening after 30s:\n%s", p.logText())
 	}
 	return p
+}
+
+// stop ends the console as an operator would (SIGTERM) and waits for it
+// to exit, its log read to the end.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.read:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("console still running 30s after SIGTERM:\n%s", p.logText())
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("console exit: %v\n%s", err, p.logText())
+	}
 }
 
 func (p *proc) logText() string {
