@@ -1,0 +1,182 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/topology"
+)
+
+// TestParkedList: `hopper parked` lists the messages waiting in a work
+// queue's parking queues, soonest due first, with their due time, the time
+// left and the parking queue, on a classic and on a quorum work queue.
+// Listing takes nothing out of the schedule: every message is still
+// parked afterwards, with its headers and body, none returned (no
+// x-delivery-count spent) and each queue in its order; a message whose
+// time left has shrunk below its queue's delay is moved to the step its
+// time left allows (as Hopper's next hop would), one that is due goes to
+// the work queue, and one that says no due time stays where it was.
+func TestParkedList(t *testing.T) {
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run(qt, func(t *testing.T) {
+			q := queueName(t)
+			args := []string{"--broker-url", rabbit.URL(), "--queue", q, "--log-level", "error",
+				"--set", "queue.type=" + qt, "--set", "schedule.enabled=true", "--set", "schedule.maxDelay=1h"}
+			if r := hopper(t, append([]string{"topology", "apply"}, args...)...); r.code != 0 {
+				t.Fatalf("apply: exit %d\n%s", r.code, r.stderr)
+			}
+			cfg := config.Default()
+			cfg.Queue.Name = q
+			cfg.Schedule.Enabled = true
+			cfg.Schedule.MaxDelay = config.Duration(time.Hour)
+			plan := topology.FromConfig(&cfg)
+			park := func(step time.Duration) string {
+				name, ok := plan.ParkQueue(step)
+				if !ok {
+					t.Fatalf("no parking queue of %s", step)
+				}
+				return name
+			}
+
+			pub := broker.NewPublisher(broker.PublisherOptions{Options: broker.Options{URLs: []string{rabbit.URL()}}, Channels: 1, ConfirmTimeout: 5 * time.Second})
+			t.Cleanup(func() { pub.Close() })
+			now := time.Now()
+			type parkedMsg struct {
+				id    string
+				in    string
+				due   time.Time // zero: says none
+				after string    // the queue it must be in after listing
+			}
+			msgs := []parkedMsg{
+				{"far-1", park(1024 * time.Second), now.Add(20 * time.Minute), park(1024 * time.Second)},
+				{"far-2", park(1024 * time.Second), now.Add(25 * time.Minute), park(1024 * time.Second)},
+				{"far-3", park(1024 * time.Second), now.Add(30 * time.Minute), park(1024 * time.Second)},
+				{"mid", park(512 * time.Second), now.Add(10 * time.Minute), park(512 * time.Second)},
+				// Has waited in its queue: 100s left, the 64s step.
+				{"moved", park(512 * time.Second), now.Add(100 * time.Second), park(64 * time.Second)},
+				{"past", park(64 * time.Second), now.Add(-2 * time.Second), q},
+				{"nodue", park(2048 * time.Second), time.Time{}, park(2048 * time.Second)},
+			}
+			for _, m := range msgs {
+				h := map[string]any{msg.HeaderParked: true, "tenant": "acme"}
+				if !m.due.IsZero() {
+					h[msg.HeaderDue] = m.due.UnixMilli()
+				}
+				err := pub.PublishTo(context.Background(), "", m.in, &msg.Message{MessageID: m.id, Headers: h, Body: []byte("body-" + m.id), ContentType: "text/plain"})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			insp := inspector(t)
+			readyIn(t, insp, park(1024*time.Second), 3)
+
+			r := hopper(t, append([]string{"parked"}, args...)...)
+			if r.code != 0 {
+				t.Fatalf("parked: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			t.Logf("hopper parked:\n%s", r.stdout)
+			var order []string
+			for _, line := range strings.Split(r.stdout, "\n")[1:] {
+				f := strings.Fields(line)
+				if len(f) == 4 {
+					order = append(order, f[0])
+					for _, m := range msgs {
+						if m.id == f[0] && f[3] != m.in {
+							t.Errorf("%s listed in %s, want %s", m.id, f[3], m.in)
+						}
+					}
+				}
+			}
+			if want := []string{"past", "moved", "mid", "far-1", "far-2", "far-3", "nodue"}; !slices.Equal(order, want) {
+				t.Errorf("listed %v, want %v (soonest due first, no due time last)", order, want)
+			}
+			for _, want := range []string{"past  ", "due  ", "(none)", "--- 7 message(s) parked for " + q + " ---"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("the listing does not show %q", want)
+				}
+			}
+
+			// Listed again as JSON: the moved message is now in the 64s
+			// step, and the due one is in the work queue, no longer parked.
+			r = hopper(t, append([]string{"parked", "-o", "json"}, args...)...)
+			if r.code != 0 {
+				t.Fatalf("parked -o json: exit %d\n%s", r.code, r.stderr)
+			}
+			var got struct {
+				Queue    string
+				Messages []struct {
+					ID        string
+					Due       time.Time
+					LeftMs    int64
+					ParkQueue string
+				}
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+				t.Fatalf("%v:\n%s", err, r.stdout)
+			}
+			if got.Queue != q || len(got.Messages) != 6 {
+				t.Fatalf("json listing of %q with %d messages, want %q with 6:\n%s", got.Queue, len(got.Messages), q, r.stdout)
+			}
+			for _, g := range got.Messages {
+				for _, m := range msgs {
+					if m.id != g.ID {
+						continue
+					}
+					if g.ParkQueue != m.after {
+						t.Errorf("%s listed in %s, want %s", g.ID, g.ParkQueue, m.after)
+					}
+					// Read between the publish and now.
+					most, least := m.due.Sub(now).Milliseconds(), time.Until(m.due).Milliseconds()
+					if !m.due.IsZero() && (!g.Due.Equal(time.UnixMilli(m.due.UnixMilli())) || g.LeftMs > most || g.LeftMs < least) {
+						t.Errorf("%s: due %s, %dms left; want %s, %d…%dms left", g.ID, g.Due, g.LeftMs, m.due, least, most)
+					}
+				}
+			}
+
+			// Every message where it belongs, as it was, in order, none
+			// returned.
+			byQueue := map[string][]string{}
+			for _, m := range msgs {
+				byQueue[m.after] = append(byQueue[m.after], m.id)
+			}
+			for queue, want := range byQueue {
+				var ids []string
+				for {
+					d, ok, err := insp.Get(queue)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !ok {
+						break
+					}
+					m := d.Message()
+					ids = append(ids, m.MessageID)
+					if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
+						t.Errorf("%s: x-delivery-count %d: it was returned", m.MessageID, n)
+					}
+					if string(m.Body) != "body-"+m.MessageID || m.String("tenant") != "acme" || m.Headers[msg.HeaderParked] != true {
+						t.Errorf("%s: body %q, headers %v: not as it was parked", m.MessageID, m.Body, m.Headers)
+					}
+					for _, p := range msgs {
+						if due, _ := m.Int(msg.HeaderDue); p.id == m.MessageID && !p.due.IsZero() && due != p.due.UnixMilli() {
+							t.Errorf("%s: x-hopper-due %d, want %d", p.id, due, p.due.UnixMilli())
+						}
+					}
+					if err := d.Ack(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !slices.Equal(ids, want) {
+					t.Errorf("%s holds %v, want %v", queue, ids, want)
+				}
+			}
+		})
+	}
+}
