@@ -3,13 +3,19 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -177,6 +183,103 @@ func TestParkedList(t *testing.T) {
 					t.Errorf("%s holds %v, want %v", queue, ids, want)
 				}
 			}
+		})
+	}
+}
+
+// TestParkedListWhileRunning: listed while a Hopper parks and delivers
+// them, scheduled messages still reach the app once each, on time within
+// the schedule's precision (half the 1s step early, a second late at
+// most): a listing moves each message one more hop from the due time it
+// carries, and adds nothing to its wait. Listed before any message has
+// come back from its first step, every one is listed once.
+func TestParkedListWhileRunning(t *testing.T) {
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run(qt, func(t *testing.T) {
+			var mu sync.Mutex
+			first := map[string]time.Time{}
+			calls := map[string]int{}
+			app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				now := time.Now()
+				id := r.Header.Get("Hopper-Message-Id")
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := first[id]; !ok {
+					first[id] = now
+				}
+				calls[id]++
+			}))
+			defer app.Close()
+
+			q := queueName(t)
+			sched := []string{"--set", "queue.type=" + qt, "--set", "schedule.enabled=true", "--set", "schedule.maxDelay=1m"}
+			insp := inspector(t)
+			p := startRun(t, runArgs(q, app.URL, sched...)...)
+			queueExists(t, insp, q, p)
+
+			pub := broker.NewPublisher(broker.PublisherOptions{Options: broker.Options{URLs: []string{rabbit.URL()}}, Channels: 1, ConfirmTimeout: 5 * time.Second})
+			t.Cleanup(func() { pub.Close() })
+			due := map[string]time.Time{}
+			t0 := time.Now()
+			for i := range 12 {
+				id := fmt.Sprintf("s%02d", i)
+				due[id] = t0.Add(4*time.Second + time.Duration(i)*time.Second)
+				m := &msg.Message{MessageID: id, Body: []byte(id), Headers: map[string]any{msg.HeaderNotBefore: due[id].UnixMilli()}}
+				if err := pub.PublishTo(context.Background(), "", q, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(time.Until(t0.Add(1500 * time.Millisecond)))
+			list := func() []string {
+				args := []string{"parked", "-o", "json", "--broker-url", rabbit.URL(), "--queue", q, "--log-level", "error"}
+				r := hopper(t, append(args, sched...)...)
+				if r.code != 0 {
+					t.Fatalf("parked: exit %d\n%s", r.code, r.stderr)
+				}
+				var got struct{ Messages []struct{ ID string } }
+				if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+					t.Fatalf("%v:\n%s", err, r.stdout)
+				}
+				var ids []string
+				for _, m := range got.Messages {
+					ids = append(ids, m.ID)
+				}
+				return ids
+			}
+			ids := list()
+			slices.Sort(ids)
+			if want := slices.Sorted(maps.Keys(due)); !slices.Equal(ids, want) {
+				t.Errorf("listed %v, want every message once: %v", ids, want)
+			}
+			time.Sleep(time.Until(t0.Add(6 * time.Second)))
+			ids = list()
+			if len(slices.Compact(slices.Sorted(slices.Values(ids)))) != len(ids) {
+				t.Errorf("listed %v: a message twice", ids)
+			}
+			t.Logf("listed at +6s: %d messages", len(ids))
+
+			waitfor.Until(t, 30*time.Second, "every message delivered", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(first) == len(due)
+			})
+			time.Sleep(time.Second) // a duplicate would come now
+			mu.Lock()
+			defer mu.Unlock()
+			var offs []time.Duration
+			for id, d := range due {
+				off := first[id].Sub(d)
+				offs = append(offs, off)
+				if calls[id] != 1 {
+					t.Errorf("%s reached the app %d times", id, calls[id])
+				}
+				if off < -550*time.Millisecond || off > time.Second {
+					t.Errorf("%s reached the app %s from its due time", id, off)
+				}
+			}
+			slices.Sort(offs)
+			t.Logf("lateness with two listings: earliest %+.3fs, median %+.3fs, latest %+.3fs",
+				offs[0].Seconds(), offs[len(offs)/2].Seconds(), offs[len(offs)-1].Seconds())
 		})
 	}
 }
