@@ -54,6 +54,7 @@ returns to its parking queue (each such return counts one delivery).`,
 				return err
 			}
 			plan := topology.FromConfig(&t.cfg)
+			t.opts.Name = "hopper-parked " + plan.Work.Name
 			if len(plan.Parking) == 0 {
 				return usage(fmt.Errorf("queue %q parks nothing: schedule.enabled is off in this config (turn it on as the Hopper consuming the queue has it)", plan.Work.Name))
 			}
@@ -126,7 +127,9 @@ func listParked(ctx context.Context, t *target, plan topology.Plan) (*parkedList
 		}
 		pass, err := opener.BrowseParked(ctx, q.Name, func(m *msg.Message) string { return rp.To(q.Name, m) })
 		if err != nil {
-			return nil, err
+			// The queues read before were handed back: nothing is lost,
+			// and the listing may be run again.
+			return nil, tempFail(fmt.Errorf("parking queue %q: %w", q.Name, err))
 		}
 		res, err := dlq.Browse(ctx, pass.Source, dlq.BrowseOptions{Limit: pass.Present, Bound: pass.Present, Rotate: pass.Rotate,
 			OnBad: func(n int, err error) { list.Bad++ }}, func(m *msg.Message) error {
@@ -137,7 +140,7 @@ func listParked(ctx context.Context, t *target, plan topology.Plan) (*parkedList
 		})
 		pass.Close()
 		if err != nil {
-			return nil, fmt.Errorf("parking queue %q, after %d message(s): %w", q.Name, res.Taken, err)
+			return nil, tempFail(fmt.Errorf("parking queue %q, after %d message(s), each handed back: %w", q.Name, res.Taken, err))
 		}
 	}
 	list.Again = rp.Again

@@ -283,3 +283,16 @@ func TestParkedListWhileRunning(t *testing.T) {
 		})
 	}
 }
+
+// `hopper parked` refuses a config that parks nothing (usage), and says
+// when the broker cannot be reached (unavailable).
+func TestParkedExitCodes(t *testing.T) {
+	r := hopper(t, "parked", "--broker-url", rabbit.URL(), "--queue", "q")
+	if r.code != 64 || !strings.Contains(r.stderr, "schedule.enabled is off") {
+		t.Errorf("with scheduling off: exit %d, %s; want 64 and why", r.code, r.stderr)
+	}
+	r = hopper(t, "parked", "--broker-url", "amqp://guest:guest@127.0.0.1:1/", "--queue", "q", "--set", "schedule.enabled=true")
+	if r.code != 69 {
+		t.Errorf("against a closed port: exit %d, %s; want 69", r.code, r.stderr)
+	}
+}
