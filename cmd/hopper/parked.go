@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/dlq"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/schedule"
@@ -49,6 +51,9 @@ returns to its parking queue (each such return counts one delivery).`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			if err := f.pickNeeded(cmd); err != nil {
+				return err
+			}
 			t, err := f.load(cmd, "parked")
 			if err != nil {
 				return err
@@ -83,6 +88,24 @@ returns to its parking queue (each such return counts one delivery).`,
 	f.cf.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text (a table) or json")
 	return cmd
+}
+
+// pickNeeded refuses a config of several subscriptions when --queue
+// does not pick one: whose parked messages to list is the operator's
+// choice (the DLQ tools may take --dlq instead, which parked has not).
+func (f *dlqFlags) pickNeeded(cmd *cobra.Command) error {
+	if f.cf.file == "" || cmd.Flags().Changed("queue") {
+		return nil
+	}
+	cfg, _, _ := config.Load(f.cf.file, nil)
+	if len(cfg.Subscriptions) < 2 {
+		return nil
+	}
+	var names []string
+	for _, e := range cfg.SubscriptionConfigs() {
+		names = append(names, e.Queue.Name)
+	}
+	return usage(fmt.Errorf("the config lists %d subscriptions: choose whose parked messages with --queue (one of %s)", len(names), strings.Join(names, ", ")))
 }
 
 // parkedList is what `hopper parked` reports.

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -294,5 +296,32 @@ func TestParkedExitCodes(t *testing.T) {
 	r = hopper(t, "parked", "--broker-url", "amqp://guest:guest@127.0.0.1:1/", "--queue", "q", "--set", "schedule.enabled=true")
 	if r.code != 69 {
 		t.Errorf("against a closed port: exit %d, %s; want 69", r.code, r.stderr)
+	}
+}
+
+// With several subscriptions, --queue picks whose parked messages are
+// listed; without it the command says so and names them.
+func TestParkedPicksASubscription(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hopper.yaml")
+	yaml := "broker: {urls: [\"" + rabbit.URL() + "\"]}\napp: {url: \"http://127.0.0.1:1/\"}\nschedule: {enabled: true}\n" +
+		"subscriptions:\n  - queue: {name: orders}\n  - queue: {name: invoices}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := hopper(t, "parked", "-c", file)
+	if r.code != 64 || !strings.Contains(r.stderr, "--queue (one of orders, invoices)") || strings.Contains(r.stderr, "--dlq") {
+		t.Errorf("without --queue: exit %d, %s; want 64 naming the subscriptions", r.code, r.stderr)
+	}
+	q := queueName(t)
+	yaml = strings.Replace(yaml, "name: invoices", "name: "+q, 1)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := hopper(t, "topology", "apply", "-c", file, "--log-level", "error"); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s", r.code, r.stderr)
+	}
+	r = hopper(t, "parked", "-c", file, "--queue", q)
+	if r.code != 0 || !strings.Contains(r.stdout, "--- 0 message(s) parked for "+q+" ---") {
+		t.Errorf("--queue %s: exit %d\n%s\n%s", q, r.code, r.stdout, r.stderr)
 	}
 }
