@@ -110,7 +110,11 @@ type Pass struct {
 type Rotation struct {
 	// Queue is the DLQ itself.
 	Queue string
-	Pub   Sender
+	// To, when set, picks the queue of each copy in place of Queue: a
+	// parking queue's message goes back where its due time puts it now
+	// (see Reparker), not to the tail it would wait a whole delay again at.
+	To  func(*msg.Message) string
+	Pub Sender
 	// Window is the number of copies awaiting their confirm at once.
 	// Default 16: when the tool ends, up to a window's originals are acked
 	// at once and the channel closed, and a quorum queue's channel sends at
@@ -159,7 +163,11 @@ func (r *Rotation) Keep(ctx context.Context, d Delivery, m *msg.Message) error {
 	// Not ctx: a copy the broker may have taken is seen through to its
 	// confirm (bounded by the publisher's confirm timeout), so that the
 	// original is acked and not left beside its copy.
-	wait := r.Pub.Send(context.WithoutCancel(ctx), "", r.Queue, msg.KeepCopy(m))
+	to := r.Queue
+	if r.To != nil {
+		to = r.To(m)
+	}
+	wait := r.Pub.Send(context.WithoutCancel(ctx), "", to, msg.KeepCopy(m))
 	r.pending = append(r.pending, rotating{d: d, id: m.MessageID, wait: wait})
 	window := r.Window
 	if window <= 0 {

@@ -126,6 +126,31 @@ func (o *Opener) BrowseInPlace(ctx context.Context, queue string) (dlq.Pass, err
 	return o.browse(ctx, queue, false)
 }
 
+// BrowseParked opens a parking queue of scheduled messages for a pass
+// that reads every message without taking any out of its schedule: each
+// is handed back to the queue to(m) names (see dlq.Reparker), by a copy
+// published and confirmed before the original is acked, so that it waits
+// only for what is left of its time rather than a whole delay again. A
+// parking queue Hopper declares is a quorum queue; a classic one, should
+// an operator have declared it so, is read as a classic DLQ is, every
+// message handed back in its place (with its time in the queue counted
+// on) when the pass closes.
+func (o *Opener) BrowseParked(ctx context.Context, queue string, to func(*msg.Message) string) (dlq.Pass, error) {
+	typ, err := o.queueType(ctx, queue)
+	if err != nil {
+		return dlq.Pass{}, err
+	}
+	if typ == broker.Classic {
+		return o.browse(ctx, queue, true)
+	}
+	rot, closeRot, err := o.rotation(ctx, queue, typ)
+	if err != nil {
+		return dlq.Pass{}, err
+	}
+	rot.To = to
+	return o.browseQuorum(ctx, queue, rot, closeRot)
+}
+
 func (o *Opener) browse(ctx context.Context, queue string, rotate bool) (dlq.Pass, error) {
 	typ, err := o.queueType(ctx, queue)
 	if err != nil {

@@ -59,6 +59,8 @@ type batchRequest struct {
 	attempts []int
 	statuses []int
 	header   http.Header
+	// at is when the request reached the app.
+	at time.Time
 }
 
 type envelope struct {
@@ -119,7 +121,7 @@ func (a *batchApp) handle(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(400)
 		return
 	}
-	req := batchRequest{header: r.Header.Clone()}
+	req := batchRequest{header: r.Header.Clone(), at: time.Now()}
 	pill := false
 	a.mu.Lock()
 	for _, e := range env.Entries {

@@ -66,6 +66,8 @@ type call struct {
 	Status     int
 	Header     http.Header
 	Body       string
+	// At is when the request reached the app.
+	At time.Time
 }
 
 // scriptApp answers per message id from a script of statuses, indexed by
@@ -158,7 +160,7 @@ func (a *scriptApp) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	a.calls = append(a.calls, call{ID: id, Path: r.URL.Path, Attempt: attempt, Requeues: requeues, Status: status,
 		RoutingKey: r.Header.Get("Hopper-Routing-Key"), Exchange: r.Header.Get("Hopper-Exchange"),
-		Header: r.Header.Clone(), Body: string(body)})
+		Header: r.Header.Clone(), Body: string(body), At: time.Now()})
 	extra := a.hdrs[id]
 	hold := a.holds[id]
 	a.mu.Unlock()

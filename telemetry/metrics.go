@@ -126,7 +126,7 @@ func NewMetrics(src Sources) *Metrics {
 		"Messages moved to a parking queue because they were not due yet (x-delay, Hopper-Not-Before), by parking delay; a message waiting long hops several times.",
 		"queue", "step")
 	m.lateness = r.histogram("hopper_schedule_lateness_seconds",
-		"How late a scheduled message came back from parking when it went to the app, in seconds from its due time (negative: early, by at most half of schedule.step).",
+		"How late a scheduled message came back from parking, in seconds from its due time (negative: early, by at most half of schedule.step), when Hopper took it to deliver: a batch it then waits to fill, or its ordering key's line, comes on top.",
 		[]float64{-0.5, -0.25, -0.1, -0.01, 0, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "queue")
 	m.breaker = r.gauge("hopper_breaker_state", "1 for the circuit breaker's current state.", "state")
 	m.breakerOpens = r.counter("hopper_breaker_opens_total", "Times the circuit breaker opened (the app unavailable).").with()
