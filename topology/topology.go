@@ -176,6 +176,12 @@ func Name(tmpl, queue string, delay time.Duration) string {
 
 // FromConfig computes the plan for a validated config.
 func FromConfig(c *config.Config) Plan {
+	if c.Queue.Type == config.QueueTypeStream {
+		// The queues around a stream are those of the subscription's own
+		// queue, where its retries come back.
+		e := c.ForStream()
+		c = &e
+	}
 	q := c.Queue.Name
 	typeArgs := func() map[string]any {
 		if c.Queue.Type == "quorum" {
