@@ -434,6 +434,9 @@ func RunMain(m Runner, dst **Broker) int {
 // run (`make unit`) with no RabbitMQ installed, while a test that needs the
 // broker and cannot start it fails, never skips.
 type Lazy struct {
+	// Options are those the node starts with.
+	Options Options
+
 	once sync.Once
 	b    *Broker
 	err  error
@@ -443,7 +446,7 @@ type Lazy struct {
 // with the install hint when the node cannot start.
 func (l *Lazy) Get(t testing.TB) *Broker {
 	t.Helper()
-	l.once.Do(func() { l.b, l.err = Start(Options{}) })
+	l.once.Do(func() { l.b, l.err = Start(l.Options) })
 	if l.err != nil {
 		t.Fatalf("testbroker: cannot start RabbitMQ: %v\n%s", l.err, InstallHint)
 	}

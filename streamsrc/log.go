@@ -1,0 +1,31 @@
+package streamsrc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/logs"
+)
+
+var quietOnce sync.Once
+
+// quietClient sends the stream client's log lines, which it prints with
+// the standard log package by default, to slog instead, so that Hopper's
+// log stays one structured stream; its chatter (info, debug) goes to debug.
+// The client keeps one logger for the whole process.
+func quietClient() {
+	quietOnce.Do(func() { logs.SetLogger(clientLogger{}) })
+}
+
+type clientLogger struct{}
+
+func (clientLogger) line(level slog.Level, format string, v ...any) {
+	slog.Default().Log(context.Background(), level, fmt.Sprintf(format, v...), "component", "stream-client")
+}
+
+func (l clientLogger) Info(format string, v ...any)  { l.line(slog.LevelDebug, format, v...) }
+func (l clientLogger) Debug(format string, v ...any) { l.line(slog.LevelDebug, format, v...) }
+func (l clientLogger) Warn(format string, v ...any)  { l.line(slog.LevelWarn, format, v...) }
+func (l clientLogger) Error(format string, v ...any) { l.line(slog.LevelWarn, format, v...) }
