@@ -585,6 +585,10 @@ func (s *Source) ResumeFor(reason string) {
 	s.wake = make(chan struct{})
 }
 
+// ResumeWith lifts the pause for reason; a stream has no prefetch to
+// set (see Resume).
+func (s *Source) ResumeWith(reason string, _ int) { s.ResumeFor(reason) }
+
 // Pause pauses for the breaker (the app is down).
 func (s *Source) Pause() { s.PauseFor(PauseBreaker) }
 

@@ -74,7 +74,6 @@ func sendConfirmed(t *testing.T, p *stream.Producer, msgs []*amqp.AMQP10) []bool
 	return out
 }
 
-
 func options(t *testing.T, b *testbroker.Broker) Options {
 	return Options{
 		Port: b.StreamPort(), Stream: "s." + t.Name(), Consumer: "c1", Declare: true,
