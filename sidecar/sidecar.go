@@ -687,6 +687,9 @@ func (s *Sidecar) newSources() error {
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", sub.cfg.Queue.Stream.Name, err)
 		}
+		// The loop's hand-off queue holds the stream's prefetch beside
+		// its queue's (see newLoop).
+		o.Prefetch = sub.maxPrefetch()
 		sub.src.Store(streamsrc.New(o))
 	}
 	return nil
@@ -871,7 +874,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		Pub:                pub,
 		Workers:            Workers(cfg),
 		WorkerCap:          s.workerCap(cfg),
-		Queue:              sub.maxPrefetch(),
+		Queue:              sub.handOff(),
 		Quorum:             cfg.Queue.Type == "quorum",
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
 		MoveRetryMin:       cfg.Broker.MoveRetryMin.D(),
@@ -914,6 +917,17 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		Tracer:         tracer,
 		Observer:       s.metrics.ForQueue(sub.name()),
 	})
+}
+
+// handOff is the size of a loop's hand-off queue: what its consumer can
+// hold unacked, and as much again for a stream subscription, whose stream
+// reader hands over up to its own prefetch beside the queue's consumer, so
+// that neither ever blocks handing a delivery over.
+func (sub *subscription) handOff() int {
+	if sub.cfg.Queue.Stream.Name != "" {
+		return 2 * sub.maxPrefetch()
+	}
+	return sub.maxPrefetch()
 }
 
 // workerCap is a loop's bound on workers: the concurrency limit, when

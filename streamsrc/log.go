@@ -13,7 +13,9 @@ var quietOnce sync.Once
 
 // quietClient sends the stream client's log lines, which it prints with
 // the standard log package by default, to slog instead, so that Hopper's
-// log stays one structured stream; its chatter (info, debug) goes to debug.
+// log stays one structured stream. Its lines go to debug, its errors too:
+// they are mostly about sockets closing, and what they mean for reading (a
+// subscription lost, a store that failed) Hopper logs itself.
 // The client keeps one logger for the whole process.
 func quietClient() {
 	quietOnce.Do(func() { logs.SetLogger(clientLogger{}) })
@@ -27,5 +29,5 @@ func (clientLogger) line(level slog.Level, format string, v ...any) {
 
 func (l clientLogger) Info(format string, v ...any)  { l.line(slog.LevelDebug, format, v...) }
 func (l clientLogger) Debug(format string, v ...any) { l.line(slog.LevelDebug, format, v...) }
-func (l clientLogger) Warn(format string, v ...any)  { l.line(slog.LevelWarn, format, v...) }
-func (l clientLogger) Error(format string, v ...any) { l.line(slog.LevelWarn, format, v...) }
+func (l clientLogger) Warn(format string, v ...any)  { l.line(slog.LevelDebug, format, v...) }
+func (l clientLogger) Error(format string, v ...any) { l.line(slog.LevelDebug, format, v...) }

@@ -84,6 +84,10 @@ type Options struct {
 	// RedeliverAfter is how long a delivery given back waits before it is
 	// handed to the loop again. Default 1s.
 	RedeliverAfter time.Duration
+	// Prefetch bounds the deliveries handed to the loop and not settled
+	// yet, as a queue's prefetch does: the loop's hand-off queue must hold
+	// that many, so that handing one over never blocks. Default 50.
+	Prefetch int
 	// Name labels the connection on the broker. Default "hopper".
 	Name string
 	// Logger defaults to slog.Default().
@@ -172,6 +176,9 @@ func (o *Options) defaults() {
 	if o.RedeliverAfter <= 0 {
 		o.RedeliverAfter = time.Second
 	}
+	if o.Prefetch <= 0 {
+		o.Prefetch = 50
+	}
 	if o.Name == "" {
 		o.Name = "hopper"
 	}
@@ -220,6 +227,8 @@ type Source struct {
 	closeOnce sync.Once
 	connected atomic.Bool
 	handle    func(*Delivery)
+	// slots holds a token for each delivery handed and not settled.
+	slots chan struct{}
 }
 
 // New returns a source; Run reads.
@@ -229,7 +238,7 @@ func New(o Options) *Source {
 	return &Source{
 		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer), offsets: NewOffsets(),
 		pauses: map[string]bool{}, wake: make(chan struct{}), stopped: make(chan struct{}),
-		closed: make(chan struct{}), stored: -1,
+		closed: make(chan struct{}), stored: -1, slots: make(chan struct{}, o.Prefetch),
 	}
 }
 
@@ -252,6 +261,7 @@ func (d *Delivery) Ack() error {
 	if !d.src.offsets.Settle(d.offset) {
 		return fmt.Errorf("offset %d of stream %s settled twice", d.offset, d.src.o.Stream)
 	}
+	<-d.src.slots
 	return nil
 }
 
@@ -458,11 +468,18 @@ func (s *Source) onMessage(gen uint64, off int64, m *amqp.Message) {
 	s.handing.Add(1)
 	s.mu.Unlock()
 	defer s.handing.Done()
+	// A slot first: the loop holds no more unsettled deliveries of the
+	// stream than the prefetch, so handing one over never blocks.
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.stopped:
+		return // read, never handed: it stays unsettled
+	}
 	s.hand(&Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s})
 }
 
-// hand waits while reading is paused, then hands d to the loop; once
-// reading stops it returns without: d stays unsettled.
+// hand waits while reading is paused, then hands d, which holds a slot, to
+// the loop; once reading stops it returns without: d stays unsettled.
 func (s *Source) hand(d *Delivery) {
 	for {
 		s.mu.Lock()
@@ -481,7 +498,8 @@ func (s *Source) hand(d *Delivery) {
 	s.handle(d)
 }
 
-// redeliver hands d to the loop again after RedeliverAfter.
+// redeliver hands d to the loop again after RedeliverAfter; it keeps its
+// slot meanwhile.
 func (s *Source) redeliver(d *Delivery) {
 	s.mu.Lock()
 	if s.stopping {

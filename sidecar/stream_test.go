@@ -1,0 +1,228 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/streamsrc"
+)
+
+// streamConfig is testConfig reading the stream name from the node sb,
+// which serves the stream protocol, as consumer "app".
+func streamConfig(t *testing.T, sb *testbroker.Broker, appURL, name string) config.Config {
+	cfg := testConfig(t, appURL)
+	cfg.Broker.URLs = []string{sb.URL()}
+	cfg.Queue.Name = name
+	cfg.Queue.Type = config.QueueTypeStream
+	cfg.Queue.Stream.Consumer = "app"
+	cfg.Queue.Stream.Port = sb.StreamPort()
+	cfg.Queue.Stream.StoreEvery = config.Duration(100 * time.Millisecond)
+	cfg.Queue.Stream.MaxAge = config.Duration(time.Hour)
+	return cfg
+}
+
+func storedOffset(t *testing.T, cfg config.Config) (int64, bool) {
+	t.Helper()
+	eff := cfg.ForStream()
+	o, err := streamsrc.ConfigOptions(&eff, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, ok, err := streamsrc.StoredOffset(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return off, ok
+}
+
+func TestStream(t *testing.T) {
+	sb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
+
+	// The outcome table applies to a stream as to a queue: 2xx done, 503
+	// a retry that goes through the delay tiers and comes back to the
+	// subscription's own queue (never into the stream again), 400 the
+	// DLQ, stamped with the stream and the offset it came from. The
+	// stored offset ends at the last message.
+	t.Run("outcomes", func(t *testing.T) {
+		app := newScriptApp(t)
+		cfg := streamConfig(t, sb, app.URL, "st.outcomes")
+		const n = 30
+		kind := func(i int) string {
+			switch i % 5 {
+			case 1:
+				return "retried"
+			case 2:
+				return "dead"
+			}
+			return "ok"
+		}
+		for i := range n {
+			switch kind(i) {
+			case "retried":
+				app.script(fmt.Sprintf("m%d", i), 503, 200)
+			case "dead":
+				app.script(fmt.Sprintf("m%d", i), 400)
+			}
+		}
+		r := start(t, cfg)
+		for i := range n {
+			r.publish(fmt.Sprintf("m%d", i))
+		}
+		sub := config.StreamQueue(cfg.Queue.Name, "app")
+		dlq := sub + ".dlq"
+		var dead map[string]*msg.Message
+		waitfor.Until(t, 30*time.Second, "every message answered as scripted", func() bool {
+			for i := range n {
+				id := fmt.Sprintf("m%d", i)
+				st := app.statuses(id)
+				if len(st) == 0 || kind(i) == "retried" && len(st) < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		waitfor.Until(t, 10*time.Second, "6 dead letters", func() bool { d, err := sb.QueueDepth(dlq); return err == nil && d == n/5 })
+		dead = r.drain(dlq)
+		last := int64(-1)
+		for i := range n {
+			id := fmt.Sprintf("m%d", i)
+			calls := app.callsFor(id)
+			want := map[string][]int{"ok": {200}, "retried": {503, 200}, "dead": {400}}[kind(i)]
+			if got := app.statuses(id); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: statuses %v, want %v", id, got, want)
+				continue
+			}
+			// The first delivery came from the stream: it names its offset,
+			// which follows the publishing order.
+			off, err := strconv.ParseInt(calls[0].Header.Get("Hopper-Header-X-Stream-Offset"), 10, 64)
+			if err != nil || off <= last {
+				t.Errorf("%s: first delivery's stream offset %d (%v), want one past %d", id, off, err, last)
+			}
+			last = off
+			if kind(i) == "retried" && calls[1].Attempt != 2 {
+				t.Errorf("%s: second call is attempt %d, want 2", id, calls[1].Attempt)
+			}
+			if kind(i) != "dead" {
+				continue
+			}
+			m := dead[id]
+			if m == nil {
+				t.Errorf("%s not in the DLQ", id)
+				continue
+			}
+			if m.String(msg.HeaderStream) != cfg.Queue.Name || m.Headers[msg.HeaderStreamOffset] != off ||
+				m.String(msg.HeaderDeadLetterReason) != "non-retriable" || m.String(msg.HeaderOriginalQueue) != sub {
+				t.Errorf("%s: DLQ headers %v", id, m.Headers)
+			}
+		}
+		waitfor.Until(t, 10*time.Second, "the stored offset at the last message", func() bool {
+			off, ok := storedOffset(t, cfg)
+			return ok && off == last
+		})
+		// Nothing was appended to the stream: the retries came back
+		// through the subscription's queue, and Hopper read no message
+		// past the last one published.
+		time.Sleep(300 * time.Millisecond)
+		if off, _ := storedOffset(t, cfg); off != last {
+			t.Fatalf("stored offset %d after the run, want %d (something was appended to the stream)", off, last)
+		}
+		if st := r.sc.QueueStats(sub); st.Received.Load() != n+n/5 || st.Retried.Load() != n/5 || st.DeadLettered.Load() != n/5 {
+			t.Fatalf("received %d retried %d dead-lettered %d, want %d, %d, %d", st.Received.Load(), st.Retried.Load(),
+				st.DeadLettered.Load(), n+n/5, n/5, n/5)
+		}
+		if err := r.shutdown(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// A Hopper stopped with messages in flight (its grace period too short
+	// for the app) settles none of them: with a classic queue beside the
+	// stream they stay unsettled, and the stored offset stays below the
+	// first; with a quorum one they are given back to that queue. Either
+	// way the next Hopper delivers each of them, and none is skipped.
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run("restart-"+qt, func(t *testing.T) {
+			app := newScriptApp(t)
+			cfg := streamConfig(t, sb, app.URL, "st.restart."+qt)
+			cfg.Queue.Stream.QueueType = qt
+			cfg.Shutdown.Grace = config.Duration(50 * time.Millisecond)
+			cfg.Consumer.Prefetch = 8
+			const n = 60
+			// Every fifth message hangs until the first Hopper is gone.
+			var held []string
+			for i := 5; i < n; i += 5 {
+				held = append(held, fmt.Sprintf("m%d", i))
+			}
+			release := app.hold(held...)
+			r := start(t, cfg)
+			for i := range n {
+				r.publish(fmt.Sprintf("m%d", i))
+			}
+			waitfor.Until(t, 30*time.Second, "the first held message reached", func() bool { return len(app.callsFor("m5")) > 0 })
+			time.Sleep(300 * time.Millisecond)
+			if err := r.shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			release()
+			off, ok := storedOffset(t, cfg)
+			st := r.sc.QueueStats(config.StreamQueue(cfg.Queue.Name, "app"))
+			d, _ := sb.QueueDepth(config.StreamQueue(cfg.Queue.Name, "app"))
+			t.Logf("stored offset after the first run: %d (%t); received %d acked %d returned %d on shutdown %d; queue depth %d", off, ok,
+				st.Received.Load(), st.Acked.Load(), st.Returned.Load(), st.ReturnedOnShutdown.Load(), d)
+			m5, _ := strconv.ParseInt(app.callsFor("m5")[0].Header.Get("Hopper-Header-X-Stream-Offset"), 10, 64)
+			if qt == "classic" && ok && off >= m5 {
+				t.Fatalf("the stored offset %d passed m5, which was never settled", off)
+			}
+			app.mu.Lock()
+			firstRun := len(app.calls)
+			app.mu.Unlock()
+			r2 := start(t, cfg)
+			// A held message was cut off unanswered: it must reach the app
+			// again. Every other one must have reached it at least once.
+			waitfor.Until(t, 30*time.Second, "every message delivered, the cut ones again", func() bool {
+				for i := range n {
+					id := fmt.Sprintf("m%d", i)
+					calls := len(app.callsFor(id))
+					if calls == 0 || i%5 == 0 && i > 0 && !calledSince(app, id, firstRun) {
+						return false
+					}
+				}
+				return true
+			})
+			lastOff, err := strconv.ParseInt(app.callsFor(fmt.Sprintf("m%d", n-1))[0].Header.Get("Hopper-Header-X-Stream-Offset"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitfor.Until(t, 10*time.Second, "the stored offset at the last message", func() bool {
+				off, ok := storedOffset(t, cfg)
+				return ok && off == lastOff
+			})
+			app.mu.Lock()
+			total := len(app.calls)
+			app.mu.Unlock()
+			t.Logf("first run: %d calls; after the restart: %d more for %d messages", firstRun, total-firstRun, n)
+			if err := r2.shutdown(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// calledSince says whether the app was called for id after its first k
+// calls.
+func calledSince(a *scriptApp, id string, k int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.calls[k:] {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
+}
