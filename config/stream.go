@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +45,9 @@ type Stream struct {
 	// delivers again what was settled after the last store. Default 1s.
 	StoreEvery Duration `yaml:"storeEvery"`
 	// MaxAge is the stream's x-max-age when Hopper declares it
-	// (topology.declare): segments older than this are removed. Default 0
-	// (the broker keeps everything unless maxLengthBytes says otherwise).
+	// (topology.declare): segments older than this are removed. Default
+	// 0s (the broker keeps everything unless maxLengthBytes says
+	// otherwise).
 	MaxAge Duration `yaml:"maxAge"`
 	// MaxLengthBytes is the stream's x-max-length-bytes when Hopper
 	// declares it: the oldest segments are removed past this size.
@@ -158,6 +160,11 @@ func validateStream(c *Config, add func(path, format string, a ...any)) {
 		add("queue.stream.consumer", "must not hold white space, got %q", s.Consumer)
 	} else if n := len(StreamQueue(c.Queue.Name, s.Consumer)); n > 200 {
 		add("queue.stream.consumer", "the subscription's queue name %s.%s is %d bytes: at most 200 leave room for its tier queue names", c.Queue.Name, s.Consumer, n)
+	}
+	for i, u := range c.Broker.URLs {
+		if pu, err := url.Parse(u); err == nil && pu.Scheme == "amqps" {
+			add(fmt.Sprintf("broker.urls[%d]", i), "a stream is read over plain TCP only for now: amqps is not supported with queue.type stream")
+		}
 	}
 	if _, err := s.Start(); err != nil {
 		add("queue.stream.offset", "%v", err)

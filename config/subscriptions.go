@@ -252,6 +252,11 @@ subs:
 		if strings.TrimSpace(s.Queue.Name) == "" {
 			continue
 		}
+		if e.Queue.Type == QueueTypeStream {
+			// Its queues are those of its own queue beside the stream:
+			// two consumer names may read one stream.
+			e = e.ForStream()
+		}
 		if !claim(e.Queue.Name, path+".queue.name", "queue") ||
 			!claim(nameFor(e.Topology.DLQ, e.Queue.Name, ""), path+".queue.name", "its DLQ") {
 			continue
