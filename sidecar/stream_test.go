@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,21 @@ func TestStream(t *testing.T) {
 			}
 		}
 		r := start(t, cfg)
+		// Hopper declared the stream with the retention configured.
+		out, err := sb.Ctl("list_queues", "-q", "--no-table-headers", "name", "type", "arguments")
+		if err != nil {
+			t.Fatal(err)
+		}
+		declared := false
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == cfg.Queue.Name {
+				declared = f[1] == "stream" && strings.Contains(line, "x-max-age") && strings.Contains(line, "3600s")
+				t.Logf("the stream as declared: %s", line)
+			}
+		}
+		if !declared {
+			t.Fatalf("no stream %s with x-max-age 3600s on the broker:\n%s", cfg.Queue.Name, out)
+		}
 		for i := range n {
 			r.publish(fmt.Sprintf("m%d", i))
 		}
