@@ -690,6 +690,7 @@ func (s *Sidecar) newSources() error {
 		// The loop's hand-off queue holds the stream's prefetch beside
 		// its queue's (see newLoop).
 		o.Prefetch = sub.maxPrefetch()
+		o.PrefetchBytes = sub.prefetchBytes()
 		sub.src.Store(streamsrc.New(o))
 	}
 	return nil

@@ -88,6 +88,10 @@ type Options struct {
 	// yet, as a queue's prefetch does: the loop's hand-off queue must hold
 	// that many, so that handing one over never blocks. Default 50.
 	Prefetch int
+	// PrefetchBytes bounds the body bytes of those deliveries, as
+	// consumer.prefetchBytes bounds a queue's; one delivery is handed over
+	// whatever its size. Default 0: no byte bound.
+	PrefetchBytes int
 	// Name labels the connection on the broker. Default "hopper".
 	Name string
 	// Logger defaults to slog.Default().
@@ -227,8 +231,8 @@ type Source struct {
 	closeOnce sync.Once
 	connected atomic.Bool
 	handle    func(*Delivery)
-	// slots holds a token for each delivery handed and not settled.
-	slots chan struct{}
+	// held counts the deliveries handed and not settled, and their bytes.
+	held *budget
 }
 
 // New returns a source; Run reads.
@@ -238,7 +242,7 @@ func New(o Options) *Source {
 	return &Source{
 		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer), offsets: NewOffsets(),
 		pauses: map[string]bool{}, wake: make(chan struct{}), stopped: make(chan struct{}),
-		closed: make(chan struct{}), stored: -1, slots: make(chan struct{}, o.Prefetch),
+		closed: make(chan struct{}), stored: -1, held: newBudget(o.Prefetch, o.PrefetchBytes),
 	}
 }
 
@@ -261,7 +265,7 @@ func (d *Delivery) Ack() error {
 	if !d.src.offsets.Settle(d.offset) {
 		return fmt.Errorf("offset %d of stream %s settled twice", d.offset, d.src.o.Stream)
 	}
-	<-d.src.slots
+	d.src.held.give(len(d.m.Body))
 	return nil
 }
 
@@ -284,6 +288,10 @@ func (s *Source) Connected() bool { return s.connected.Load() }
 // Settled returns the offset the source would store now (ok false when
 // none): every offset it read at or below it is settled.
 func (s *Source) Settled() (int64, bool) { return s.offsets.Settled() }
+
+// Held is the number of deliveries handed to the loop and not settled,
+// and their body bytes.
+func (s *Source) Held() (n, bytes int) { return s.held.held() }
 
 // Pending is the number of offsets read and not yet stored past.
 func (s *Source) Pending() int { return s.offsets.Pending() }
@@ -468,18 +476,19 @@ func (s *Source) onMessage(gen uint64, off int64, m *amqp.Message) {
 	s.handing.Add(1)
 	s.mu.Unlock()
 	defer s.handing.Done()
-	// A slot first: the loop holds no more unsettled deliveries of the
-	// stream than the prefetch, so handing one over never blocks.
-	select {
-	case s.slots <- struct{}{}:
-	case <-s.stopped:
+	// Room first: the loop holds no more unsettled deliveries of the
+	// stream than the prefetch (and its bytes), so handing one over never
+	// blocks.
+	d := &Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s}
+	if !s.held.take(len(d.m.Body), s.stopped) {
 		return // read, never handed: it stays unsettled
 	}
-	s.hand(&Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s})
+	s.hand(d)
 }
 
-// hand waits while reading is paused, then hands d, which holds a slot, to
-// the loop; once reading stops it returns without: d stays unsettled.
+// hand waits while reading is paused, then hands d, which is counted in
+// held, to the loop; once reading stops it returns without: d stays
+// unsettled.
 func (s *Source) hand(d *Delivery) {
 	for {
 		s.mu.Lock()
@@ -498,8 +507,8 @@ func (s *Source) hand(d *Delivery) {
 	s.handle(d)
 }
 
-// redeliver hands d to the loop again after RedeliverAfter; it keeps its
-// slot meanwhile.
+// redeliver hands d to the loop again after RedeliverAfter; it stays
+// counted in held meanwhile.
 func (s *Source) redeliver(d *Delivery) {
 	s.mu.Lock()
 	if s.stopping {

@@ -259,3 +259,32 @@ func TestSourceResumesAfterBrokerRestart(t *testing.T) {
 		t.Fatalf("stored offset %d %t %v, want the last settled %d", off, ok, err, last)
 	}
 }
+
+// The loop never holds more of the stream's deliveries, unsettled, than
+// the prefetch: the next waits until one is settled.
+func TestSourceHandsOverNoMoreThanThePrefetch(t *testing.T) {
+	b := node.Get(t)
+	o := options(t, b)
+	o.Prefetch = 3
+	src := New(o)
+	var mu sync.Mutex
+	var got []*Delivery
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go src.Run(ctx, func(d *Delivery) { mu.Lock(); got = append(got, d); mu.Unlock() }) //nolint:errcheck // ends with ctx
+	waitfor.Until(t, 20*time.Second, "the source subscribes", src.Connected)
+	publish(t, o, 0, 10)
+	waitfor.Until(t, 10*time.Second, "3 deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	n := len(got)
+	first := got[0]
+	mu.Unlock()
+	if held, _ := src.Held(); n != 3 || held != 3 {
+		t.Fatalf("%d handed over, %d held, with a prefetch of 3 and nothing settled", n, held)
+	}
+	first.Ack() //nolint:errcheck // once
+	waitfor.Until(t, 10*time.Second, "a fourth once one is settled", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 4 })
+	cancel()
+	src.Close() //nolint:errcheck // nothing checked after
+}
