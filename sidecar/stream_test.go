@@ -47,9 +47,10 @@ func TestStream(t *testing.T) {
 
 	// The outcome table applies to a stream as to a queue: 2xx done, 503
 	// a retry that goes through the delay tiers and comes back to the
-	// subscription's own queue (never into the stream again), 400 the
-	// DLQ, stamped with the stream and the offset it came from. The
-	// stored offset ends at the last message.
+	// subscription's own queue (never into the stream again), 425 a hold
+	// and then a requeue to that queue, 400 the DLQ, stamped with the
+	// stream and the offset it came from. The stored offset ends at the
+	// last message.
 	t.Run("outcomes", func(t *testing.T) {
 		app := newScriptApp(t)
 		cfg := streamConfig(t, sb, app.URL, "st.outcomes")
@@ -60,6 +61,10 @@ func TestStream(t *testing.T) {
 				return "retried"
 			case 2:
 				return "dead"
+			case 3:
+				if i%10 == 3 {
+					return "early"
+				}
 			}
 			return "ok"
 		}
@@ -69,6 +74,8 @@ func TestStream(t *testing.T) {
 				app.script(fmt.Sprintf("m%d", i), 503, 200)
 			case "dead":
 				app.script(fmt.Sprintf("m%d", i), 400)
+			case "early":
+				app.script(fmt.Sprintf("m%d", i), 425, 200)
 			}
 		}
 		r := start(t, cfg)
@@ -97,7 +104,7 @@ func TestStream(t *testing.T) {
 			for i := range n {
 				id := fmt.Sprintf("m%d", i)
 				st := app.statuses(id)
-				if len(st) == 0 || kind(i) == "retried" && len(st) < 2 {
+				if len(st) == 0 || (kind(i) == "retried" || kind(i) == "early") && len(st) < 2 {
 					return false
 				}
 			}
@@ -109,7 +116,7 @@ func TestStream(t *testing.T) {
 		for i := range n {
 			id := fmt.Sprintf("m%d", i)
 			calls := app.callsFor(id)
-			want := map[string][]int{"ok": {200}, "retried": {503, 200}, "dead": {400}}[kind(i)]
+			want := map[string][]int{"ok": {200}, "retried": {503, 200}, "early": {425, 200}, "dead": {400}}[kind(i)]
 			if got := app.statuses(id); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("%s: statuses %v, want %v", id, got, want)
 				continue
@@ -123,6 +130,11 @@ func TestStream(t *testing.T) {
 			last = off
 			if kind(i) == "retried" && calls[1].Attempt != 2 {
 				t.Errorf("%s: second call is attempt %d, want 2", id, calls[1].Attempt)
+			}
+			// A 425 is held, then requeued to the subscription's queue (a
+			// stream has no requeue): not an attempt.
+			if kind(i) == "early" && (calls[1].Attempt != 1 || calls[1].Requeues != 1) {
+				t.Errorf("%s: after a 425, attempt %d requeues %d; want 1 and 1", id, calls[1].Attempt, calls[1].Requeues)
 			}
 			if kind(i) != "dead" {
 				continue
@@ -148,9 +160,10 @@ func TestStream(t *testing.T) {
 		if off, _ := storedOffset(t, cfg); off != last {
 			t.Fatalf("stored offset %d after the run, want %d (something was appended to the stream)", off, last)
 		}
-		if st := r.sc.QueueStats(sub); st.Received.Load() != n+n/5 || st.Retried.Load() != n/5 || st.DeadLettered.Load() != n/5 {
-			t.Fatalf("received %d retried %d dead-lettered %d, want %d, %d, %d", st.Received.Load(), st.Retried.Load(),
-				st.DeadLettered.Load(), n+n/5, n/5, n/5)
+		if st := r.sc.QueueStats(sub); st.Received.Load() != n+n/5+n/10 || st.Retried.Load() != n/5 ||
+			st.Requeued.Load() != n/10 || st.DeadLettered.Load() != n/5 {
+			t.Fatalf("received %d retried %d requeued %d dead-lettered %d, want %d, %d, %d, %d", st.Received.Load(), st.Retried.Load(),
+				st.Requeued.Load(), st.DeadLettered.Load(), n+n/5+n/10, n/5, n/10, n/5)
 		}
 		if err := r.shutdown(); err != nil {
 			t.Fatal(err)
