@@ -471,6 +471,12 @@ first broker URL's. Default 5552.`,
 	"Stream.QueueType": `QueueType is the type of the subscription's own queue
 (<stream>.<consumer>), where retries come back: quorum or classic.
 Default quorum.`,
+	"Stream.SingleActiveConsumer": `SingleActiveConsumer subscribes as the stream's single active
+consumer: of the Hoppers reading with this consumer name (the
+replicas of one app), the broker delivers to one at a time and
+promotes another when it goes away, which goes on after the offset
+stored then. Without it, replicas sharing a consumer name each read
+every message. Needs RabbitMQ 3.11 or later. Default false.`,
 	"Stream.StoreEvery": `StoreEvery is how often the consumer's offset is stored on the
 broker while it advances; it is also stored at shutdown. A restart
 delivers again what was settled after the last store. Default 1s.`,

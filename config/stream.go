@@ -44,6 +44,13 @@ type Stream struct {
 	// broker while it advances; it is also stored at shutdown. A restart
 	// delivers again what was settled after the last store. Default 1s.
 	StoreEvery Duration `yaml:"storeEvery"`
+	// SingleActiveConsumer subscribes as the stream's single active
+	// consumer: of the Hoppers reading with this consumer name (the
+	// replicas of one app), the broker delivers to one at a time and
+	// promotes another when it goes away, which goes on after the offset
+	// stored then. Without it, replicas sharing a consumer name each read
+	// every message. Needs RabbitMQ 3.11 or later. Default false.
+	SingleActiveConsumer *bool `yaml:"singleActiveConsumer,omitempty"`
 	// MaxAge is the stream's x-max-age when Hopper declares it
 	// (topology.declare): segments older than this are removed. Default
 	// 0s (the broker keeps everything unless maxLengthBytes says
@@ -138,6 +145,9 @@ func mergeStream(dst *Stream, s Stream) {
 	}
 	if s.StoreEvery != 0 {
 		dst.StoreEvery = s.StoreEvery
+	}
+	if s.SingleActiveConsumer != nil {
+		dst.SingleActiveConsumer = s.SingleActiveConsumer
 	}
 	if s.MaxAge != 0 {
 		dst.MaxAge = s.MaxAge

@@ -243,6 +243,59 @@ func TestStream(t *testing.T) {
 	}
 }
 
+// Two Hoppers read one stream under one consumer name as its single
+// active consumer: only one delivers; when it stops, the other is
+// promoted and goes on after the offset stored, skipping nothing.
+func TestStreamSingleActive(t *testing.T) {
+	sb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
+	if sb.Series() < 4 {
+		t.Skip("a single active consumer on a stream needs RabbitMQ 3.11 or later; this node runs 3.x before it")
+	}
+	app := newScriptApp(t)
+	cfg := streamConfig(t, sb, app.URL, "st.sac")
+	yes := true
+	cfg.Queue.Stream.SingleActiveConsumer = &yes
+	r1 := start(t, cfg)
+	r2 := start(t, cfg)
+	const n = 40
+	for i := range n / 2 {
+		r1.publish(fmt.Sprintf("m%d", i))
+	}
+	waitfor.Until(t, 20*time.Second, "the first half delivered", func() bool {
+		for i := range n / 2 {
+			if len(app.callsFor(fmt.Sprintf("m%d", i))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	sub := config.StreamQueue(cfg.Queue.Name, "app")
+	active, standby := r1, r2
+	if r2.sc.QueueStats(sub).Received.Load() > 0 {
+		active, standby = r2, r1
+	}
+	if got := standby.sc.QueueStats(sub).Received.Load(); got != 0 {
+		t.Fatalf("the standby received %d messages", got)
+	}
+	if err := active.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for i := n / 2; i < n; i++ {
+		standby.publish(fmt.Sprintf("m%d", i))
+	}
+	waitfor.Until(t, 30*time.Second, "every message delivered", func() bool {
+		for i := range n {
+			if len(app.callsFor(fmt.Sprintf("m%d", i))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := standby.sc.QueueStats(sub).Received.Load(); got < n/2 {
+		t.Fatalf("the promoted Hopper received %d messages, want at least %d", got, n/2)
+	}
+}
+
 // calledSince says whether the app was called for id after its first k
 // calls.
 func calledSince(a *scriptApp, id string, k int) bool {

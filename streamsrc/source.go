@@ -88,6 +88,12 @@ type Options struct {
 	// yet, as a queue's prefetch does: the loop's hand-off queue must hold
 	// that many, so that handing one over never blocks. Default 50.
 	Prefetch int
+	// SingleActive subscribes as a single active consumer: of the
+	// readers with this consumer name (the replicas of one app), the
+	// broker delivers to one at a time and promotes another when it goes
+	// away, which starts after the offset stored then. Needs RabbitMQ
+	// 3.11 or later. Default false.
+	SingleActive bool
 	// PrefetchBytes bounds the body bytes of those deliveries, as
 	// consumer.prefetchBytes bounds a queue's; one delivery is handed over
 	// whatever its size. Default 0: no byte bound.
@@ -116,6 +122,7 @@ func ConfigOptions(c *config.Config, log *slog.Logger) (Options, error) {
 		ReconnectMin: c.Broker.ReconnectMin.D(), ReconnectMax: c.Broker.ReconnectMax.D(),
 		RedeliverAfter: c.App.UnavailableBackoff.D(),
 		Name:           "hopper-stream " + s.Name + " " + s.Consumer, Logger: log,
+		SingleActive: s.SingleActiveConsumer != nil && *s.SingleActiveConsumer,
 	}
 	if len(c.Broker.URLs) == 0 {
 		return Options{}, errors.New("no broker URL")
@@ -200,11 +207,14 @@ const PauseBreaker = "breaker"
 // Source reads one stream for one consumer name and hands each message to
 // the delivery loop.
 type Source struct {
-	o       Options
-	log     *slog.Logger
-	offsets *Offsets
+	o   Options
+	log *slog.Logger
 
 	mu sync.Mutex
+	// offsets follows what this reader read since it last started
+	// reading: a single active consumer starts afresh, after the offset
+	// stored then, each time it is promoted.
+	offsets *Offsets
 	// pauses are the reasons reading is paused for; wake is closed (and
 	// replaced) whenever they change and at stop.
 	pauses map[string]bool
@@ -230,7 +240,9 @@ type Source struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	connected atomic.Bool
-	handle    func(*Delivery)
+	// active is false while a single active consumer stands by.
+	active atomic.Bool
+	handle func(*Delivery)
 	// held counts the deliveries handed and not settled, and their bytes.
 	held *budget
 }
@@ -252,6 +264,8 @@ type Delivery struct {
 	m      *msg.Message
 	offset int64
 	src    *Source
+	// offsets is the tracker it was read under.
+	offsets *Offsets
 }
 
 // Message returns the broker-neutral message.
@@ -262,7 +276,7 @@ func (d *Delivery) Offset() int64 { return d.offset }
 
 // Ack marks the delivery settled: the stored offset may pass it.
 func (d *Delivery) Ack() error {
-	if !d.src.offsets.Settle(d.offset) {
+	if !d.offsets.Settle(d.offset) {
 		return fmt.Errorf("offset %d of stream %s settled twice", d.offset, d.src.o.Stream)
 	}
 	d.src.held.give(len(d.m.Body))
@@ -287,14 +301,25 @@ func (s *Source) Connected() bool { return s.connected.Load() }
 
 // Settled returns the offset the source would store now (ok false when
 // none): every offset it read at or below it is settled.
-func (s *Source) Settled() (int64, bool) { return s.offsets.Settled() }
+func (s *Source) Settled() (int64, bool) { return s.tracker().Settled() }
+
+// Active reports whether the source is subscribed and the one reader of
+// its consumer name that the broker delivers to (always, without
+// SingleActive).
+func (s *Source) Active() bool { return s.connected.Load() && s.active.Load() }
+
+func (s *Source) tracker() *Offsets {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.offsets
+}
 
 // Held is the number of deliveries handed to the loop and not settled,
 // and their body bytes.
 func (s *Source) Held() (n, bytes int) { return s.held.held() }
 
 // Pending is the number of offsets read and not yet stored past.
-func (s *Source) Pending() int { return s.offsets.Pending() }
+func (s *Source) Pending() int { return s.tracker().Pending() }
 
 // Run subscribes to the stream and hands each message to handle until ctx
 // ends, subscribing again (from the first offset not read yet) whenever
@@ -360,9 +385,22 @@ func (s *Source) session(ctx context.Context) error {
 		SetManualCommit().
 		SetOffset(spec).
 		SetClientProvidedName(s.o.Name)
+	if s.o.SingleActive {
+		// The broker says when this reader is promoted, and it starts
+		// where promote says, not at spec.
+		s.active.Store(false)
+		opts.SetSingleActiveConsumer(stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
+			return s.promote(env, active)
+		}))
+	} else {
+		s.active.Store(true)
+	}
 	cons, err := env.NewConsumer(s.o.Stream, func(cc stream.ConsumerContext, m *amqp.Message) {
 		s.onMessage(gen, cc.Consumer.GetOffset(), m)
 	}, opts)
+	if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
+		return fmt.Errorf("subscribe as a single active consumer: the broker does not support it on streams (RabbitMQ 3.11 or later does): %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -422,7 +460,8 @@ func (s *Source) startAt(env *stream.Environment) (uint64, stream.OffsetSpecific
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
-	next, ok := s.offsets.Next()
+	tracker := s.offsets
+	next, ok := tracker.Next()
 	s.mu.Unlock()
 	if ok {
 		return gen, stream.OffsetSpecification{}.Offset(next), nil
@@ -434,7 +473,7 @@ func (s *Source) startAt(env *stream.Environment) (uint64, stream.OffsetSpecific
 	case err != nil:
 		return 0, stream.OffsetSpecification{}, fmt.Errorf("query the stored offset: %w", err)
 	}
-	s.offsets.Resume(stored)
+	tracker.Resume(stored)
 	s.mu.Lock()
 	s.stored = stored
 	s.mu.Unlock()
@@ -456,6 +495,41 @@ func (s *Source) firstStart() stream.OffsetSpecification {
 	return spec.First()
 }
 
+// promote is told by the broker whether this single active consumer is
+// now the active reader of its name, and answers where it starts: after
+// the offset stored now (by whichever reader was active before), with a
+// new tracker, since what the last active reader left unsettled is to be
+// read again. A standby stores nothing.
+func (s *Source) promote(env *stream.Environment, active bool) stream.OffsetSpecification {
+	if !active {
+		s.active.Store(false)
+		s.log.Info("another reader of the consumer name is active; standing by", "event", "STREAM_STANDBY")
+		return stream.OffsetSpecification{}.Next()
+	}
+	fresh := NewOffsets()
+	stored, err := env.QueryOffset(s.o.Consumer, s.o.Stream)
+	spec := stream.OffsetSpecification{}
+	switch {
+	case errors.Is(err, stream.OffsetNotFoundError):
+		spec, stored = s.firstStart(), -1
+	case err != nil:
+		// Where the last reader stopped is unknown: from the first message
+		// kept, every one is read again rather than one skipped.
+		s.log.Warn("could not read the stored offset on promotion; reading the stream from its first message",
+			"event", "STREAM_OFFSET_UNKNOWN", "error", err.Error())
+		spec, stored = spec.First(), -1
+	default:
+		fresh.Resume(stored)
+		spec = spec.Offset(stored + 1)
+	}
+	s.mu.Lock()
+	s.offsets, s.stored = fresh, stored
+	s.mu.Unlock()
+	s.active.Store(true)
+	s.log.Info("promoted: the active reader of the consumer name", "event", "STREAM_ACTIVE", "from", spec.String())
+	return spec
+}
+
 // onMessage is called by the client, one message at a time in offset
 // order, for subscription gen. It blocks while the loop's hand-off is full
 // or reading is paused, which holds the client's credit back and so stops
@@ -473,13 +547,14 @@ func (s *Source) onMessage(gen uint64, off int64, m *amqp.Message) {
 		s.mu.Unlock()
 		return
 	}
+	tracker := s.offsets
 	s.handing.Add(1)
 	s.mu.Unlock()
 	defer s.handing.Done()
 	// Room first: the loop holds no more unsettled deliveries of the
 	// stream than the prefetch (and its bytes), so handing one over never
 	// blocks.
-	d := &Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s}
+	d := &Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s, offsets: tracker}
 	if !s.held.take(len(d.m.Body), s.stopped) {
 		return // read, never handed: it stays unsettled
 	}
@@ -527,7 +602,7 @@ func (s *Source) redeliver(d *Delivery) {
 			return
 		}
 		d.m.Redelivered = true
-		s.hand(&Delivery{m: d.m, offset: d.offset, src: s})
+		s.hand(&Delivery{m: d.m, offset: d.offset, src: s, offsets: d.offsets})
 	}()
 }
 
@@ -544,12 +619,16 @@ func (s *Source) stop() {
 	s.handing.Wait()
 }
 
-// store writes the settled offset on the broker when it moved.
+// store writes the settled offset on the broker when it moved, unless
+// this reader stands by.
 func (s *Source) store() {
-	off, ok := s.offsets.Settled()
+	if !s.active.Load() {
+		return
+	}
 	s.mu.Lock()
-	cons, stored := s.cons, s.stored
+	cons, stored, tracker := s.cons, s.stored, s.offsets
 	s.mu.Unlock()
+	off, ok := tracker.Settled()
 	if !ok || off <= stored || cons == nil {
 		return
 	}
@@ -587,7 +666,7 @@ func (s *Source) Close() error {
 			errs = append(errs, fmt.Errorf("close the stream connection: %w", err))
 		}
 	}
-	s.log.Info("stream reading stopped", "event", "STREAM_CLOSED", "stored_offset", stored, "pending", s.offsets.Pending())
+	s.log.Info("stream reading stopped", "event", "STREAM_CLOSED", "stored_offset", stored, "pending", s.Pending())
 	return errors.Join(errs...)
 }
 

@@ -288,3 +288,68 @@ func TestSourceHandsOverNoMoreThanThePrefetch(t *testing.T) {
 	cancel()
 	src.Close() //nolint:errcheck // nothing checked after
 }
+
+// Two readers of one consumer name as single active consumers: the broker
+// delivers to one; when it goes away with a message unsettled, the other
+// is promoted and starts at that message, skipping none.
+func TestSourceSingleActiveConsumer(t *testing.T) {
+	b := node.Get(t)
+	if b.Series() < 4 {
+		t.Skip("a single active consumer on a stream needs RabbitMQ 3.11 or later; this node runs 3.x before it")
+	}
+	o := options(t, b)
+	o.SingleActive = true
+	var mu sync.Mutex
+	got := map[string][]*Delivery{}
+	run := func(name string) (*Source, context.CancelFunc, chan error) {
+		src := New(o)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- src.Run(ctx, func(d *Delivery) { mu.Lock(); got[name] = append(got[name], d); mu.Unlock() })
+		}()
+		return src, cancel, done
+	}
+	a, stopA, doneA := run("a")
+	waitfor.Until(t, 20*time.Second, "a subscribes and is promoted", a.Active)
+	bb, stopB, doneB := run("b")
+	defer stopB()
+	waitfor.Until(t, 20*time.Second, "b subscribes", bb.Connected)
+	if bb.Active() {
+		t.Fatal("two active readers of one consumer name")
+	}
+	publish(t, o, 0, 6)
+	waitfor.Until(t, 10*time.Second, "a gets all 6", func() bool { mu.Lock(); defer mu.Unlock(); return len(got["a"]) == 6 })
+	mu.Lock()
+	for i, d := range got["a"] {
+		if i != 2 {
+			d.Ack() //nolint:errcheck // once
+		}
+	}
+	unsettled := got["a"][2].Message().MessageID
+	nb := len(got["b"])
+	mu.Unlock()
+	if nb != 0 {
+		t.Fatalf("the standby got %d deliveries", nb)
+	}
+	waitfor.Until(t, 5*time.Second, "a stores the offset before its unsettled message", func() bool {
+		off, ok, err := StoredOffset(o)
+		want, _ := a.Settled()
+		return err == nil && ok && off == want
+	})
+	// a goes away (as a pod does) without settling m2.
+	stopA()
+	<-doneA
+	a.Close() //nolint:errcheck // checked through b
+	waitfor.Until(t, 20*time.Second, "b is promoted", bb.Active)
+	waitfor.Until(t, 10*time.Second, "b gets m2 to m5", func() bool { mu.Lock(); defer mu.Unlock(); return len(got["b"]) == 4 })
+	mu.Lock()
+	first := got["b"][0].Message().MessageID
+	mu.Unlock()
+	if first != unsettled {
+		t.Fatalf("the promoted reader starts at %s, want the unsettled %s", first, unsettled)
+	}
+	stopB()
+	<-doneB
+	bb.Close() //nolint:errcheck // nothing checked after
+}
