@@ -188,8 +188,9 @@ bench: deps
 ## single-active-consumer (two processes, the active one SIGKILLed) and partitions (three processes on
 ## four partitions, one SIGKILLed),
 ## outage, cluster (quorum leader's node SIGKILLed, another stopped), poison-burst,
-## poison-crash, overload and subscriptions (two queues in one hopper, one failing every
-## message, each accounted for on its own); every message id is accounted for (acked or in the DLQ with a
+## poison-crash, overload, subscriptions (two queues in one hopper, one failing every
+## message, each accounted for on its own) and stream (a stream read with the same app mix,
+## hopper SIGKILLed three times while it flows); every message id is accounted for (acked or in the DLQ with a
 ## reason, lost=0); big-messages (hopper at its defaults in 64 and 128 MiB memory cgroups
 ## against backlogs of 1 and 8 MiB messages: every one acked, no OOM kill); classic-tier-restart
 ## (the broker alone, 5 graceful restarts per tier type: a quorum tier loses nothing, what a

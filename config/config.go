@@ -296,8 +296,14 @@ type Queue struct {
 	// Type is classic or quorum; it applies to the queues Hopper declares
 	// and decides how a message the app could not take is returned: a
 	// nack on a classic queue, a confirmed republish on a quorum queue.
-	// Default classic.
+	// stream reads the RabbitMQ stream named by name through the stream
+	// protocol (queue.stream). Default classic.
 	Type string `yaml:"type"`
+	// Stream configures reading a stream, with type stream: the consumer
+	// name the broker stores the offset under, where a new consumer
+	// starts, the stream port, and the retention of a stream Hopper
+	// declares.
+	Stream Stream `yaml:"stream,omitempty"`
 	// TierType is the type of the delay tier queues Hopper declares:
 	// quorum or classic. A tier hands each message back to the work queue
 	// when its delay runs out. A quorum tier does so at least once, into a
@@ -950,7 +956,9 @@ func Default() Config {
 			MoveHoldMax:     Duration(10 * time.Minute),
 			PublishChannels: 8,
 		},
-		Queue:    Queue{Type: "classic"},
+		Queue: Queue{Type: "classic", Stream: Stream{
+			Offset: "first", Port: 5552, QueueType: "quorum", StoreEvery: Duration(time.Second),
+		}},
 		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq", ParkQueue: "{queue}.park.{delay}", Partitions: Partitions{HashOn: "routingKey"}},
 		App: App{
 			URL:                "http://127.0.0.1:8080/",

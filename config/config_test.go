@@ -184,7 +184,7 @@ log:
 		"consumer.typo: unknown key (line 8)",
 		"broker.heartbeat: duration must be a string with a unit",
 		"retry.maxAttempts: invalid attempt limit",
-		`queue.type: must be classic or quorum, got "fifo"`,
+		`queue.type: must be classic, quorum or stream, got "fifo"`,
 		`log.level: must be debug, info, warn or error, got "loud"`,
 		"queue.name: required",
 	)
@@ -200,7 +200,7 @@ log:
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := config.Default()
 	c.Broker.URLs = []string{"http://x/"}
-	c.Queue.Type = "stream"
+	c.Queue.Type = "fifo"
 	c.Consumer.Prefetch = -1
 	c.Retry.Tiers = nil
 	c.Log.Format = "xml"

@@ -311,6 +311,10 @@ and in hopper_consumer_active). A new broker consumer joins the
 back of the line, so on such a queue the prefetch never follows the
 concurrency limit (consumer.prefetch, or twice the workers, fixes
 it). Default false.`,
+	"Queue.Stream": `Stream configures reading a stream, with type stream: the consumer
+name the broker stores the offset under, where a new consumer
+starts, the stream port, and the retention of a stream Hopper
+declares.`,
 	"Queue.TierType": `TierType is the type of the delay tier queues Hopper declares:
 quorum or classic. A tier hands each message back to the work queue
 when its delay runs out. A quorum tier does so at least once, into a
@@ -327,7 +331,8 @@ error at start.`,
 	"Queue.Type": `Type is classic or quorum; it applies to the queues Hopper declares
 and decides how a message the app could not take is returned: a
 nack on a classic queue, a confirmed republish on a quorum queue.
-Default classic.`,
+stream reads the RabbitMQ stream named by name through the stream
+protocol (queue.stream). Default classic.`,
 	"Requeue": `Requeue governs 425 Too Early: the app asks for the message again later,
 without spending an attempt.`,
 	"Requeue.MaxHold": `MaxHold is the longest hold before a requeue; a longer Retry-After
@@ -432,6 +437,49 @@ webhook-timestamp (Unix seconds) and webhook-signature, one signature of
 Ed25519 secret key> with Ed25519 ("v1a,<base64>"). Each one signs
 every request, so a key is rotated without a gap: add the new one,
 let the app learn it, drop the old one. Default "": not signed.`,
+	"Stream": `Stream configures reading a RabbitMQ stream (queue.type stream,
+queue.name the stream). A stream keeps its messages where they are, so
+nothing is ever put back into it: a retry goes through the delay tiers
+and comes back to a queue of the subscription's own, named
+<stream>.<consumer>, which the same Hopper consumes beside the stream,
+and the DLQ is that queue's. The offset stored on the broker under the
+consumer name never passes a message that is not settled.`,
+	"Stream.Consumer": `Consumer names the reader: the broker keeps its offset under this
+name, so a restarted or replaced Hopper with the same name goes on
+where the last one stopped, and it names the subscription's own
+queue <stream>.<consumer>. Required with queue.type stream.`,
+	"Stream.MaxAge": `MaxAge is the stream's x-max-age when Hopper declares it
+(topology.declare): segments older than this are removed. Default
+0s (the broker keeps everything unless maxLengthBytes says
+otherwise).`,
+	"Stream.MaxLengthBytes": `MaxLengthBytes is the stream's x-max-length-bytes when Hopper
+declares it: the oldest segments are removed past this size.
+Default 0 (no limit).`,
+	"Stream.MaxSegmentSizeBytes": `MaxSegmentSizeBytes is the stream's x-stream-max-segment-size-bytes
+when Hopper declares it: retention removes whole segments, so it
+sets how finely maxAge and maxLengthBytes apply. Default 0 (the
+broker's, 500 MB).`,
+	"Stream.Offset": `Offset is where a consumer with no stored offset starts reading:
+first (the oldest message the stream keeps), last (the last chunk
+written), next (only what is written from now on), a number (that
+offset), or an RFC 3339 time (the first chunk written at or after
+it). Once the consumer has stored an offset it resumes after that
+one, whatever this says. Default first.`,
+	"Stream.Port": `Port is the broker's stream protocol port (the rabbitmq_stream
+plugin's listener); host, user, password and virtual host are the
+first broker URL's. Default 5552.`,
+	"Stream.QueueType": `QueueType is the type of the subscription's own queue
+(<stream>.<consumer>), where retries come back: quorum or classic.
+Default quorum.`,
+	"Stream.SingleActiveConsumer": `SingleActiveConsumer subscribes as the stream's single active
+consumer: of the Hoppers reading with this consumer name (the
+replicas of one app), the broker delivers to one at a time and
+promotes another when it goes away, which goes on after the offset
+stored then. Without it, replicas sharing a consumer name each read
+every message. Needs RabbitMQ 3.11 or later. Default false.`,
+	"Stream.StoreEvery": `StoreEvery is how often the consumer's offset is stored on the
+broker while it advances; it is also stored at shutdown. A restart
+delivers again what was settled after the last store. Default 1s.`,
 	"Subscription": `Subscription is one queue consumed by the sidecar. Unset keys inherit the
 top-level ones: queue.type, queue.tierType and queue.deliveryLimit from queue, bindings
 from topology.bindings, consumer.* from consumer, retry.* from retry.`,

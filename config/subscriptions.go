@@ -35,11 +35,18 @@ func (c *Config) SubscriptionConfigs() []Config {
 // partitioned queue, Topology.PartitionOf that queue's name and
 // queue.singleActiveConsumer on; consumer
 // and retry settings are the subscription's, so every partition is
-// delivered and retried alike.
+// delivered and retried alike. A stream subscription's config is
+// ForStream's: the queue it names is the subscription's own, beside the
+// stream.
 func (c *Config) Consumed() []Config {
 	var out []Config
 	for _, e := range c.SubscriptionConfigs() {
 		p := e.Topology.Partitions
+		if e.Queue.Type == QueueTypeStream {
+			// Validate refuses partitions of a stream.
+			out = append(out, e.ForStream())
+			continue
+		}
 		if !p.On() {
 			out = append(out, e)
 			continue
@@ -71,6 +78,7 @@ func (c *Config) subscription(s Subscription) Config {
 	if s.Queue.TierType != "" {
 		e.Queue.TierType = s.Queue.TierType
 	}
+	mergeStream(&e.Queue.Stream, s.Queue.Stream)
 	if s.Queue.DeliveryLimit != 0 {
 		e.Queue.DeliveryLimit = s.Queue.DeliveryLimit
 	}
@@ -243,6 +251,11 @@ subs:
 		}
 		if strings.TrimSpace(s.Queue.Name) == "" {
 			continue
+		}
+		if e.Queue.Type == QueueTypeStream {
+			// Its queues are those of its own queue beside the stream:
+			// two consumer names may read one stream.
+			e = e.ForStream()
 		}
 		if !claim(e.Queue.Name, path+".queue.name", "queue") ||
 			!claim(nameFor(e.Topology.DLQ, e.Queue.Name, ""), path+".queue.name", "its DLQ") {

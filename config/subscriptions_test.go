@@ -134,12 +134,12 @@ topology: {dlq: all.dlq}
 subscriptions: [{queue: {name: a}}, {queue: {name: b}}]`, []string{`subscriptions[1].queue.name: its DLQ "all.dlq" is already used`}, nil},
 		{"own keys", `
 subscriptions:
-  - queue: {name: a, type: stream}
+  - queue: {name: a, type: fifo}
     path: billing
     consumer: {prefetch: -1}
     retry: {tiers: ["5s", "1s"], onExpired: keep, outcomes: {"999": retry}}
     bindings: [{exchange: ex, type: topic}]`, []string{
-			`subscriptions[0].queue.type: must be classic or quorum, got "stream"`,
+			`subscriptions[0].queue.type: must be classic, quorum or stream, got "fifo"`,
 			`subscriptions[0].path: must start with /, got "billing"`,
 			`subscriptions[0].consumer.prefetch: must be between 1 and 65535, or 0 to follow the concurrency limit; got -1`,
 			`subscriptions[0].retry.tiers[1]: tiers must be in increasing order`,

@@ -114,13 +114,16 @@ func (c *Config) validateOne() []error {
 	} else if len(c.Queue.Name) > 200 {
 		add("queue.name", "longer than 200 bytes leaves no room for tier queue names")
 	}
-	if c.Queue.Type != "classic" && c.Queue.Type != "quorum" {
-		add("queue.type", "must be classic or quorum, got %q", c.Queue.Type)
+	stream := c.Queue.Type == QueueTypeStream
+	if stream {
+		validateStream(c, add)
+	} else if c.Queue.Type != "classic" && c.Queue.Type != "quorum" {
+		add("queue.type", "must be classic, quorum or stream, got %q", c.Queue.Type)
 	}
 	switch c.Queue.TierType {
 	case "", "quorum":
 	case "classic":
-		if c.Queue.Type == "quorum" {
+		if c.Queue.Type == "quorum" || stream && c.Queue.Stream.QueueType == "quorum" {
 			add("queue.tierType", "classic tiers would hand a quorum work queue's retries back at most once: a quorum work queue's tiers are quorum (leave tierType out)")
 		}
 	default:
@@ -128,11 +131,13 @@ func (c *Config) validateOne() []error {
 	}
 	if c.Queue.DeliveryLimit < 0 || c.Queue.DeliveryLimit > math.MaxInt32 {
 		add("queue.deliveryLimit", "must be between 0 and %d", math.MaxInt32)
-	} else if c.Queue.DeliveryLimit > 0 && c.Queue.Type != "quorum" {
+	} else if c.Queue.DeliveryLimit > 0 && c.Queue.Type != "quorum" && !stream {
 		// Accepted and dropped, it would promise a limit the queue never has.
 		add("queue.deliveryLimit", "a %s queue has no delivery limit, so %d would do nothing: drop the key, or set queue.type: quorum", c.Queue.Type, c.Queue.DeliveryLimit)
 	}
-	validateArguments(c.Queue, add)
+	if !stream {
+		validateArguments(c.Queue, add)
+	}
 
 	if !strings.Contains(c.Topology.RetryQueue, "{delay}") {
 		add("topology.retryQueue", "template must contain {delay} so each tier has its own queue, got %q", c.Topology.RetryQueue)

@@ -48,6 +48,13 @@ const (
 	// how late the message is. Every later copy drops it.
 	HeaderParked = "x-hopper-parked"
 
+	// HeaderStream and HeaderStreamOffset name the stream a message was
+	// read from and its offset there. A stream keeps its messages in
+	// place, so these two say exactly which entry a retry's copy or a
+	// dead letter is, and every copy carries them on.
+	HeaderStream       = "x-stream"
+	HeaderStreamOffset = "x-stream-offset"
+
 	// DLQ headers: why and when the message was dead-lettered, and the last
 	// failure seen.
 	HeaderFinalStatusCode  = "x-final-status-code"

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/hopper-sidecar/hopper/order"
 	"github.com/hopper-sidecar/hopper/proxy"
 	"github.com/hopper-sidecar/hopper/route"
+	"github.com/hopper-sidecar/hopper/streamsrc"
 	"github.com/hopper-sidecar/hopper/telemetry"
 	"github.com/hopper-sidecar/hopper/topology"
 )
@@ -84,6 +86,10 @@ type subscription struct {
 	routesErr error
 	px        atomic.Pointer[proxy.Loop]
 	cons      atomic.Pointer[broker.Consumer]
+	// src reads the stream of a stream subscription, beside cons, which
+	// consumes the subscription's own queue (where its retries come
+	// back); nil for a queue.
+	src atomic.Pointer[streamsrc.Source]
 	// parked is the last count of the queue's parking queues.
 	parked parkedCount
 }
@@ -98,6 +104,9 @@ func (sub *subscription) prefetch() int {
 
 func (sub *subscription) consuming() bool {
 	c := sub.cons.Load()
+	if src := sub.src.Load(); src != nil && !src.Connected() {
+		return false
+	}
 	return c != nil && c.Connected() && c.Active()
 }
 
@@ -449,6 +458,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if !s.waitForApp(ctx, side.ready) {
 		return nil // shut down while waiting: nothing was consumed
 	}
+	if err := s.newSources(); err != nil {
+		return err
+	}
 	pub := s.startPublisher()
 	defer s.closePublisher(pub)
 	group, gates := s.newConsumers(pub, tracer)
@@ -658,8 +670,30 @@ func (s *Sidecar) newConsumers(pub *broker.Publisher, tracer trace.Tracer) (*bro
 		})
 		sub.cons.Store(cons)
 		gates[i] = cons
+		if src := sub.src.Load(); src != nil {
+			gates = append(gates, src)
+		}
 	}
 	return group, gates
+}
+
+// newSources makes the stream reader of every stream subscription.
+func (s *Sidecar) newSources() error {
+	for _, sub := range s.subs {
+		if sub.cfg.Queue.Stream.Name == "" {
+			continue
+		}
+		o, err := streamsrc.ConfigOptions(&sub.cfg, s.log)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", sub.cfg.Queue.Stream.Name, err)
+		}
+		// The loop's hand-off queue holds the stream's prefetch beside
+		// its queue's (see newLoop).
+		o.Prefetch = sub.maxPrefetch()
+		o.PrefetchBytes = sub.prefetchBytes()
+		sub.src.Store(streamsrc.New(o))
+	}
+	return nil
 }
 
 // guardApp puts in front of the app side what decides whether and how much
@@ -760,12 +794,26 @@ func (s *Sidecar) startLoops(workCtx context.Context, deliverer proxy.Deliverer,
 	}
 }
 
-// consume runs the consumers until ctx ends.
+// consume runs the consumers and the stream readers until ctx ends; a
+// stream reader has handed its last message to the loop when it returns.
 func (s *Sidecar) consume(ctx context.Context, group *broker.Group) error {
 	s.group.Store(group)
 	s.consuming.Store(true)
 	s.phase.Store("waiting for the broker (starting the consumer)")
+	var readers sync.WaitGroup
+	for _, sub := range s.subs {
+		src := sub.src.Load()
+		if src == nil {
+			continue
+		}
+		px := sub.px.Load()
+		readers.Go(func() {
+			// Run returns nil once ctx ends, its only way out.
+			_ = src.Run(ctx, func(d *streamsrc.Delivery) { px.Handle(d) })
+		})
+	}
 	runErr := group.Run(ctx)
+	readers.Wait()
 	s.consuming.Store(false)
 	s.stopping.Store(true)
 	return runErr
@@ -792,6 +840,16 @@ func (s *Sidecar) drain(group *broker.Group, endWork context.CancelFunc) {
 		s.shutdownLoops(backCtx)
 		cancel()
 	}
+	// The loops have settled what they could: each stream reader stores
+	// its offset up to the first message still unsettled, which the next
+	// reader of the same name reads again.
+	for _, sub := range s.subs {
+		if src := sub.src.Load(); src != nil {
+			if err := src.Close(); err != nil {
+				log.Warn("close stream reader", "queue", sub.name(), "error", err.Error())
+			}
+		}
+	}
 	// Closing the consumer connection hands every unsettled delivery back to
 	// the broker, which requeues it.
 	if err := group.Close(); err != nil {
@@ -817,7 +875,7 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		Pub:                pub,
 		Workers:            Workers(cfg),
 		WorkerCap:          s.workerCap(cfg),
-		Queue:              sub.maxPrefetch(),
+		Queue:              sub.handOff(),
 		Quorum:             cfg.Queue.Type == "quorum",
 		UnavailableBackoff: cfg.App.UnavailableBackoff.D(),
 		MoveRetryMin:       cfg.Broker.MoveRetryMin.D(),
@@ -842,9 +900,15 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 				}
 				log.Warn("moves failing: consuming paused until they go through", attrs...)
 				cons.PauseFor(broker.PauseMoves)
+				if src := sub.src.Load(); src != nil {
+					src.PauseFor(broker.PauseMoves)
+				}
 			} else {
 				log.Info("moves going through again: consuming resumed", "event", "CONSUMER_RESUMED_MOVES", "queue", sub.name())
 				cons.ResumeFor(broker.PauseMoves)
+				if src := sub.src.Load(); src != nil {
+					src.ResumeFor(broker.PauseMoves)
+				}
 			}
 		},
 		DeadlineHeader: cfg.Retry.DeadlineHeader,
@@ -854,6 +918,17 @@ func (s *Sidecar) newLoop(sub *subscription, deliverer proxy.Deliverer, pub prox
 		Tracer:         tracer,
 		Observer:       s.metrics.ForQueue(sub.name()),
 	})
+}
+
+// handOff is the size of a loop's hand-off queue: what its consumer can
+// hold unacked, and as much again for a stream subscription, whose stream
+// reader hands over up to its own prefetch beside the queue's consumer, so
+// that neither ever blocks handing a delivery over.
+func (sub *subscription) handOff() int {
+	if sub.cfg.Queue.Stream.Name != "" {
+		return 2 * sub.maxPrefetch()
+	}
+	return sub.maxPrefetch()
 }
 
 // workerCap is a loop's bound on workers: the concurrency limit, when
@@ -967,9 +1042,19 @@ func allOrdered(subs []*subscription) bool {
 	return true
 }
 
-// consumers is the breaker's gate over every queue's consumer: the app is
-// one, so when it is down no queue takes deliveries.
-type consumers []*broker.Consumer
+// consumers is the breaker's gate over every queue's consumer and every
+// stream's reader: the app is one, so when it is down no queue takes
+// deliveries.
+type consumers []gate
+
+// gate pauses and resumes what takes deliveries for one subscription: a
+// queue's consumer or a stream's reader.
+type gate interface {
+	Pause()
+	Resume(prefetch int)
+	PauseFor(reason string)
+	ResumeWith(reason string, prefetch int)
+}
 
 func (cs consumers) Pause() {
 	for _, c := range cs {

@@ -52,6 +52,16 @@ type Queue struct {
 	Successor string
 }
 
+// Stream is the stream a stream subscription reads, and what it is
+// declared with when Hopper declares it.
+type Stream struct {
+	Name     string
+	Consumer string
+	// Args are x-max-age, x-max-length-bytes and
+	// x-stream-max-segment-size-bytes, where set.
+	Args map[string]any
+}
+
 // ArgSingleActiveConsumer is the argument of a single-active-consumer queue.
 const ArgSingleActiveConsumer = "x-single-active-consumer"
 
@@ -88,8 +98,12 @@ type Binding struct {
 
 // Plan is the whole topology for one work queue.
 type Plan struct {
-	Work  Queue
-	Tiers []Queue
+	// Stream is the stream a stream subscription reads, Work being the
+	// queue beside it; nil for a queue. It is not one of Queues: the
+	// stream reader declares or checks it, through the stream protocol.
+	Stream *Stream
+	Work   Queue
+	Tiers  []Queue
 	// Parking are the parking queues of scheduled messages, shortest
 	// delay first; none unless schedule.enabled.
 	Parking   []Queue
@@ -176,6 +190,25 @@ func Name(tmpl, queue string, delay time.Duration) string {
 
 // FromConfig computes the plan for a validated config.
 func FromConfig(c *config.Config) Plan {
+	if c.Queue.Type == config.QueueTypeStream {
+		// The queues around a stream are those of the subscription's own
+		// queue, where its retries come back.
+		e := c.ForStream()
+		c = &e
+	}
+	var stream *Stream
+	if st := c.Queue.Stream; st.Name != "" {
+		stream = &Stream{Name: st.Name, Consumer: st.Consumer, Args: map[string]any{}}
+		if st.MaxAge > 0 {
+			stream.Args["x-max-age"] = strconv.FormatInt(int64(st.MaxAge.D().Seconds()), 10) + "s"
+		}
+		if st.MaxLengthBytes > 0 {
+			stream.Args["x-max-length-bytes"] = int64(st.MaxLengthBytes)
+		}
+		if st.MaxSegmentSizeBytes > 0 {
+			stream.Args["x-stream-max-segment-size-bytes"] = int64(st.MaxSegmentSizeBytes)
+		}
+	}
 	q := c.Queue.Name
 	typeArgs := func() map[string]any {
 		if c.Queue.Type == "quorum" {
@@ -183,7 +216,7 @@ func FromConfig(c *config.Config) Plan {
 		}
 		return map[string]any{"x-queue-type": "classic", "x-queue-version": int32(2)}
 	}
-	p := Plan{Declare: c.Topology.Declare, TierTypeChosen: c.Queue.TierType != "", inUse: &tierNames{}}
+	p := Plan{Stream: stream, Declare: c.Topology.Declare, TierTypeChosen: c.Queue.TierType != "", inUse: &tierNames{}}
 	p.Work = Queue{Name: q, Role: RoleWork, Args: typeArgs(), Owned: c.Topology.Declare}
 	if c.Queue.Type == "quorum" && c.Queue.DeliveryLimit > 0 {
 		p.Work.Args["x-delivery-limit"] = int32(c.Queue.DeliveryLimit)
@@ -444,6 +477,13 @@ func (p *Plan) String() string {
 		mode = "declare (topology.declare=true)"
 	}
 	fmt.Fprintf(&b, "mode: %s\n", mode)
+	if st := p.Stream; st != nil {
+		fmt.Fprintf(&b, "stream %s read as consumer %s (stream protocol, by hopper run)", st.Name, st.Consumer)
+		for _, k := range sortedKeys(st.Args) {
+			fmt.Fprintf(&b, " %s=%v", k, st.Args[k])
+		}
+		b.WriteByte('\n')
+	}
 	for _, q := range p.Queues() {
 		fmt.Fprintf(&b, "%-5s %s durable=true", q.Role, q.Name)
 		for _, k := range sortedKeys(q.Args) {
@@ -493,11 +533,21 @@ func (p *Plan) String() string {
 
 // Document is the plan as data, for `hopper topology plan -o json`.
 type Document struct {
-	Declare   bool          `json:"declare"`
+	Declare bool `json:"declare"`
+	// Stream is the stream a stream subscription reads; absent for a
+	// queue.
+	Stream    *DocStream    `json:"stream,omitempty"`
 	Queues    []DocQueue    `json:"queues"`
 	Exchanges []DocExchange `json:"exchanges"`
 	Bindings  []DocBinding  `json:"bindings"`
 	Warnings  []string      `json:"warnings"`
+}
+
+// DocStream is the stream of a Document.
+type DocStream struct {
+	Name      string         `json:"name"`
+	Consumer  string         `json:"consumer"`
+	Arguments map[string]any `json:"arguments,omitempty"`
 }
 
 // DocExchange is one exchange of a Document.
@@ -535,6 +585,9 @@ type DocQueue struct {
 // Document returns the plan as data.
 func (p *Plan) Document() Document {
 	d := Document{Declare: p.Declare, Warnings: p.Warnings()}
+	if st := p.Stream; st != nil {
+		d.Stream = &DocStream{Name: st.Name, Consumer: st.Consumer, Arguments: st.Args}
+	}
 	if d.Warnings == nil {
 		d.Warnings = []string{}
 	}

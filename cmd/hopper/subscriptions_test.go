@@ -58,7 +58,7 @@ subscriptions:
 	if r.code != exitDataErr || strings.Contains(r.stdout, "config OK") {
 		t.Fatalf("bad subscription: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"subscriptions[1].queue.type: must be classic or quorum", "subscriptions[1].path: must start with /"} {
+	for _, want := range []string{"subscriptions[1].queue.type: must be classic, quorum or stream", "subscriptions[1].path: must start with /"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
 		}

@@ -90,6 +90,10 @@ type dlqEntry struct {
 	FinalError         string
 	OriginalQueue      string
 	OriginalRoutingKey string
+	// Stream and StreamOffset say where a message read from a stream came
+	// from; "" and -1 for one from a queue.
+	Stream       string
+	StreamOffset int64
 }
 
 // peekDLQ reads every message in queue with basic.get and puts them all
@@ -130,6 +134,8 @@ func peekDLQ(url, queue string, limit int) ([]dlqEntry, error) {
 			FinalError:         str(d.Headers["x-final-error"]),
 			OriginalQueue:      str(d.Headers["x-original-queue"]),
 			OriginalRoutingKey: str(d.Headers["x-original-routing-key"]),
+			Stream:             str(d.Headers["x-stream"]),
+			StreamOffset:       streamOffset(d.Headers["x-stream-offset"]),
 		})
 	}
 	if lastTag > 0 {
@@ -224,4 +230,12 @@ func listQueues(b *testbroker.Broker, prefix string) ([]queueDepth, error) {
 	}
 	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
 	return qs, nil
+}
+
+// streamOffset reads x-stream-offset, -1 when there is none.
+func streamOffset(v any) int64 {
+	if v == nil {
+		return -1
+	}
+	return num(v)
 }

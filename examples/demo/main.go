@@ -54,24 +54,40 @@ const (
 	batchQueue = "demo.batch"
 	batchSize  = 4
 	batchWait  = "1s"
+	// streamName is a stream Hopper declares and reads as streamConsumer;
+	// its retries come back through the queue streamName.streamConsumer.
+	streamName     = "demo.events"
+	streamConsumer = "demo"
 )
 
 // tiers are the delay tiers of every queue, as in their queue names.
 var tiers = []string{"1s", "2s"}
 
-// step is one queue of the demo and what is published to it.
+// step is one queue (or stream) of the demo and what is published to it.
 type step struct {
-	Queue    string
+	Queue string
+	// Consumer is the consumer name Hopper reads the stream Queue as; ""
+	// when Queue is a queue.
+	Consumer string
 	Messages []demoMessage
 }
 
-func (s step) dlq() string { return s.Queue + ".dlq" }
+// work is the queue Hopper consumes and names the tiers and the DLQ from:
+// the step's queue, or the queue beside its stream.
+func (s step) work() string {
+	if s.Consumer != "" {
+		return s.Queue + "." + s.Consumer
+	}
+	return s.Queue
+}
+
+func (s step) dlq() string { return s.work() + ".dlq" }
 
 // queues are the step's work queue, its DLQ and its tier queues.
 func (s step) queues() []string {
-	q := []string{s.Queue, s.dlq()}
+	q := []string{s.work(), s.dlq()}
 	for _, t := range tiers {
-		q = append(q, s.Queue+".retry."+t)
+		q = append(q, s.work()+".retry."+t)
 	}
 	return q
 }
@@ -91,7 +107,8 @@ func (s step) wantDead() int {
 var (
 	outcomes = step{Queue: queueName, Messages: messages}
 	batches  = step{Queue: batchQueue, Messages: batchMessages}
-	steps    = []step{outcomes, batches}
+	streams  = step{Queue: streamName, Consumer: streamConsumer, Messages: streamMessages}
+	steps    = []step{outcomes, batches, streams}
 )
 
 // Bounds on each step, so a broken binary fails the demo instead of
@@ -211,6 +228,31 @@ var batchMessages = []demoMessage{
 	},
 }
 
+// streamMessages are published to the stream streamName. A stream keeps
+// its messages where they are: a retry goes through the tiers to the queue
+// beside it, and the offset Hopper stores never passes a message that is
+// not settled.
+var streamMessages = []demoMessage{
+	{
+		ID: "stream-ok", Script: "200",
+		Want:  []answer{{1, 0, 200, false, 0}},
+		Acked: true,
+		Why:   "2xx: settled; the stored offset may pass it",
+	},
+	{
+		ID: "stream-flaky", Script: "503,200",
+		Want:  []answer{{1, 0, 503, false, 0}, {2, 0, 200, false, 0}},
+		Acked: true,
+		Why:   "503: retried through the 1s tier into " + streamName + "." + streamConsumer + ", never the stream; 200 on attempt 2",
+	},
+	{
+		ID: "stream-bad", Script: "400",
+		Want:   []answer{{1, 0, 400, false, 0}},
+		Reason: "non-retriable", FinalStatus: 400, FinalRetries: 1,
+		Why: "400: to the DLQ, with x-stream and x-stream-offset saying where it came from",
+	},
+}
+
 type options struct {
 	hopperBin  string
 	demoappBin string
@@ -287,7 +329,7 @@ func (d *demo) run(ctx context.Context) error {
 	logf("starting a private RabbitMQ node (first boot takes about 10s)")
 	brokerDone := make(chan error, 1)
 	go func() {
-		b, err := testbroker.Start(testbroker.Options{Quiet: d.o.quiet})
+		b, err := testbroker.Start(testbroker.Options{Quiet: d.o.quiet, Streams: true})
 		d.broker = b
 		brokerDone <- err
 	}()
@@ -314,11 +356,12 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	cfgFile := filepath.Join(d.tmp, "hopper.yaml")
-	if err := os.WriteFile(cfgFile, []byte(hopperConfig(d.broker.URL(), appAddr, adminAddr, d.o.logLevel)), 0o600); err != nil {
+	conf := hopperConfig(d.broker.URL(), d.broker.StreamPort(), appAddr, adminAddr, d.o.logLevel)
+	if err := os.WriteFile(cfgFile, []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("write hopper config: %w", err)
 	}
 	if !d.o.quiet {
-		logf("hopper config %s:\n%s", cfgFile, indent(hopperConfig(d.broker.URL(), appAddr, adminAddr, d.o.logLevel)))
+		logf("hopper config %s:\n%s", cfgFile, indent(conf))
 	}
 	if d.hopper, err = startChild("hopper", hopperBin, []string{"run", "--config", cfgFile}, d.o.quiet); err != nil {
 		return err
@@ -362,7 +405,7 @@ func (d *demo) runStep(ctx context.Context, st step, statsURL string) ([]string,
 	if err != nil {
 		return nil, err
 	}
-	depths, err := listQueues(d.broker, st.Queue)
+	depths, err := listQueues(d.broker, st.work())
 	if err != nil {
 		return nil, err
 	}
@@ -391,10 +434,11 @@ func (d *demo) demoappBinary(root string) (string, error) {
 	return bin, nil
 }
 
-// hopperConfig is the YAML hopper runs with: two subscriptions, the second
-// delivered in batches to the app's batch path. Durations are strings with
-// units, as hopper requires.
-func hopperConfig(brokerURL, appAddr, adminAddr, logLevel string) string {
+// hopperConfig is the YAML hopper runs with: three subscriptions, the
+// second delivered in batches to the app's batch path, the third a stream
+// read through the stream protocol on streamPort. Durations are strings
+// with units, as hopper requires.
+func hopperConfig(brokerURL string, streamPort int, appAddr, adminAddr, logLevel string) string {
 	return fmt.Sprintf(`# Written by examples/demo.
 broker:
   urls: [%q]
@@ -416,6 +460,10 @@ subscriptions:
     path: /batch
     consumer:
       batch: {maxMessages: %d, maxWait: %s}
+  - queue:
+      name: %s
+      type: stream
+      stream: {consumer: %s, port: %d, storeEvery: 200ms}
 shutdown:
   grace: 5s
 admin:
@@ -423,7 +471,8 @@ admin:
 log:
   format: text
   level: %s
-`, brokerURL, appAddr, maxAttempts, tiers[0], tiers[1], queueName, batchQueue, batchSize, batchWait, adminAddr, logLevel)
+`, brokerURL, appAddr, maxAttempts, tiers[0], tiers[1], queueName, batchQueue, batchSize, batchWait,
+		streamName, streamConsumer, streamPort, adminAddr, logLevel)
 }
 
 // waitSettled polls the app's /stats and the step's queue depths until
@@ -442,7 +491,7 @@ func (d *demo) waitSettled(ctx context.Context, statsURL string, st step) error 
 		// Queues first: the stats read after them are at least as recent,
 		// so a message the queues show as settled is never judged on
 		// answers read before its last attempt.
-		depths, qerr := listQueues(d.broker, st.Queue)
+		depths, qerr := listQueues(d.broker, st.work())
 		stats, serr := fetchStats(ctx, statsURL)
 		if err := errors.Join(qerr, serr); err != nil {
 			pending = []string{err.Error()}
@@ -530,8 +579,11 @@ func check(st step, stats map[string][]answer, dead []dlqEntry, depths []queueDe
 			if e.FinalRetries != m.FinalRetries {
 				f = append(f, fmt.Sprintf("%s: x-final-retry-count %d, want %d", m.ID, e.FinalRetries, m.FinalRetries))
 			}
-			if e.OriginalQueue != st.Queue {
-				f = append(f, fmt.Sprintf("%s: x-original-queue %q, want %q", m.ID, e.OriginalQueue, st.Queue))
+			if st.Consumer != "" && (e.Stream != st.Queue || e.StreamOffset < 0) {
+				f = append(f, fmt.Sprintf("%s: x-stream %q x-stream-offset %d, want the stream %s and an offset", m.ID, e.Stream, e.StreamOffset, st.Queue))
+			}
+			if e.OriginalQueue != st.work() {
+				f = append(f, fmt.Sprintf("%s: x-original-queue %q, want %q", m.ID, e.OriginalQueue, st.work()))
 			}
 		}
 	}
@@ -587,7 +639,7 @@ func (d *demo) stopHopper(ctx context.Context) []string {
 		return f
 	}
 	for _, st := range steps {
-		depths, err := listQueues(d.broker, st.Queue)
+		depths, err := listQueues(d.broker, st.work())
 		if err != nil {
 			return append(f, err.Error())
 		}
@@ -633,10 +685,13 @@ func (d *demo) teardown() {
 // printSummary prints, for each message of a step, what the app answered
 // and where the message ended, then the queue depths.
 func printSummary(w io.Writer, st step, stats map[string][]answer, dead []dlqEntry, depths []queueDepth) {
-	if st.Queue == batchQueue {
+	switch {
+	case st.Consumer != "":
+		fmt.Fprintf(w, "\n=== Streams: stream %s read as %s, retries through the queue %s ===\n\n", st.Queue, st.Consumer, st.work())
+	case st.Queue == batchQueue:
 		fmt.Fprintf(w, "\n=== Batches: queue %s, consumer.batch.maxMessages %d, maxWait %s ===\n\n", st.Queue, batchSize, batchWait)
 		printBatches(w, st, stats)
-	} else {
+	default:
 		fmt.Fprintf(w, "\n=== Hopper demo: queue %s, tiers %s and %s, retry.maxAttempts %d ===\n\n", st.Queue, tiers[0], tiers[1], maxAttempts)
 	}
 	fmt.Fprintln(w, "What the app answered (aN = Hopper-Attempt N, rN = Hopper-Requeue-Count N) and where each message ended:")
@@ -674,6 +729,9 @@ func printSummary(w io.Writer, st step, stats map[string][]answer, dead []dlqEnt
 			e.Reason, e.FinalStatus, e.FinalRetries)
 		fmt.Fprintf(w, "    x-original-queue=%s x-original-routing-key=%s\n", e.OriginalQueue, e.OriginalRoutingKey)
 		fmt.Fprintf(w, "    x-final-error=%q\n", e.FinalError)
+		if e.Stream != "" {
+			fmt.Fprintf(w, "    x-stream=%s x-stream-offset=%d\n", e.Stream, e.StreamOffset)
+		}
 	}
 
 	fmt.Fprintln(w, "\nFinal queue depths (DLQ read with basic.get and put back with nack-requeue):")

@@ -888,7 +888,7 @@ func TestChartRejects(t *testing.T) {
 		{"forward bound under Hopper's own headers", []string{"-f", minimal, "--set", "config.app.forward.maxHeaders=20"}, "/config/app/forward/maxHeaders"},
 		{"unknown forward key", []string{"-f", minimal, "--set", "config.app.forward.maxHeader=20"}, "additional properties 'maxHeader' not allowed"},
 		{"policy without match", []string{"-f", minimal, "--set", "config.retry.policies[0].name=x"}, "missing property 'match'"},
-		{"queue type", []string{"-f", minimal, "--set", "config.queue.type=stream"}, "/config/queue/type"},
+		{"queue type", []string{"-f", minimal, "--set", "config.queue.type=fifo"}, "/config/queue/type"},
 		{"admin on loopback", []string{"-f", minimal, "--set", "config.admin.listen=127.0.0.1:9090"}, "/config/admin/listen"},
 		{"broker url scheme", []string{"-f", minimal, "--set", "config.broker.urls={http://rabbitmq}"}, "/config/broker/urls/0"},
 		{"pull policy", []string{"-f", minimal, "--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},

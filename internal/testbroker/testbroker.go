@@ -60,6 +60,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,6 +158,11 @@ type Options struct {
 	// enabled_plugins file), for example
 	// "rabbitmq_consistent_hash_exchange". Default none.
 	Plugins []string
+	// Streams enables the rabbitmq_stream plugin and gives its listener a
+	// free port of its own on 127.0.0.1 (StreamPort), advertised as
+	// 127.0.0.1 so that a stream client that asks where a stream's leader
+	// is comes back to the same listener. Default false.
+	Streams bool
 	// Series is the RabbitMQ release series, 3 or 4. Zero means the
 	// HOPPER_TEST_RABBITMQ environment variable, then 4.
 	Series int
@@ -184,18 +190,20 @@ type Broker struct {
 	extraConfig  string
 	cookie       string
 	plugins      []string
+	streams      bool
 	startTimeout time.Duration
 	files        map[string][]byte
 
 	versionOnce sync.Once
 	version     string
 
-	mu       sync.Mutex
-	port     int // AMQP port
-	distPort int // Erlang distribution port
-	env      []string
-	proc     *serverProc // nil while the node is down
-	stopped  bool        // Stop has been called
+	mu         sync.Mutex
+	port       int // AMQP port
+	distPort   int // Erlang distribution port
+	streamPort int // stream protocol port; 0 without Options.Streams
+	env        []string
+	proc       *serverProc // nil while the node is down
+	stopped    bool        // Stop has been called
 }
 
 // serverProc is one run of rabbitmq-server.
@@ -247,11 +255,15 @@ func Start(opts Options) (*Broker, error) {
 		extraConfig:  opts.ExtraConfig,
 		cookie:       opts.Cookie,
 		plugins:      opts.Plugins,
+		streams:      opts.Streams,
 		startTimeout: timeout,
 		files:        opts.Files,
 	}
 	if b.cookie == "" {
 		b.cookie = randomCookie()
+	}
+	if b.streams && !slices.Contains(b.plugins, streamPlugin) {
+		b.plugins = append(slices.Clone(b.plugins), streamPlugin)
 	}
 	if err := b.prepareDir(); err != nil {
 		b.removeDir()
@@ -422,6 +434,9 @@ func RunMain(m Runner, dst **Broker) int {
 // run (`make unit`) with no RabbitMQ installed, while a test that needs the
 // broker and cannot start it fails, never skips.
 type Lazy struct {
+	// Options are those the node starts with.
+	Options Options
+
 	once sync.Once
 	b    *Broker
 	err  error
@@ -431,7 +446,7 @@ type Lazy struct {
 // with the install hint when the node cannot start.
 func (l *Lazy) Get(t testing.TB) *Broker {
 	t.Helper()
-	l.once.Do(func() { l.b, l.err = Start(Options{}) })
+	l.once.Do(func() { l.b, l.err = Start(l.Options) })
 	if l.err != nil {
 		t.Fatalf("testbroker: cannot start RabbitMQ: %v\n%s", l.err, InstallHint)
 	}
@@ -468,6 +483,17 @@ func (b *Broker) Port() int {
 	defer b.mu.Unlock()
 	return b.port
 }
+
+// StreamPort returns the stream protocol port, 0 unless the node was
+// started with Options.Streams. It does not change across restarts.
+func (b *Broker) StreamPort() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streamPort
+}
+
+// streamPlugin serves the stream protocol.
+const streamPlugin = "rabbitmq_stream"
 
 // Series is the node's RabbitMQ release series, 3 or 4.
 func (b *Broker) Series() int { return b.series }
@@ -666,7 +692,7 @@ func (b *Broker) Stop() error {
 	return err
 }
 
-// prepareDir writes the config, the plugins file, an empty env file and the
+// prepareDir writes the plugins file, an empty env file and the
 // Erlang cookie.
 func (b *Broker) prepareDir() error {
 	for _, d := range []string{"home", "mnesia", "log"} {
@@ -682,8 +708,6 @@ func (b *Broker) prepareDir() error {
 		// loopback_users = none: let guest log in however 127.0.0.1 is
 		// reached. log.console = false: the node logs to its own file
 		// under log/, server.log only gets the banner and crashes.
-		{"rabbitmq.conf", "loopback_users = none\nlog.console = false\n" +
-			strings.ReplaceAll(b.extraConfig, "{{dir}}", b.nodePath(b.dir)), 0o644},
 		{"enabled_plugins", pluginsFile(b.plugins), 0o644},
 		// Used instead of /etc/rabbitmq/rabbitmq-env.conf, so a system
 		// setting (NODENAME, NODE_PORT, ...) cannot leak into the node.
@@ -703,6 +727,24 @@ func (b *Broker) prepareDir() error {
 		if err := os.WriteFile(filepath.Join(b.dir, f.name), []byte(f.data), f.mode); err != nil {
 			return fmt.Errorf("testbroker: %w", err)
 		}
+	}
+	return nil
+}
+
+// writeConfigLocked writes rabbitmq.conf, which names the ports picked
+// for the node's listeners beyond AMQP's (given by the environment).
+func (b *Broker) writeConfigLocked() error {
+	// loopback_users = none: let guest log in however 127.0.0.1 is
+	// reached. log.console = false: the node logs to its own file under
+	// log/, server.log only gets the banner and crashes.
+	conf := "loopback_users = none\nlog.console = false\n"
+	if b.streamPort != 0 {
+		conf += fmt.Sprintf("stream.listeners.tcp.1 = 127.0.0.1:%d\nstream.advertised_host = 127.0.0.1\nstream.advertised_port = %d\n",
+			b.streamPort, b.streamPort)
+	}
+	conf += strings.ReplaceAll(b.extraConfig, "{{dir}}", b.nodePath(b.dir))
+	if err := os.WriteFile(filepath.Join(b.dir, "rabbitmq.conf"), []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("testbroker: %w", err)
 	}
 	return nil
 }
@@ -730,7 +772,7 @@ func (b *Broker) command(ctx context.Context, script string, args ...string) *ex
 // pickPorts picks free AMQP and distribution ports by listening on
 // 127.0.0.1:0. Both listeners are held open together so the ports differ.
 func (b *Broker) pickPorts() error {
-	var ports [2]int
+	var ports [3]int
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -742,8 +784,11 @@ func (b *Broker) pickPorts() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.port, b.distPort = ports[0], ports[1]
+	if b.streams {
+		b.streamPort = ports[2]
+	}
 	b.env = b.buildEnv()
-	return nil
+	return b.writeConfigLocked()
 }
 
 // buildEnv returns the environment shared by the server and every

@@ -1,0 +1,91 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/streamsrc"
+)
+
+// TestFaultStream: hopper reads a stream, the app answers the seeded mix
+// of every class, and hopper is SIGKILLed three times while the stream is
+// flowing, each time with deliveries in flight and settled offsets not yet
+// stored. A restarted hopper resumes after the offset the broker stored,
+// which never passes an unsettled message, so every id must end answered
+// 2xx or in the DLQ exactly as its script says; what was settled after the
+// last store before a kill comes again, counted as duplicates.
+func TestFaultStream(t *testing.T) {
+	rb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
+	useTarget(t, singleNode{rb})
+	n := messageCount(t)
+	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
+	ids := makeIDs("stream", n)
+	scripts := newScripts(ids, seed, maxAttempts)
+	app := startApp(t, scripts)
+	stream := fmt.Sprintf("faults.stream.%d", queueSeq.Add(1))
+	const consumer = "hopper"
+	r := &run{t: t, name: "stream", q: queues{work: config.StreamQueue(stream, consumer)}, began: time.Now(), queueType: "stream", app: app}
+	cfg := hopperConfig{
+		BrokerURLs: target.URLs(), Queue: stream, QueueType: config.QueueTypeStream, AppURL: app.URL(), MaxAttempts: maxAttempts,
+		Extra: fmt.Sprintf("queue:\n  stream: {consumer: %s, port: %d, storeEvery: 200ms}\n", consumer, rb.StreamPort()),
+	}
+	r.hopper = startHopper(t, stream, cfg)
+	if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r.step("hopper reading stream %s as %s (log %s)", stream, consumer, r.hopper.logPath)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	chunks := split(ids, 4)
+	var pubs []chan publishStats
+	for i, chunk := range chunks {
+		done := make(chan publishStats, 1)
+		pubs = append(pubs, done)
+		go func() { done <- publishPaced(ctx, t, stream, chunk, 3*time.Second) }()
+		if i < len(chunks)-1 {
+			r.waitSeen(chunk, len(chunk)/2)
+			r.killHopper(300 * time.Millisecond)
+			if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pubDone := make(chan publishStats, 1)
+	go func() {
+		all := publishStats{confirmed: map[string]bool{}}
+		for _, p := range pubs {
+			ps := <-p
+			for id := range ps.confirmed {
+				all.confirmed[id] = true
+			}
+			all.failures += ps.failures
+			all.took += ps.took
+		}
+		pubDone <- all
+	}()
+	// The work and tier queues are the subscription's own: empty while
+	// hopper still reads the stream. Every id reaches the app at least
+	// once first.
+	r.waitSeen(ids, len(ids))
+	a := r.finish(pubDone)
+	a.report(t)
+	checkScripts(t, a, scripts)
+
+	o := streamsrc.Options{Port: rb.StreamPort(), Stream: stream, Consumer: consumer}
+	off, ok, err := streamsrc.StoredOffset(o)
+	if err != nil || !ok {
+		t.Fatalf("stored offset after the run: %d %t %v", off, ok, err)
+	}
+	ev := r.hopper.eventCounts("STREAM_SUBSCRIBED", "STREAM_RECONNECTING", "STREAM_CLOSED", "CONSUMER_STARTED")
+	t.Logf("hopper: %d starts, %d SIGKILLs (%d with a delivery in flight); stored offset %s at the end; events %v",
+		r.hopper.starts, r.hopper.kills, r.killed, strconv.FormatInt(off, 10), ev)
+	if r.killed == 0 {
+		t.Error("no SIGKILL hit a delivery in flight")
+	}
+}

@@ -1,0 +1,734 @@
+// Package streamsrc reads a RabbitMQ stream through the stream protocol and
+// hands each message to the delivery loop as a queue's consumer does. It is
+// the only package that imports the stream client, as broker is the only
+// one that imports the AMQP 0.9.1 client: what the loop, the deciders and
+// the app side see is a msg.Message and a delivery to settle once.
+//
+// A stream is not a queue. Reading does not remove anything, and nothing
+// can be put back: the consumer only has a position, an offset the broker
+// stores under the consumer's name. So settling a delivery here means
+// marking its offset done, and a retry or a dead letter is a copy that
+// goes elsewhere (the subscription's own queue behind the delay tiers, the
+// DLQ), never back into the stream. The life of one message:
+//
+//	read (offset marked pending) ─→ delivered ─→ settled: acked, or its
+//	   │                                          copy confirmed elsewhere
+//	   │                                             │
+//	   └─ shutdown before it was                     └─→ offset done; the
+//	      settled: left pending,                         stored offset moves
+//	      read again after a restart                     up to the highest one
+//	                                                     with nothing pending
+//	                                                     behind it (Offsets)
+//
+// A delivery given back (the app could not take it) is handed to the loop
+// again after a while, at the same offset: a stream has no requeue. The
+// stored offset is written every StoreEvery and once more at Close, and
+// only ever names an offset at or below which everything read is settled,
+// so a restart, even after a SIGKILL, resumes after it and skips nothing:
+// what was settled after the last store is delivered again (at least
+// once).
+package streamsrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/msg"
+)
+
+// Options configure a Source. Zero values take the defaults named.
+type Options struct {
+	// Host, Port, User, Password and VHost reach the broker's stream
+	// listener. Defaults 127.0.0.1, 5552, guest, guest and "/".
+	Host     string
+	Port     int
+	User     string
+	Password string
+	VHost    string
+	// Stream and Consumer name the stream and the reader; the broker
+	// stores the offset under Consumer. Required.
+	Stream, Consumer string
+	// Start is where a consumer with no stored offset starts. Default
+	// first.
+	Start config.StreamStart
+	// Declare creates the stream when it is missing, with the retention
+	// below; otherwise a missing stream is an error, retried. Default
+	// false.
+	Declare bool
+	// MaxAge, MaxLengthBytes and MaxSegmentSizeBytes are the retention of
+	// a stream Declare creates. Default 0: the broker's own.
+	MaxAge                              time.Duration
+	MaxLengthBytes, MaxSegmentSizeBytes int64
+	// StoreEvery is how often the settled offset is stored while it
+	// advances. Default 1s.
+	StoreEvery time.Duration
+	// Heartbeat is the stream connection's heartbeat; the client takes
+	// nothing under 3s. Default 10s.
+	Heartbeat time.Duration
+	// ReconnectMin and ReconnectMax bound the jittered backoff between
+	// attempts to subscribe again. Defaults 500ms and 30s.
+	ReconnectMin, ReconnectMax time.Duration
+	// RedeliverAfter is how long a delivery given back waits before it is
+	// handed to the loop again. Default 1s.
+	RedeliverAfter time.Duration
+	// Prefetch bounds the deliveries handed to the loop and not settled
+	// yet, as a queue's prefetch does: the loop's hand-off queue must hold
+	// that many, so that handing one over never blocks. Default 50.
+	Prefetch int
+	// SingleActive subscribes as a single active consumer: of the
+	// readers with this consumer name (the replicas of one app), the
+	// broker delivers to one at a time and promotes another when it goes
+	// away, which starts after the offset stored then. Needs RabbitMQ
+	// 3.11 or later. Default false.
+	SingleActive bool
+	// PrefetchBytes bounds the body bytes of those deliveries, as
+	// consumer.prefetchBytes bounds a queue's; one delivery is handed over
+	// whatever its size. Default 0: no byte bound.
+	PrefetchBytes int
+	// Name labels the connection on the broker. Default "hopper".
+	Name string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// ConfigOptions maps an effective stream subscription config (see
+// config.Config.ForStream) to a Source's options: the stream listener is
+// on the first broker URL's host, with its credentials (and those of the
+// username and password files) and virtual host, at queue.stream.port.
+func ConfigOptions(c *config.Config, log *slog.Logger) (Options, error) {
+	s := c.Queue.Stream
+	start, err := s.Start()
+	if err != nil {
+		return Options{}, fmt.Errorf("queue.stream.offset: %w", err)
+	}
+	o := Options{
+		Port: s.Port, Stream: s.Name, Consumer: s.Consumer, Start: start,
+		Declare: c.Topology.Declare, MaxAge: s.MaxAge.D(),
+		MaxLengthBytes: int64(s.MaxLengthBytes), MaxSegmentSizeBytes: int64(s.MaxSegmentSizeBytes),
+		StoreEvery: s.StoreEvery.D(), Heartbeat: c.Broker.Heartbeat.D(),
+		ReconnectMin: c.Broker.ReconnectMin.D(), ReconnectMax: c.Broker.ReconnectMax.D(),
+		RedeliverAfter: c.App.UnavailableBackoff.D(),
+		Name:           "hopper-stream " + s.Name + " " + s.Consumer, Logger: log,
+		SingleActive: s.SingleActiveConsumer != nil && *s.SingleActiveConsumer,
+	}
+	if len(c.Broker.URLs) == 0 {
+		return Options{}, errors.New("no broker URL")
+	}
+	u, err := url.Parse(c.Broker.URLs[0])
+	if err != nil {
+		return Options{}, errors.New("broker.urls[0]: not a URL")
+	}
+	if u.Scheme != "amqp" {
+		return Options{}, fmt.Errorf("broker.urls[0]: a stream is read over plain TCP only for now, not %s", u.Scheme)
+	}
+	o.Host = u.Hostname()
+	if u.User != nil {
+		o.User = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	if f := c.Broker.UsernameFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return Options{}, fmt.Errorf("read username file: %w", err)
+		}
+		o.User = strings.TrimSpace(string(b))
+	}
+	if f := c.Broker.PasswordFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return Options{}, fmt.Errorf("read password file: %w", err)
+		}
+		o.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	// The AMQP URL's path is the virtual host, escaped ("/%2F" is "/").
+	o.VHost = strings.TrimPrefix(u.Path, "/")
+	return o, nil
+}
+
+func (o *Options) defaults() {
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.Port == 0 {
+		o.Port = 5552
+	}
+	if o.User == "" {
+		o.User, o.Password = "guest", "guest"
+	}
+	if o.VHost == "" {
+		o.VHost = "/"
+	}
+	if o.Start.Kind == "" {
+		o.Start.Kind = "first"
+	}
+	if o.StoreEvery <= 0 {
+		o.StoreEvery = time.Second
+	}
+	o.Heartbeat = max(o.Heartbeat, 3*time.Second)
+	if o.ReconnectMin <= 0 {
+		o.ReconnectMin = 500 * time.Millisecond
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		o.ReconnectMax = max(30*time.Second, o.ReconnectMin)
+	}
+	if o.RedeliverAfter <= 0 {
+		o.RedeliverAfter = time.Second
+	}
+	if o.Prefetch <= 0 {
+		o.Prefetch = 50
+	}
+	if o.Name == "" {
+		o.Name = "hopper"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// ErrNoStream is why a stream that Hopper does not declare cannot be read.
+var ErrNoStream = errors.New("stream not found")
+
+// PauseBreaker is the reason Pause pauses for.
+const PauseBreaker = "breaker"
+
+// Source reads one stream for one consumer name and hands each message to
+// the delivery loop.
+type Source struct {
+	o   Options
+	log *slog.Logger
+
+	mu sync.Mutex
+	// offsets follows what this reader read since it last started
+	// reading: a single active consumer starts afresh, after the offset
+	// stored then, each time it is promoted.
+	offsets *Offsets
+	// pauses are the reasons reading is paused for; wake is closed (and
+	// replaced) whenever they change and at stop.
+	pauses map[string]bool
+	wake   chan struct{}
+	// stopping is set once reading ends: nothing more is handed to the
+	// loop. stopped is closed then.
+	stopping bool
+	stopped  chan struct{}
+	// gen is the subscription now reading: a message from an earlier
+	// one (still being dispatched by the client after a reconnect) is
+	// not read, since the new subscription reads it again.
+	gen uint64
+	// handing counts the calls of handle in progress and the deliveries
+	// waiting to be handed again; stop waits for them.
+	handing sync.WaitGroup
+	cons    *stream.Consumer
+	env     *stream.Environment
+	// stored is the last offset stored, -1 for none.
+	stored int64
+
+	// closed is closed by Close: a handler the client calls after the
+	// stop returns then.
+	closed    chan struct{}
+	closeOnce sync.Once
+	connected atomic.Bool
+	// active is false while a single active consumer stands by.
+	active atomic.Bool
+	handle func(*Delivery)
+	// held counts the deliveries handed and not settled, and their bytes.
+	held *budget
+}
+
+// New returns a source; Run reads.
+func New(o Options) *Source {
+	o.defaults()
+	quietClient()
+	return &Source{
+		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer), offsets: NewOffsets(),
+		pauses: map[string]bool{}, wake: make(chan struct{}), stopped: make(chan struct{}),
+		closed: make(chan struct{}), stored: -1, held: newBudget(o.Prefetch, o.PrefetchBytes),
+	}
+}
+
+// Delivery is one message read from the stream. Ack marks its offset
+// settled; it is safe to call from any goroutine, once.
+type Delivery struct {
+	m      *msg.Message
+	offset int64
+	src    *Source
+	// offsets is the tracker it was read under.
+	offsets *Offsets
+}
+
+// Message returns the broker-neutral message.
+func (d *Delivery) Message() *msg.Message { return d.m }
+
+// Offset is the message's offset in the stream.
+func (d *Delivery) Offset() int64 { return d.offset }
+
+// Ack marks the delivery settled: the stored offset may pass it.
+func (d *Delivery) Ack() error {
+	if !d.offsets.Settle(d.offset) {
+		return fmt.Errorf("offset %d of stream %s settled twice", d.offset, d.src.o.Stream)
+	}
+	d.src.held.give(len(d.m.Body))
+	return nil
+}
+
+// Nack with requeue hands the delivery to the loop again after
+// RedeliverAfter, at the same offset, flagged redelivered (a stream has no
+// requeue); once reading has stopped it stays unsettled, to be read again
+// after a restart. Without requeue the message is let go, as a queue
+// without a dead-letter exchange would drop it: its offset is settled.
+func (d *Delivery) Nack(requeue bool) error {
+	if !requeue {
+		return d.Ack()
+	}
+	d.src.redeliver(d)
+	return nil
+}
+
+// Connected reports whether the source is subscribed to the stream.
+func (s *Source) Connected() bool { return s.connected.Load() }
+
+// Settled returns the offset the source would store now (ok false when
+// none): every offset it read at or below it is settled.
+func (s *Source) Settled() (int64, bool) { return s.tracker().Settled() }
+
+// Active reports whether the source is subscribed and the one reader of
+// its consumer name that the broker delivers to (always, without
+// SingleActive).
+func (s *Source) Active() bool { return s.connected.Load() && s.active.Load() }
+
+func (s *Source) tracker() *Offsets {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.offsets
+}
+
+// Held is the number of deliveries handed to the loop and not settled,
+// and their body bytes.
+func (s *Source) Held() (n, bytes int) { return s.held.held() }
+
+// Pending is the number of offsets read and not yet stored past.
+func (s *Source) Pending() int { return s.tracker().Pending() }
+
+// Run subscribes to the stream and hands each message to handle until ctx
+// ends, subscribing again (from the first offset not read yet) whenever
+// the subscription is lost. It returns once nothing more will be handed:
+// a call of handle in progress has returned, a message read but not
+// handed stays unsettled. Close then stores the settled offset and
+// disconnects; call it once the loop has settled what it holds.
+func (s *Source) Run(ctx context.Context, handle func(*Delivery)) error {
+	s.handle = handle
+	bo := backoff.Backoff{Min: s.o.ReconnectMin, Max: s.o.ReconnectMax}
+	for {
+		began := time.Now()
+		err := s.session(ctx)
+		if ctx.Err() != nil {
+			s.stop()
+			return nil
+		}
+		if time.Since(began) > s.o.ReconnectMax {
+			bo.Reset()
+		}
+		wait := bo.Next()
+		s.log.Warn("stream subscription lost; subscribing again", "event", "STREAM_RECONNECTING",
+			"error", err.Error(), "in", wait.String())
+		if backoff.Sleep(ctx, wait) != nil {
+			s.stop()
+			return nil
+		}
+	}
+}
+
+// session is one subscription: it returns when the subscription is lost,
+// and at once (keeping the subscription for Close's store) when ctx ends.
+func (s *Source) session(ctx context.Context) error {
+	env, err := s.environment()
+	if err != nil {
+		return err
+	}
+	if s.o.Declare {
+		opts := stream.NewStreamOptions()
+		if s.o.MaxAge > 0 {
+			opts.SetMaxAge(s.o.MaxAge)
+		}
+		if s.o.MaxLengthBytes > 0 {
+			opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(s.o.MaxLengthBytes))
+		}
+		if s.o.MaxSegmentSizeBytes > 0 {
+			opts.SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(s.o.MaxSegmentSizeBytes))
+		}
+		if err := env.DeclareStream(s.o.Stream, opts); err != nil {
+			return fmt.Errorf("declare stream: %w", err)
+		}
+	} else if ok, err := env.StreamExists(s.o.Stream); err != nil {
+		return fmt.Errorf("look for the stream: %w", err)
+	} else if !ok {
+		return ErrNoStream
+	}
+	gen, spec, err := s.startAt(env)
+	if err != nil {
+		return err
+	}
+	opts := stream.NewConsumerOptions().
+		SetConsumerName(s.o.Consumer).
+		SetManualCommit().
+		SetOffset(spec).
+		SetClientProvidedName(s.o.Name)
+	if s.o.SingleActive {
+		// The broker says when this reader is promoted, and it starts
+		// where promote says, not at spec.
+		s.active.Store(false)
+		opts.SetSingleActiveConsumer(stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
+			return s.promote(env, active)
+		}))
+	} else {
+		s.active.Store(true)
+	}
+	cons, err := env.NewConsumer(s.o.Stream, func(cc stream.ConsumerContext, m *amqp.Message) {
+		s.onMessage(gen, cc.Consumer.GetOffset(), m)
+	}, opts)
+	if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
+		return fmt.Errorf("subscribe as a single active consumer: the broker does not support it on streams (RabbitMQ 3.11 or later does): %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("subscribe: %w", err)
+	}
+	s.mu.Lock()
+	s.cons = cons
+	s.mu.Unlock()
+	s.connected.Store(true)
+	s.log.Info("reading the stream", "event", "STREAM_SUBSCRIBED", "from", spec.String())
+	closed := cons.NotifyClose()
+	tick := time.NewTicker(s.o.StoreEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-closed:
+			s.connected.Store(false)
+			s.mu.Lock()
+			s.cons = nil
+			s.mu.Unlock()
+			if ev.Err != nil {
+				return fmt.Errorf("subscription closed (%s): %w", ev.Reason, ev.Err)
+			}
+			return fmt.Errorf("subscription closed (%s)", ev.Reason)
+		case <-tick.C:
+			s.store()
+		}
+	}
+}
+
+// environment is the connection to the stream listener, made again when
+// the last one closed.
+func (s *Source) environment() (*stream.Environment, error) {
+	if s.env != nil && !s.env.IsClosed() {
+		return s.env, nil
+	}
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
+		SetHost(s.o.Host).SetPort(s.o.Port).
+		SetUser(s.o.User).SetPassword(s.o.Password).SetVHost(s.o.VHost).
+		SetRequestedHeartbeat(s.o.Heartbeat).
+		SetMaxConsumersPerClient(1))
+	if err != nil {
+		if env != nil {
+			_ = env.Close() // the error says what went wrong
+		}
+		return nil, fmt.Errorf("connect to the stream listener %s:%d: %w", s.o.Host, s.o.Port, err)
+	}
+	s.env = env
+	return env, nil
+}
+
+// startAt starts a new subscription (gen) and says where it reads from:
+// after the last offset read, when this source has read before; else
+// after the offset the broker stored for the consumer; else where the
+// options say a new consumer starts.
+func (s *Source) startAt(env *stream.Environment) (uint64, stream.OffsetSpecification, error) {
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	tracker := s.offsets
+	next, ok := tracker.Next()
+	s.mu.Unlock()
+	if ok {
+		return gen, stream.OffsetSpecification{}.Offset(next), nil
+	}
+	stored, err := env.QueryOffset(s.o.Consumer, s.o.Stream)
+	switch {
+	case errors.Is(err, stream.OffsetNotFoundError):
+		return gen, s.firstStart(), nil
+	case err != nil:
+		return 0, stream.OffsetSpecification{}, fmt.Errorf("query the stored offset: %w", err)
+	}
+	tracker.Resume(stored)
+	s.mu.Lock()
+	s.stored = stored
+	s.mu.Unlock()
+	return gen, stream.OffsetSpecification{}.Offset(stored + 1), nil
+}
+
+func (s *Source) firstStart() stream.OffsetSpecification {
+	spec := stream.OffsetSpecification{}
+	switch s.o.Start.Kind {
+	case "last":
+		return spec.Last()
+	case "next":
+		return spec.Next()
+	case "offset":
+		return spec.Offset(s.o.Start.Offset)
+	case "time":
+		return spec.Timestamp(s.o.Start.Time.UnixMilli())
+	}
+	return spec.First()
+}
+
+// promote is told by the broker whether this single active consumer is
+// now the active reader of its name, and answers where it starts: after
+// the offset stored now (by whichever reader was active before), with a
+// new tracker, since what the last active reader left unsettled is to be
+// read again. A standby stores nothing.
+func (s *Source) promote(env *stream.Environment, active bool) stream.OffsetSpecification {
+	if !active {
+		s.active.Store(false)
+		s.log.Info("another reader of the consumer name is active; standing by", "event", "STREAM_STANDBY")
+		return stream.OffsetSpecification{}.Next()
+	}
+	fresh := NewOffsets()
+	stored, err := env.QueryOffset(s.o.Consumer, s.o.Stream)
+	spec := stream.OffsetSpecification{}
+	switch {
+	case errors.Is(err, stream.OffsetNotFoundError):
+		spec, stored = s.firstStart(), -1
+	case err != nil:
+		// Where the last reader stopped is unknown: from the first message
+		// kept, every one is read again rather than one skipped.
+		s.log.Warn("could not read the stored offset on promotion; reading the stream from its first message",
+			"event", "STREAM_OFFSET_UNKNOWN", "error", err.Error())
+		spec, stored = spec.First(), -1
+	default:
+		fresh.Resume(stored)
+		spec = spec.Offset(stored + 1)
+	}
+	s.mu.Lock()
+	s.offsets, s.stored = fresh, stored
+	s.mu.Unlock()
+	s.active.Store(true)
+	s.log.Info("promoted: the active reader of the consumer name", "event", "STREAM_ACTIVE", "from", spec.String())
+	return spec
+}
+
+// onMessage is called by the client, one message at a time in offset
+// order, for subscription gen. It blocks while the loop's hand-off is full
+// or reading is paused, which holds the client's credit back and so stops
+// the broker sending more.
+func (s *Source) onMessage(gen uint64, off int64, m *amqp.Message) {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		// Keep the client from reading on while Close is awaited.
+		<-s.closed
+		return
+	}
+	if gen != s.gen || !s.offsets.Read(off) {
+		// Read already, or read by the subscription that replaced this one.
+		s.mu.Unlock()
+		return
+	}
+	tracker := s.offsets
+	s.handing.Add(1)
+	s.mu.Unlock()
+	defer s.handing.Done()
+	// Room first: the loop holds no more unsettled deliveries of the
+	// stream than the prefetch (and its bytes), so handing one over never
+	// blocks.
+	d := &Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s, offsets: tracker}
+	if !s.held.take(len(d.m.Body), s.stopped) {
+		return // read, never handed: it stays unsettled
+	}
+	s.hand(d)
+}
+
+// hand waits while reading is paused, then hands d, which is counted in
+// held, to the loop; once reading stops it returns without: d stays
+// unsettled.
+func (s *Source) hand(d *Delivery) {
+	for {
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		if len(s.pauses) == 0 {
+			s.mu.Unlock()
+			break
+		}
+		w := s.wake
+		s.mu.Unlock()
+		<-w
+	}
+	s.handle(d)
+}
+
+// redeliver hands d to the loop again after RedeliverAfter; it stays
+// counted in held meanwhile.
+func (s *Source) redeliver(d *Delivery) {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return
+	}
+	s.handing.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.handing.Done()
+		t := time.NewTimer(s.o.RedeliverAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.stopped:
+			return
+		}
+		d.m.Redelivered = true
+		s.hand(&Delivery{m: d.m, offset: d.offset, src: s, offsets: d.offsets})
+	}()
+}
+
+// stop ends the handing over: nothing is handed after it returns.
+func (s *Source) stop() {
+	s.mu.Lock()
+	if !s.stopping {
+		s.stopping = true
+		close(s.stopped)
+		close(s.wake)
+		s.wake = make(chan struct{})
+	}
+	s.mu.Unlock()
+	s.handing.Wait()
+}
+
+// store writes the settled offset on the broker when it moved, unless
+// this reader stands by.
+func (s *Source) store() {
+	if !s.active.Load() {
+		return
+	}
+	s.mu.Lock()
+	cons, stored, tracker := s.cons, s.stored, s.offsets
+	s.mu.Unlock()
+	off, ok := tracker.Settled()
+	if !ok || off <= stored || cons == nil {
+		return
+	}
+	if err := cons.StoreCustomOffset(off); err != nil {
+		s.log.Warn("could not store the stream offset; storing it again later", "event", "STREAM_OFFSET_STORE_FAILED",
+			"offset", off, "error", err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.stored = max(s.stored, off)
+	s.mu.Unlock()
+}
+
+// Close stops reading (if Run has not), stores the settled offset a last
+// time and disconnects. What is still unsettled is read again by the next
+// consumer of the same name.
+func (s *Source) Close() error {
+	s.stop()
+	s.store()
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.mu.Lock()
+	cons, env := s.cons, s.env
+	s.cons, s.env = nil, nil
+	stored := s.stored
+	s.mu.Unlock()
+	s.connected.Store(false)
+	var errs []error
+	if cons != nil {
+		if err := cons.Close(); err != nil && !errors.Is(err, stream.AlreadyClosed) {
+			errs = append(errs, fmt.Errorf("close the subscription: %w", err))
+		}
+	}
+	if env != nil {
+		if err := env.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the stream connection: %w", err))
+		}
+	}
+	s.log.Info("stream reading stopped", "event", "STREAM_CLOSED", "stored_offset", stored, "pending", s.Pending())
+	return errors.Join(errs...)
+}
+
+// PauseFor stops handing messages to the loop for reason until ResumeFor
+// the same reason; a message read meanwhile waits, and with it the
+// client's credit, so the broker stops sending.
+func (s *Source) PauseFor(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pauses[reason] = true
+}
+
+// ResumeFor lifts the pause for reason.
+func (s *Source) ResumeFor(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.pauses[reason] {
+		return
+	}
+	delete(s.pauses, reason)
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// ResumeWith lifts the pause for reason; a stream has no prefetch to
+// set (see Resume).
+func (s *Source) ResumeWith(reason string, _ int) { s.ResumeFor(reason) }
+
+// Pause pauses for the breaker (the app is down).
+func (s *Source) Pause() { s.PauseFor(PauseBreaker) }
+
+// Resume lifts the breaker's pause. A stream has no prefetch: what the
+// loop takes is bounded by its hand-off queue.
+func (s *Source) Resume(int) { s.ResumeFor(PauseBreaker) }
+
+// Paused reports whether reading is paused for any reason.
+func (s *Source) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pauses) > 0
+}
+
+// StoredOffset asks the broker for the offset stored for consumer on
+// stream; ok is false when none is stored.
+func StoredOffset(o Options) (off int64, ok bool, err error) {
+	o.defaults()
+	quietClient()
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
+		SetHost(o.Host).SetPort(o.Port).SetUser(o.User).SetPassword(o.Password).SetVHost(o.VHost))
+	if err != nil {
+		if env != nil {
+			_ = env.Close() // the error says what went wrong
+		}
+		return 0, false, fmt.Errorf("connect to the stream listener: %w", err)
+	}
+	defer env.Close()
+	off, err = env.QueryOffset(o.Consumer, o.Stream)
+	switch {
+	case errors.Is(err, stream.OffsetNotFoundError):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("query the stored offset: %w", err)
+	}
+	return off, true, nil
+}
