@@ -75,6 +75,9 @@ type Options struct {
 	// StoreEvery is how often the settled offset is stored while it
 	// advances. Default 1s.
 	StoreEvery time.Duration
+	// PositionEvery is how often the stream's bounds are looked up for
+	// Position (the lag). Default 5s.
+	PositionEvery time.Duration
 	// Heartbeat is the stream connection's heartbeat; the client takes
 	// nothing under 3s. Default 10s.
 	Heartbeat time.Duration
@@ -184,6 +187,9 @@ func (o *Options) defaults() {
 	if o.ReconnectMax < o.ReconnectMin {
 		o.ReconnectMax = max(30*time.Second, o.ReconnectMin)
 	}
+	if o.PositionEvery <= 0 {
+		o.PositionEvery = 5 * time.Second
+	}
 	if o.RedeliverAfter <= 0 {
 		o.RedeliverAfter = time.Second
 	}
@@ -234,6 +240,8 @@ type Source struct {
 	env     *stream.Environment
 	// stored is the last offset stored, -1 for none.
 	stored int64
+	// pos is the position last looked up.
+	pos atomic.Pointer[Position]
 
 	// closed is closed by Close: a handler the client calls after the
 	// stop returns then.
@@ -412,6 +420,9 @@ func (s *Source) session(ctx context.Context) error {
 	closed := cons.NotifyClose()
 	tick := time.NewTicker(s.o.StoreEvery)
 	defer tick.Stop()
+	watching, unwatch := context.WithCancel(ctx)
+	defer unwatch()
+	go s.watch(watching, env)
 	for {
 		select {
 		case <-ctx.Done():
