@@ -255,6 +255,7 @@ func TestStreamSingleActive(t *testing.T) {
 	cfg := streamConfig(t, sb, app.URL, "st.sac")
 	yes := true
 	cfg.Queue.Stream.SingleActiveConsumer = &yes
+	cfg.Admin.Listen = "127.0.0.1:0"
 	r1 := start(t, cfg)
 	r2 := start(t, cfg)
 	const n = 40
@@ -276,6 +277,22 @@ func TestStreamSingleActive(t *testing.T) {
 	}
 	if got := standby.sc.QueueStats(sub).Received.Load(); got != 0 {
 		t.Fatalf("the standby received %d messages", got)
+	}
+	// /readyz names each pod's role and the consumer name's lag, and the
+	// lag gauges reach 0 once the first half is settled and stored: on
+	// the active pod from its own store, on the standby from the broker's.
+	waitfor.Until(t, 20*time.Second, "/readyz shows the roles and lag 0", func() bool {
+		_, a := readyz(t, active.sc)
+		_, s := readyz(t, standby.sc)
+		return strings.Contains(a, "stream st.sac as app: active (single active consumer") && strings.Contains(a, "lag 0 (stored offset 19, last 19)") &&
+			strings.Contains(s, "stream st.sac as app: standing by") && strings.Contains(s, "lag 0 (stored offset 19, last 19)")
+	})
+	for _, r := range []*running{active, standby} {
+		for name, want := range map[string]float64{"hopper_stream_stored_offset": 19, "hopper_stream_last_offset": 19, "hopper_stream_lag_messages": 0} {
+			if v := labelled(t, r.sc, name, map[string]string{"queue": sub}); v != want {
+				t.Errorf("%s = %v, want %v", name, v, want)
+			}
+		}
 	}
 	if err := active.shutdown(); err != nil {
 		t.Fatal(err)
