@@ -141,9 +141,7 @@ func Inspect(o Options) (Status, error) {
 
 func connect(o Options) (*stream.Environment, error) {
 	quietClient()
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
-		SetHost(o.Host).SetPort(o.Port).SetUser(o.User).SetPassword(o.Password).SetVHost(o.VHost).
-		SetMaxConsumersPerClient(1))
+	env, err := stream.NewEnvironment(envOptions(o).SetMaxConsumersPerClient(1))
 	if err != nil {
 		if env != nil {
 			_ = env.Close() // the error says what went wrong

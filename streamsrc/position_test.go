@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
@@ -197,5 +199,48 @@ func declare(t *testing.T, o Options) {
 	defer env.Close()
 	if err := env.DeclareStream(o.Stream, stream.NewStreamOptions()); err != nil {
 		t.Fatalf("declare: %v", err)
+	}
+}
+
+// A backlog written in large chunks is read at the speed of the machine,
+// not of a socket buffer: with the client's default 8 KiB buffers a chunk
+// of 512 messages of 256 B took about two seconds to arrive, so these
+// 10,000 took some forty.
+func TestSourceReadsLargeChunksQuickly(t *testing.T) {
+	b := node.Get(t)
+	o := options(t, b)
+	o.Prefetch = 1000
+	declare(t, o)
+	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetHost(o.Host).SetPort(o.Port).SetReadBuffer(0).SetWriteBuffer(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.NewProducer(o.Stream, stream.NewProducerOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10_000
+	body := make([]byte, 256)
+	for i := 0; i < n; i += 1000 {
+		var batch []*amqp.AMQP10
+		for range 1000 {
+			batch = append(batch, amqp.NewMessage(body))
+		}
+		sendConfirmed(t, p, batch)
+	}
+	p.Close()
+	env.Close()
+	src := New(o)
+	var got atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- src.Run(ctx, func(d *Delivery) { got.Add(1); d.Ack() }) }() //nolint:errcheck // once
+	waitfor.Until(t, 15*time.Second, "10,000 messages read", func() bool { return got.Load() == n })
+	t.Logf("%d messages read in %s", n, time.Since(start).Round(time.Millisecond))
+	cancel()
+	<-done
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
