@@ -96,10 +96,21 @@ func (s *Source) observe(env *stream.Environment) {
 	}
 	last := read
 	if committed > read {
-		l, _, err := lastOffset(env, s.o.Stream)
-		if err != nil {
-			s.log.Debug("could not read the stream's last chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
-			return
+		// Reading the last chunk takes a subscription (and a connection):
+		// only when something was committed since the last look-up.
+		s.mu.Lock()
+		seen := s.lastSeen
+		s.mu.Unlock()
+		l := seen.last
+		if committed != seen.committed {
+			var err error
+			if l, _, err = lastOffset(env, s.o.Stream); err != nil {
+				s.log.Debug("could not read the stream's last chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
+				return
+			}
+			s.mu.Lock()
+			s.lastSeen.committed, s.lastSeen.last = committed, l
+			s.mu.Unlock()
 		}
 		last = max(last, l)
 	}

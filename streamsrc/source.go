@@ -240,8 +240,10 @@ type Source struct {
 	env     *stream.Environment
 	// stored is the last offset stored, -1 for none.
 	stored int64
-	// pos is the position last looked up.
-	pos atomic.Pointer[Position]
+	// pos is the position last looked up; lastSeen the stream's last
+	// committed chunk and its last message when last read (under mu).
+	pos      atomic.Pointer[Position]
+	lastSeen struct{ committed, last int64 }
 
 	// closed is closed by Close: a handler the client calls after the
 	// stop returns then.
@@ -263,6 +265,7 @@ func New(o Options) *Source {
 		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer), offsets: NewOffsets(),
 		pauses: map[string]bool{}, wake: make(chan struct{}), stopped: make(chan struct{}),
 		closed: make(chan struct{}), stored: -1, held: newBudget(o.Prefetch, o.PrefetchBytes),
+		lastSeen: struct{ committed, last int64 }{-1, -1},
 	}
 }
 
