@@ -169,7 +169,10 @@ docker-check:
 ## broker's floor and a hand-written batching loop (the "bench: batch", "batch-raw" and
 ## "batch-retry" lines); `--paths keyed` (never by default) drains a backlog answered after 1ms
 ## unordered, with 1000 and 16 ordering keys, and one key against consumer.ordered (the
-## "bench: keyed" lines); quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
+## "bench: keyed" lines); `--paths stream` (never by default) drains a --stream-n backlog
+## (200,000) from a RabbitMQ stream with a hand-written stream-client loop, Hopper per message
+## and Hopper in batches (the "bench: stream" and "stream-batch" lines);
+## quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
 ## and BENCHFLAGS="--n 20000 --runs 1 --paths fair" (or --paths batch)
 BENCHFLAGS ?=
 bench: deps

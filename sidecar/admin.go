@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/streamsrc"
 )
 
 // readiness is the /readyz answer. A consumer sidecar takes no traffic, so
@@ -46,10 +47,12 @@ func (s *Sidecar) readinessState() (int, string) {
 			r.Describe() + "); consuming paused, messages wait in the queue"
 	}
 	if len(s.subs) > 1 || slices.ContainsFunc(s.subs, func(sub *subscription) bool {
-		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC() || len(sub.plan.Parking) > 0
+		return sub.cfg.Consumer.Batch.On() || sub.cfg.Consumer.OrderingKey != "" || sub.cfg.Queue.SAC() || len(sub.plan.Parking) > 0 ||
+			sub.src.Load() != nil
 	}) {
-		// Several queues, batches, ordering keys or parked messages worth
-		// seeing, or a single active consumer's role: a line per queue.
+		// Several queues, batches, ordering keys, parked messages or a
+		// stream's lag worth seeing, or a single active consumer's role: a
+		// line per queue.
 		return http.StatusOK, "ready: " + s.stateLine() + "\n" + s.queueStates()
 	}
 	return http.StatusOK, "ready: " + s.stateLine()
@@ -120,6 +123,9 @@ func (s *Sidecar) queueStates() string {
 		if len(sub.plan.Parking) > 0 {
 			b.WriteString("; " + sub.scheduleText(time.Now()))
 		}
+		if src := sub.src.Load(); src != nil {
+			b.WriteString("; " + streamText(sub, src))
+		}
 		b.WriteString(")\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
@@ -162,4 +168,25 @@ func roleText(role string) string {
 		return "standby (another consumer is active; this pod takes over when it goes)"
 	}
 	return "idle (nothing delivered yet and the queue is empty: active or standby shows once messages arrive)"
+}
+
+// streamText is a stream subscription's reader on /readyz: whether the
+// broker delivers to it (a single active consumer may stand by) and how
+// far its consumer name is behind the stream.
+func streamText(sub *subscription, src *streamsrc.Source) string {
+	st := sub.cfg.Queue.Stream
+	role := "reading"
+	switch {
+	case !src.Connected():
+		role = "not subscribed"
+	case st.SingleActiveConsumer != nil && *st.SingleActiveConsumer && src.Active():
+		role = "active (single active consumer: the broker delivers to this pod)"
+	case st.SingleActiveConsumer != nil && *st.SingleActiveConsumer:
+		role = "standing by (single active consumer: another pod reads; this one takes over when it goes)"
+	}
+	text := fmt.Sprintf("stream %s as %s: %s", st.Name, st.Consumer, role)
+	if p, ok := src.Position(); ok {
+		text += fmt.Sprintf(", lag %d (stored offset %d, last %d)", p.Lag, p.Stored, p.Last)
+	}
+	return text
 }

@@ -184,6 +184,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		ConcurrencyLimit: func() int64 { return int64(s.ConcurrencyLimit()) },
 		ConsumerActive:   s.consumerActive,
 		Parked:           s.parkedByQueue,
+		StreamPositions:  s.streamPositions,
 		NextDue:          s.nextDueByQueue,
 		MovesFailing: func() int64 {
 			var n int64
@@ -271,6 +272,23 @@ func (sub *subscription) role() string {
 		return ""
 	}
 	return c.Role()
+}
+
+// streamPositions are the stream subscriptions' positions, for the
+// hopper_stream_* gauges: a subscription shows once its reader has looked
+// its stream up.
+func (s *Sidecar) streamPositions() map[string]telemetry.StreamPosition {
+	m := map[string]telemetry.StreamPosition{}
+	for _, sub := range s.subs {
+		src := sub.src.Load()
+		if src == nil {
+			continue
+		}
+		if p, ok := src.Position(); ok {
+			m[sub.name()] = telemetry.StreamPosition{Stored: float64(p.Stored), Last: float64(p.Last), Lag: float64(p.Lag)}
+		}
+	}
+	return m
 }
 
 // consumerActive says, per queue, whether the broker delivers to this

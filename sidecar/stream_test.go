@@ -255,6 +255,7 @@ func TestStreamSingleActive(t *testing.T) {
 	cfg := streamConfig(t, sb, app.URL, "st.sac")
 	yes := true
 	cfg.Queue.Stream.SingleActiveConsumer = &yes
+	cfg.Admin.Listen = "127.0.0.1:0"
 	r1 := start(t, cfg)
 	r2 := start(t, cfg)
 	const n = 40
@@ -276,6 +277,29 @@ func TestStreamSingleActive(t *testing.T) {
 	}
 	if got := standby.sc.QueueStats(sub).Received.Load(); got != 0 {
 		t.Fatalf("the standby received %d messages", got)
+	}
+	// /readyz names each pod's role and the consumer name's lag, and the
+	// lag gauges reach 0 once the first half is settled and stored: on
+	// the active pod from its own store, on the standby from the broker's.
+	// (Offsets are not the message numbers: a store of the offset while
+	// messages are published takes an offset between them.)
+	caughtUp := func(r *running) (float64, bool) {
+		stored, _ := r.sc.Metrics().Value("hopper_stream_stored_offset", map[string]string{"queue": sub})
+		last, _ := r.sc.Metrics().Value("hopper_stream_last_offset", map[string]string{"queue": sub})
+		lag, ok := r.sc.Metrics().Value("hopper_stream_lag_messages", map[string]string{"queue": sub})
+		return last, ok && lag == 0 && stored == last && last >= n/2-1
+	}
+	waitfor.Until(t, 20*time.Second, "the lag gauges at 0, the stored offset at the last message", func() bool {
+		_, a := caughtUp(active)
+		_, s := caughtUp(standby)
+		return a && s
+	})
+	last, _ := caughtUp(active)
+	for r, role := range map[*running]string{active: "active (single active consumer", standby: "standing by"} {
+		want := fmt.Sprintf(", lag 0 (stored offset %d, last %d)", int64(last), int64(last))
+		if _, body := readyz(t, r.sc); !strings.Contains(body, "stream st.sac as app: "+role) || !strings.Contains(body, want) {
+			t.Errorf("/readyz does not say %q and %q:\n%s", role, want, body)
+		}
 	}
 	if err := active.shutdown(); err != nil {
 		t.Fatal(err)

@@ -75,6 +75,9 @@ type Options struct {
 	// StoreEvery is how often the settled offset is stored while it
 	// advances. Default 1s.
 	StoreEvery time.Duration
+	// PositionEvery is how often the stream's bounds are looked up for
+	// Position (the lag). Default 5s.
+	PositionEvery time.Duration
 	// Heartbeat is the stream connection's heartbeat; the client takes
 	// nothing under 3s. Default 10s.
 	Heartbeat time.Duration
@@ -184,6 +187,9 @@ func (o *Options) defaults() {
 	if o.ReconnectMax < o.ReconnectMin {
 		o.ReconnectMax = max(30*time.Second, o.ReconnectMin)
 	}
+	if o.PositionEvery <= 0 {
+		o.PositionEvery = 5 * time.Second
+	}
 	if o.RedeliverAfter <= 0 {
 		o.RedeliverAfter = time.Second
 	}
@@ -234,6 +240,10 @@ type Source struct {
 	env     *stream.Environment
 	// stored is the last offset stored, -1 for none.
 	stored int64
+	// pos is the position last looked up; lastSeen the stream's last
+	// committed chunk and its last message when last read (under mu).
+	pos      atomic.Pointer[Position]
+	lastSeen struct{ committed, last int64 }
 
 	// closed is closed by Close: a handler the client calls after the
 	// stop returns then.
@@ -255,6 +265,7 @@ func New(o Options) *Source {
 		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer), offsets: NewOffsets(),
 		pauses: map[string]bool{}, wake: make(chan struct{}), stopped: make(chan struct{}),
 		closed: make(chan struct{}), stored: -1, held: newBudget(o.Prefetch, o.PrefetchBytes),
+		lastSeen: struct{ committed, last int64 }{-1, -1},
 	}
 }
 
@@ -412,6 +423,9 @@ func (s *Source) session(ctx context.Context) error {
 	closed := cons.NotifyClose()
 	tick := time.NewTicker(s.o.StoreEvery)
 	defer tick.Stop()
+	watching, unwatch := context.WithCancel(ctx)
+	defer unwatch()
+	go s.watch(watching, env)
 	for {
 		select {
 		case <-ctx.Done():
@@ -431,15 +445,24 @@ func (s *Source) session(ctx context.Context) error {
 	}
 }
 
+// envOptions reach the stream listener of o. The socket buffers are left
+// to the kernel: the client's own default, 8 KiB each way, caps the
+// receive window so low that a chunk of a few hundred messages takes
+// seconds to arrive (a backlog of 256-byte messages read at about 250
+// per second, against tens of thousands with the kernel's autotuning).
+func envOptions(o Options) *stream.EnvironmentOptions {
+	return stream.NewEnvironmentOptions().
+		SetHost(o.Host).SetPort(o.Port).SetUser(o.User).SetPassword(o.Password).SetVHost(o.VHost).
+		SetReadBuffer(0).SetWriteBuffer(0)
+}
+
 // environment is the connection to the stream listener, made again when
 // the last one closed.
 func (s *Source) environment() (*stream.Environment, error) {
 	if s.env != nil && !s.env.IsClosed() {
 		return s.env, nil
 	}
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
-		SetHost(s.o.Host).SetPort(s.o.Port).
-		SetUser(s.o.User).SetPassword(s.o.Password).SetVHost(s.o.VHost).
+	env, err := stream.NewEnvironment(envOptions(s.o).
 		SetRequestedHeartbeat(s.o.Heartbeat).
 		SetMaxConsumersPerClient(1))
 	if err != nil {
@@ -714,8 +737,7 @@ func (s *Source) Paused() bool {
 func StoredOffset(o Options) (off int64, ok bool, err error) {
 	o.defaults()
 	quietClient()
-	env, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
-		SetHost(o.Host).SetPort(o.Port).SetUser(o.User).SetPassword(o.Password).SetVHost(o.VHost))
+	env, err := stream.NewEnvironment(envOptions(o))
 	if err != nil {
 		if env != nil {
 			_ = env.Close() // the error says what went wrong

@@ -80,6 +80,11 @@ type Sources struct {
 	// NextDue are, per queue with scheduling on, the Unix time of the
 	// earliest due time among the messages it parked (0: none known).
 	NextDue func() map[string]float64
+	// StreamPositions are, per stream subscription (labelled with its
+	// own queue, <stream>.<consumer>), the offset stored for its consumer
+	// name, the offset of the stream's last message and the lag between
+	// them, as last looked up.
+	StreamPositions func() map[string]StreamPosition
 	// ParkSteps are the parking delays of a schedule: every step's
 	// hopper_parked_total series exists from the first scrape.
 	ParkSteps []time.Duration
@@ -87,6 +92,11 @@ type Sources struct {
 	// whose hopper_routed_total series start at 0 (with the route "" of
 	// the messages no route takes).
 	Routes map[string][]string
+}
+
+// StreamPosition is where a stream subscription's consumer name stands.
+type StreamPosition struct {
+	Stored, Last, Lag float64
 }
 
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
@@ -224,6 +234,26 @@ func NewMetrics(src Sources) *Metrics {
 		r.labelledGaugeFunc("hopper_schedule_next_due_timestamp_seconds",
 			"Unix time of the earliest due time among the messages this Hopper parked that are not due yet (0: none known).",
 			"queue", src.NextDue)
+	}
+	if src.StreamPositions != nil {
+		pick := func(f func(StreamPosition) float64) func() map[string]float64 {
+			return func() map[string]float64 {
+				out := map[string]float64{}
+				for q, p := range src.StreamPositions() {
+					out[q] = f(p)
+				}
+				return out
+			}
+		}
+		r.labelledGaugeFunc("hopper_stream_stored_offset",
+			"The offset stored on the broker for a stream subscription's consumer name (-1: none yet), as last looked up (every 5 s).",
+			"queue", pick(func(p StreamPosition) float64 { return p.Stored }))
+		r.labelledGaugeFunc("hopper_stream_last_offset",
+			"The offset of the last message of a stream subscription's stream (-1: none), as last looked up (every 5 s).",
+			"queue", pick(func(p StreamPosition) float64 { return p.Last }))
+		r.labelledGaugeFunc("hopper_stream_lag_messages",
+			"Offsets of a stream subscription's stream after the one stored for its consumer name: the messages still to read (and the few offset-tracking entries among them).",
+			"queue", pick(func(p StreamPosition) float64 { return p.Lag }))
 	}
 	if src.ConcurrencyLimit != nil {
 		r.gaugeFunc("hopper_concurrency_limit",

@@ -58,6 +58,7 @@ type options struct {
 	batchSize, batchPrefetch, batchWorkers int
 	batchWait                              time.Duration // Hopper's consumer.batch.maxWait; 0 leaves it to Hopper
 	deepN, deepRuns                        int
+	streamN                                int
 }
 
 // The targets the benchmark checks against, as ratios to the raw loop.
@@ -83,13 +84,14 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named), signed (the happy backlog, Hopper unsigned against Hopper signing every request with a Standard Webhooks secret; never run unless named); fair, slow, big, batch, deep, keyed, partitions, routes and signed alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named), signed (the happy backlog, Hopper unsigned against Hopper signing every request with a Standard Webhooks secret; never run unless named), stream (a --stream-n backlog in a RabbitMQ stream, answered 200: a hand-written stream-client loop against Hopper with a stream subscription, per message and in batches; never run unless named); fair, slow, big, batch, deep, keyed, partitions, routes, signed and stream alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
 	fs.DurationVar(&o.batchWait, "batch-wait", 0, "batch path: Hopper's consumer.batch.maxWait (0: not set, Hopper's default)")
 	fs.IntVar(&o.deepN, "deep-n", 1_000_000, "deep path: backlog size")
 	fs.IntVar(&o.deepRuns, "deep-runs", 1, "deep path: runs per consumer")
+	fs.IntVar(&o.streamN, "stream-n", 200_000, "stream path: backlog size (messages in the stream)")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier of the retry path")
 	fs.StringVar(&o.tierType, "tier-type", "", `queue.tierType of the runs ("" for Hopper's default, quorum, or classic): the raw loop moves its retries into the same tier`)
 	fs.IntVar(&o.latRate, "lat-rate", 500, "latency test publish rate (msg/s); 0 skips the latency test")
@@ -199,7 +201,9 @@ func setup(o *options) (*env, error) {
 	logf("starting a private RabbitMQ node")
 	// The partitions path needs the consistent-hash exchange; no other path
 	// notices the plugin.
-	if e.b, err = testbroker.Start(testbroker.Options{Quiet: true, Plugins: []string{"rabbitmq_consistent_hash_exchange"}}); err != nil {
+	// The stream path needs the stream plugin and its listener.
+	if e.b, err = testbroker.Start(testbroker.Options{Quiet: true, Plugins: []string{"rabbitmq_consistent_hash_exchange"},
+		Streams: slices.Contains(o.paths, "stream")}); err != nil {
 		return e, fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
 	}
 	e.url = e.b.URL()
@@ -384,6 +388,9 @@ type spec struct {
 	signingSecret string
 	// tierType is queue.tierType; "" is --tier-type.
 	tierType string
+	// stream reads a stream named tag (queue.type: stream) as consumer
+	// streamConsumer: the backlog is published into the stream.
+	stream bool
 }
 
 // newSpec is a run of kind at the bench's own settings: the app's message
@@ -418,13 +425,14 @@ func (e *env) hopperConfig(s spec) string {
 	if s.routed {
 		rules += routesYAML()
 	}
+	queue := fmt.Sprintf("queue:\n  name: %s\n  tierType: %q\n", s.tag, tierType)
+	if s.stream {
+		queue = fmt.Sprintf("queue:\n  name: %s\n  type: stream\n  stream:\n    consumer: %s\n    port: %d\n", s.tag, streamConsumer, e.b.StreamPort())
+	}
 	return fmt.Sprintf(`broker:
   urls: [%q]
   publishChannels: %d
-queue:
-  name: %s
-  tierType: %q
-topology:
+%stopology:
   declare: true
 app:
   url: %q
@@ -438,7 +446,7 @@ admin:
 log:
   level: info
   format: json
-%s`, e.url, e.o.pubChannels, s.tag, tierType, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
+%s`, e.url, e.o.pubChannels, queue, e.app.url+s.appPath, healthPath, auth, s.consumer.yaml(),
 		config.FormatDuration(tier), failures, rules)
 }
 
@@ -516,6 +524,9 @@ func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag strin
 		argv = []string{e.self, "raw-worker", "--floor", strconv.Itoa(n), "--every", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + floorPath,
 			"--prefetch", strconv.Itoa(e.o.batchPrefetch)}
+	case "rawstream":
+		argv = []string{e.self, "stream-worker", "--port", strconv.Itoa(e.b.StreamPort()), "--stream", plan.Stream.Name,
+			"--app", e.app.url + appPath, "--prefetch", strconv.Itoa(e.o.prefetch), "--workers", strconv.Itoa(e.o.workers)}
 	case "rawbatch":
 		argv = []string{e.self, "raw-worker", "--batch", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
@@ -584,7 +595,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes", "signed":
+	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes", "signed", "stream":
 		return modeOK, nil
 	case "retry-classic":
 		return modeRetry, nil
@@ -635,9 +646,13 @@ func (e *env) drain(s spec) (runResult, error) {
 		size = e.o.size
 	}
 	var pub time.Duration
-	if s.routedBacklog {
+	switch {
+	case s.stream:
+		defer e.deleteStream(plan.Stream.Name)
+		pub, err = e.publishStreamBacklog(ctx, plan.Stream.Name, "m-", n, size)
+	case s.routedBacklog:
 		pub, err = publishRoutedBacklog(ctx, e.url, plan.Work.Name, "m-", n, size)
-	} else {
+	default:
 		pub, err = publishKeyedBacklog(ctx, e.url, plan.Work.Name, "m-", n, size, s.keys)
 	}
 	if err != nil {
@@ -873,6 +888,8 @@ type report struct {
 	deep map[string][]runResult
 	// keyed path: who (keyedWho) → runs
 	keyed map[string][]runResult
+	// stream path: per form (streamWho)
+	stream map[string][]runResult
 	// routes path: plain or routed (routesWho) → runs
 	routes map[string][]runResult
 	// signed path: plain or signed (signedWho) → runs
@@ -888,7 +905,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" && p != "signed" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" && p != "signed" && p != "stream" {
 			out = append(out, p)
 		}
 	}
@@ -922,6 +939,12 @@ func (e *env) bench() (*report, error) {
 		case "keyed":
 			var err error
 			if rep.keyed, err = e.keyedness(); err != nil {
+				return nil, err
+			}
+			continue
+		case "stream":
+			var err error
+			if rep.stream, err = e.streaming(); err != nil {
 				return nil, err
 			}
 			continue
@@ -1133,6 +1156,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.fairAlone) > 0 {
 		rep.printFair(w, o)
 	}
+	if len(rep.stream) > 0 {
+		rep.printStream(w, o)
+	}
 	if len(rep.keyed) > 0 {
 		rep.printKeyed(w, o)
 	}
@@ -1215,6 +1241,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.slowLine())
 		case "keyed":
 			out = append(out, rep.keyedLines()...)
+		case "stream":
+			out = append(out, rep.streamLines()...)
 		case "routes":
 			out = append(out, rep.routesLine())
 		case "signed":

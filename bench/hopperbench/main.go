@@ -121,6 +121,7 @@
 //
 //	hopperbench [flags]            the benchmark
 //	hopperbench raw-worker [flags] the reference consumer (started by the benchmark)
+//	hopperbench stream-worker [flags] the reference stream loop (the stream path)
 //	hopperbench app [flags]        the trivial app as a process of its own
 //	hopperbench profile [flags]    Hopper's loop in-process under runtime/pprof
 package main
@@ -136,6 +137,8 @@ func main() {
 		switch os.Args[1] {
 		case "raw-worker":
 			os.Exit(rawWorkerMain(os.Args[2:]))
+		case "stream-worker":
+			os.Exit(streamWorkerMain(os.Args[2:]))
 		case "app":
 			os.Exit(appMain(os.Args[2:]))
 		case "profile":

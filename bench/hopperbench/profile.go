@@ -52,7 +52,7 @@ func profileMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
-	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules), signed (happy, every request signed with a Standard Webhooks secret) or batch (--batch-size messages per request)")
+	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules), signed (happy, every request signed with a Standard Webhooks secret), stream (the backlog in a RabbitMQ stream, read by a stream subscription) or batch (--batch-size messages per request)")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight")
@@ -67,8 +67,9 @@ func profileMain(args []string) int {
 	defaults := *pathName == "defaults"
 	routed := *pathName == "routes"
 	signed := *pathName == "signed"
+	streamed := *pathName == "stream"
 	m, err := parseMode(*pathName)
-	if defaults || routed || signed {
+	if defaults || routed || signed || streamed {
 		m, err = modeOK, nil
 	}
 	if err != nil || (m != modeOK && m != modeRetry && m != modeDLQ && m != modeBatch) {
@@ -86,7 +87,7 @@ func profileMain(args []string) int {
 	if *usePerf {
 		err = profilePerf(&o, *pathName)
 	} else {
-		err = profileInProcess(&o, m, defaults, routed, signed, *out, *mutexFrac > 0)
+		err = profileInProcess(&o, m, defaults, routed, signed, streamed, *out, *mutexFrac > 0)
 	}
 	if err != nil {
 		logf("profile: %v", err)
@@ -95,13 +96,13 @@ func profileMain(args []string) int {
 	return 0
 }
 
-func profileInProcess(o *options, m mode, defaults, routed, signed bool, out string, mutex bool) error {
+func profileInProcess(o *options, m mode, defaults, routed, signed, streamed bool, out string, mutex bool) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	logf("starting a private RabbitMQ node")
-	b, err := testbroker.Start(testbroker.Options{Quiet: true})
+	b, err := testbroker.Start(testbroker.Options{Quiet: true, Streams: streamed})
 	if err != nil {
 		return fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
 	}
@@ -151,6 +152,10 @@ func profileInProcess(o *options, m mode, defaults, routed, signed bool, out str
 			return err
 		}
 	}
+	if streamed {
+		label = "stream"
+		sp.tag, sp.stream = "profile-stream", true
+	}
 	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {
 		return err
@@ -162,7 +167,11 @@ func profileInProcess(o *options, m mode, defaults, routed, signed bool, out str
 	if routed {
 		publish = publishRoutedBacklog
 	}
-	if _, err := publish(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
+	if streamed {
+		if _, err := e.publishStreamBacklog(ctx, plan.Stream.Name, "m-", o.n, o.size); err != nil {
+			return err
+		}
+	} else if _, err := publish(ctx, e.url, plan.Work.Name, "m-", o.n, o.size); err != nil {
 		return err
 	}
 	cfg, _, err := config.Load(cfgPath, nil)

@@ -58,7 +58,7 @@ attempts the dead-letter queue. Moves are publish -> confirm -> ack.
 	root.Flags().Bool("version", false, "print Hopper's version (as does `hopper version`)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd(), newParkedCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newConfigCmd(), newTopologyCmd(), newDLQCmd(), newParkedCmd(), newStreamCmd(), newVersionCmd())
 	refuseUnknown(root)
 	markUsage(root)
 	return root

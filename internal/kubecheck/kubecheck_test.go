@@ -51,6 +51,9 @@ func servedMetrics(t *testing.T) map[string]bool {
 		MovesFailing:     func() int64 { return 0 },
 		ConcurrencyLimit: func() int64 { return 1 },
 		Routes:           map[string][]string{"wms.queue.shipping": {"orders", "priority"}},
+		StreamPositions: func() map[string]telemetry.StreamPosition {
+			return map[string]telemetry.StreamPosition{"events.billing": {Stored: 41879, Last: 42000, Lag: 121}}
+		},
 	})
 	// One delivery so that the latency histogram, whose series are per
 	// queue, has buckets with counts.
@@ -284,7 +287,7 @@ func TestRenderedObjects(t *testing.T) {
 				seen[d.kind] = true
 				switch d.apiVersion + "/" + d.kind {
 				case "keda.sh/v1alpha1/ScaledObject":
-					checkScaledObject(t, d, docs, dep, hopperCfg)
+					checkScaledObject(t, d, docs, dep, hopperCfg, served)
 				case "keda.sh/v1alpha1/TriggerAuthentication":
 					var ta kedav1alpha1.TriggerAuthentication
 					if err := decodeStrict(d, &ta); err != nil {
@@ -332,7 +335,7 @@ func TestRenderedObjects(t *testing.T) {
 // regexpLabelValues matches a Grafana label_values(<selector>, <label>) query.
 var regexpLabelValues = mustRegexp(`^label_values\((.+),\s*[a-zA-Z_][a-zA-Z0-9_]*\)$`)
 
-func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, cfg *config.Config) {
+func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, cfg *config.Config, served map[string]bool) {
 	t.Helper()
 	var so kedav1alpha1.ScaledObject
 	if err := decodeStrict(d, &so); err != nil {
@@ -352,14 +355,29 @@ func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, 
 	}
 	// One rabbitmq trigger per queue Hopper consumes, in config order: a
 	// partitioned queue's partition queues, which hold its messages.
+	// A stream subscription's queue is its own, beside the stream; with
+	// keda.streamLag a prometheus trigger per stream subscription follows
+	// them, on its lag.
 	var queues []string
+	streams := map[string]bool{}
 	for _, s := range cfg.Consumed() {
 		queues = append(queues, s.Queue.Name)
+		if s.Queue.Stream.Name != "" {
+			streams[s.Queue.Name] = true
+		}
 	}
-	if len(so.Spec.Triggers) != len(queues) {
-		t.Fatalf("ScaledObject %s: %d triggers, want one rabbitmq trigger per work queue %v", so.Name, len(so.Spec.Triggers), queues)
+	var rabbit []kedav1alpha1.ScaleTriggers
+	for _, tr := range so.Spec.Triggers {
+		if tr.Type == "prometheus" {
+			checkLagTrigger(t, tr, streams, served)
+			continue
+		}
+		rabbit = append(rabbit, tr)
 	}
-	for i, tr := range so.Spec.Triggers {
+	if len(rabbit) != len(queues) {
+		t.Fatalf("ScaledObject %s: %d rabbitmq triggers, want one per work queue %v", so.Name, len(rabbit), queues)
+	}
+	for i, tr := range rabbit {
 		if tr.Type != "rabbitmq" {
 			t.Errorf("trigger type %q", tr.Type)
 		}
@@ -394,6 +412,34 @@ func checkScaledObject(t *testing.T, d doc, docs []doc, dep *appsv1.Deployment, 
 	}
 	if dep.Spec.Replicas != nil {
 		t.Errorf("Deployment %s sets replicas while KEDA scales it", dep.Name)
+	}
+}
+
+// checkLagTrigger checks a prometheus trigger on a stream subscription's
+// lag: a server to ask, a query Prometheus parses that selects the lag
+// gauge Hopper serves for one of the config's stream subscriptions, a
+// positive threshold.
+func checkLagTrigger(t *testing.T, tr kedav1alpha1.ScaleTriggers, streams map[string]bool, served map[string]bool) {
+	t.Helper()
+	if tr.Metadata["serverAddress"] == "" {
+		t.Errorf("prometheus trigger without serverAddress: %v", tr.Metadata)
+	}
+	q := tr.Metadata["query"]
+	names := checkExpr(t, "prometheus trigger", q, served)
+	if len(names) != 1 || names[0] != "hopper_stream_lag_messages" {
+		t.Errorf("prometheus trigger query %q selects %v, want hopper_stream_lag_messages", q, names)
+	}
+	found := false
+	for name := range streams {
+		if strings.Contains(q, fmt.Sprintf("queue=%q", name)) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("prometheus trigger query %q names none of the stream subscriptions' queues %v", q, streams)
+	}
+	if v, err := strconv.ParseFloat(tr.Metadata["threshold"], 64); err != nil || v <= 0 {
+		t.Errorf("prometheus trigger threshold %q: want a positive number", tr.Metadata["threshold"])
 	}
 }
 

@@ -146,6 +146,13 @@ func renderCases(t *testing.T) []renderCase {
 		"--set", "console.tokenSecret.name=hopper-console-tokens",
 		"--set", "console.resources.limits.memory=256Mi",
 	}})
+	// A stream subscription scaled on its lag as well.
+	cases = append(cases, renderCase{name: "stream-lag", chart: repoPath("charts", "hopper"), args: []string{
+		"-f", repoPath("charts", "hopper", "ci", "keda-values.yaml"),
+		"--set", "config.queue.name=events", "--set", "config.queue.type=stream", "--set", "config.queue.stream.consumer=billing",
+		"--set", "config.broker.urls={amqp://rabbitmq.messaging:5672/orders}",
+		"--set", "keda.streamLag.serverAddress=http://prometheus.monitoring:9090",
+	}})
 	parent := filepath.Join(t.TempDir(), "parent")
 	if err := copyTree(repoPath("internal", "packaging", "testdata", "parent"), parent); err != nil {
 		t.Fatal(err)

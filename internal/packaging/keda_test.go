@@ -182,6 +182,7 @@ func TestChartKedaRejects(t *testing.T) {
 		{"management url on a vhost Hopper does not use", []string{"--set", "keda.managementUrl=http://rabbitmq:15672/orders", "--set", "broker.usernameKey=u", "--set", "broker.passwordKey=p", "--set", "config.broker.urls={amqp://rabbitmq:5672/}"},
 			`names vhost "orders" but Hopper consumes from vhost "/"`},
 		{"host key without secret", []string{"--set", "keda.hostKey=mgmt", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "keda.hostKey names a key of broker.existingSecret"},
+		{"stream lag without a stream", []string{"--set", "keda.hostKey=mgmt", "--set", "keda.streamLag.serverAddress=http://prometheus:9090"}, "keda.streamLag.serverAddress scales on the lag of a stream subscription, and the config reads no stream"},
 		{"amqp without broker secret", []string{"--set", "keda.protocol=amqp", "--set", "broker.existingSecret=", "--set", "broker.urlKey="}, "keda.protocol amqp needs the broker's URL from a Secret"},
 	}
 	for _, c := range cases {
@@ -196,5 +197,30 @@ func TestChartKedaRejects(t *testing.T) {
 				t.Errorf("helm template failed with\n%s\nwant it to mention %q", stderr, c.want)
 			}
 		})
+	}
+}
+
+// TestChartKedaStreamLag: for a stream subscription the rabbitmq trigger
+// watches the subscription's own queue (a stream's count is everything it
+// keeps), and keda.streamLag adds a prometheus trigger on the consumer
+// name's lag.
+func TestChartKedaStreamLag(t *testing.T) {
+	minimal := repoPath(chartDir, "ci", "minimal-values.yaml")
+	args := []string{"-f", minimal, "--set", "keda.enabled=true", "--set", "keda.hostKey=mgmt",
+		"--set", "config.queue.type=stream", "--set", "config.queue.stream.consumer=billing",
+		"--set", "keda.streamLag.serverAddress=http://prometheus.monitoring:9090", "--set-string", "keda.streamLag.activationValue=5"}
+	k := renderKeda(t, args...)
+	if len(k.triggers) != 2 {
+		t.Fatalf("triggers %v, want a rabbitmq and a prometheus one", k.triggers)
+	}
+	if q := k.triggers[0]["queueName"]; q != "orders.billing" {
+		t.Errorf("rabbitmq trigger on %q, want the subscription's own queue orders.billing", q)
+	}
+	want := map[string]string{"serverAddress": "http://prometheus.monitoring:9090", "query": `max(hopper_stream_lag_messages{queue="orders.billing"})`,
+		"threshold": "10000", "activationThreshold": "5", "ignoreNullValues": "true"}
+	for key, v := range want {
+		if k.triggers[1][key] != v {
+			t.Errorf("prometheus trigger %s = %q, want %q", key, k.triggers[1][key], v)
+		}
 	}
 }

@@ -269,8 +269,31 @@ subscription in order.
 hopper.consumedQueues: the queues Hopper consumes, as a JSON list: those of
 hopper.queues, each partitioned one (topology.partitions.count, or a
 subscription's partitions.count) replaced by its partition queues
-<queue>.p0 … as Hopper names them.
+<queue>.p0 … as Hopper names them, and each stream by the subscription's
+own queue beside it, <stream>.<consumer>: a stream keeps what was read, so
+its message count is no backlog.
 */}}
+
+{{/*
+hopper.streamQueues: the own queues (<stream>.<consumer>) of the stream
+subscriptions, as a JSON list: the queue label of their lag metric.
+*/}}
+{{- define "hopper.streamQueues" -}}
+{{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
+{{- $subs := default (list) (get $cfg "subscriptions") -}}
+{{- if not $subs -}}
+{{- $subs = list (dict "queue" (dict "name" (dig "queue" "name" "" $cfg))) -}}
+{{- end -}}
+{{- $topType := dig "queue" "type" "" $cfg -}}
+{{- $topConsumer := dig "queue" "stream" "consumer" "" $cfg -}}
+{{- $out := list -}}
+{{- range $subs -}}
+{{- if eq (dig "queue" "type" $topType .) "stream" -}}
+{{- $out = append $out (printf "%s.%s" (dig "queue" "name" "" .) (dig "queue" "stream" "consumer" $topConsumer .)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
 {{- define "hopper.consumedQueues" -}}
 {{- $cfg := fromYaml (include "hopper.effectiveConfig" .) -}}
 {{- $top := int (dig "topology" "partitions" "count" 0 $cfg) -}}
@@ -279,10 +302,14 @@ subscription's partitions.count) replaced by its partition queues
 {{- $subs = list (dict "queue" (dict "name" (dig "queue" "name" "" $cfg))) -}}
 {{- end -}}
 {{- $out := list -}}
+{{- $topType := dig "queue" "type" "" $cfg -}}
+{{- $topConsumer := dig "queue" "stream" "consumer" "" $cfg -}}
 {{- range $subs -}}
 {{- $name := dig "queue" "name" "" . -}}
 {{- $n := int (dig "partitions" "count" $top .) -}}
-{{- if gt $n 0 -}}
+{{- if eq (dig "queue" "type" $topType .) "stream" -}}
+{{- $out = append $out (printf "%s.%s" $name (dig "queue" "stream" "consumer" $topConsumer .)) -}}
+{{- else if gt $n 0 -}}
 {{- range $i := until $n -}}
 {{- $out = append $out (printf "%s.p%d" $name $i) -}}
 {{- end -}}

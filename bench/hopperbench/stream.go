@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+	"github.com/valyala/fasthttp"
+)
+
+// The stream path asks what reading a stream through Hopper costs against
+// a hand-written loop on the stream client: a backlog of --stream-n
+// messages is published into a stream (with the stream protocol, confirmed)
+// and drained, the forms alternating within a run:
+//
+//   - rawstream: `hopperbench stream-worker`, the stream client's consumer
+//     from the first offset with manual offset tracking, the same number of
+//     workers each doing one fasthttp POST per message, at most --prefetch
+//     messages handed and not answered, and the offset below which every
+//     message is answered stored every second (what Hopper stores);
+//   - hopper: Hopper with a stream subscription (queue.type: stream) at the
+//     same prefetch and workers;
+//   - hopper-batch: Hopper delivering the stream in batches of
+//     --batch-size (consumer.batch), at --batch-prefetch/--batch-workers.
+//
+// Every form reads under a consumer name of its own, on a stream of its
+// own. The rate, CPU and peak RSS are measured as on the other paths.
+
+// streamWho are the forms of the stream path, in the order they drain.
+var streamWho = []string{"rawstream", "hopper", "hopper-batch"}
+
+// streamConsumer is the consumer name every form reads under.
+const streamConsumer = "bench"
+
+// streamSpec is a drain of the stream path by who.
+func (e *env) streamSpec(who string, run int) spec {
+	s := e.newSpec(fmt.Sprintf("bench-stream-%s-%d", who, run), "hopper", modeOK)
+	s.stream, s.n = true, e.o.streamN
+	switch who {
+	case "rawstream":
+		s.kind = "rawstream"
+	case "hopper-batch":
+		s.mode = modeBatch
+		s.consumer = e.o.batchSetting()
+	}
+	return s
+}
+
+// streaming drains the stream backlog in every form once per run.
+func (e *env) streaming() (map[string][]runResult, error) {
+	out := map[string][]runResult{}
+	for run := 1; run <= e.o.runs; run++ {
+		for _, who := range streamWho {
+			res, err := e.drain(e.streamSpec(who, run))
+			if err != nil {
+				return nil, fmt.Errorf("stream path, %s run %d: %w", who, run, err)
+			}
+			out[who] = append(out[who], res)
+			logRun("stream", who, run, e.o.runs, res)
+		}
+	}
+	return out, nil
+}
+
+// streamEnv connects to the bench broker's stream listener.
+func (e *env) streamEnv() (*stream.Environment, error) {
+	return stream.NewEnvironment(streamEnvOptions(e.b.StreamPort()))
+}
+
+// publishStreamBacklog declares the stream name and writes n messages of
+// size bytes into it, ids prefix0…, in confirmed batches.
+func (e *env) publishStreamBacklog(ctx context.Context, name, prefix string, n, size int) (time.Duration, error) {
+	env, err := e.streamEnv()
+	if err != nil {
+		return 0, fmt.Errorf("stream connect: %w", err)
+	}
+	defer env.Close()
+	if err := env.DeclareStream(name, stream.NewStreamOptions()); err != nil {
+		return 0, fmt.Errorf("declare stream: %w", err)
+	}
+	p, err := env.NewProducer(name, stream.NewProducerOptions())
+	if err != nil {
+		return 0, fmt.Errorf("producer: %w", err)
+	}
+	defer p.Close()
+	confirms := p.NotifyPublishConfirmation()
+	b := body(size)
+	start := time.Now()
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		msgs := make([]message.StreamMessage, 0, batch)
+		for j := i; j < min(n, i+batch); j++ {
+			m := amqp.NewMessage(b)
+			m.Properties = &amqp.MessageProperties{MessageID: prefix + strconv.Itoa(j), ContentType: "application/octet-stream"}
+			msgs = append(msgs, m)
+		}
+		if err := p.BatchSend(msgs); err != nil {
+			return 0, fmt.Errorf("send: %w", err)
+		}
+		for got := 0; got < len(msgs); {
+			select {
+			case cs := <-confirms:
+				for _, c := range cs {
+					if !c.IsConfirmed() {
+						return 0, errors.New("a backlog message was not confirmed")
+					}
+				}
+				got += len(cs)
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	return time.Since(start), nil
+}
+
+// deleteStream removes a drained stream.
+func (e *env) deleteStream(name string) {
+	env, err := e.streamEnv()
+	if err != nil {
+		logf("delete stream %s: %v", name, err)
+		return
+	}
+	defer env.Close()
+	if err := env.DeleteStream(name); err != nil {
+		logf("delete stream %s: %v", name, err)
+	}
+}
+
+// printStream writes the stream path's table.
+func (rep *report) printStream(w io.Writer, o *options) {
+	fmt.Fprintf(w, "stream: a backlog of %d messages of %d B in a stream, drained from its first offset; rawstream and hopper at prefetch/workers %d/%d, hopper-batch %d per request at %d/%d\n",
+		o.streamN, o.size, o.prefetch, o.workers, o.batchSize, o.batchPrefetch, o.batchWorkers)
+	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %8s %8s\n", "form", "median/s", "min/s", "max/s", "cpu_s/100k", "rss_MiB", "anon_MiB")
+	for _, who := range streamWho {
+		runs := rep.stream[who]
+		r := summarize(rates(runs))
+		fmt.Fprintf(w, "%-13s %9.0f %9.0f %9.0f %10.2f %8.1f %8.1f\n", who, r.med, r.min, r.max, consumerCPU(runs), maxHWM(runs), maxAnon(runs))
+	}
+	fmt.Fprintln(w)
+}
+
+// streamLines are the stream path's summary lines: Hopper per message and
+// in batches against the hand-written stream loop.
+func (rep *report) streamLines() []string {
+	raw := rep.stream["rawstream"]
+	r := summarize(rates(raw)).med
+	var out []string
+	for _, who := range []string{"hopper", "hopper-batch"} {
+		runs := rep.stream[who]
+		h := summarize(rates(runs)).med
+		name := "stream"
+		if who == "hopper-batch" {
+			name = "stream-batch"
+		}
+		out = append(out, fmt.Sprintf("bench: %s hopper=%.0f/s rawstream=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f raw_rss_mb=%.1f",
+			name, h, r, h/r, consumerCPU(runs)/consumerCPU(raw), maxHWM(runs), maxAnon(runs), maxHWM(raw)))
+	}
+	return out
+}
+
+// streamWorkerMain is the hand-written stream loop (see the stream path).
+func streamWorkerMain(args []string) int {
+	fs := flag.NewFlagSet("stream-worker", flag.ExitOnError)
+	port := fs.Int("port", 5552, "stream listener port on 127.0.0.1")
+	name := fs.String("stream", "", "stream")
+	consumer := fs.String("consumer", streamConsumer, "consumer name the offset is stored under")
+	appURL := fs.String("app", "", "app URL (POST target)")
+	prefetch := fs.Int("prefetch", 200, "messages handed to the workers and not answered, at most")
+	workers := fs.Int("workers", 64, "concurrent requests")
+	timeout := fs.Duration("timeout", 30*time.Second, "per request")
+	_ = fs.Parse(args)
+	if *name == "" || *appURL == "" {
+		fmt.Fprintln(os.Stderr, "stream-worker: --stream and --app are required")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := runStreamWorker(ctx, *port, *name, *consumer, *appURL, *prefetch, *workers, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "stream-worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// streamEnvOptions reach the bench broker's stream listener, with the
+// socket buffers left to the kernel as Hopper leaves them: the client's
+// default of 8 KiB holds a backlog's reading to a few hundred messages a
+// second.
+func streamEnvOptions(port int) *stream.EnvironmentOptions {
+	return stream.NewEnvironmentOptions().SetHost("127.0.0.1").SetPort(port).SetReadBuffer(0).SetWriteBuffer(0)
+}
+
+// streamItem is one message handed to a worker.
+type streamItem struct {
+	off int64
+	m   *amqp.Message
+}
+
+func runStreamWorker(ctx context.Context, port int, name, consumer, appURL string, prefetch, workers int, timeout time.Duration) error {
+	env, err := stream.NewEnvironment(streamEnvOptions(port))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer env.Close()
+	client := newRawClient(workers, timeout)
+	items := make(chan streamItem, prefetch)
+	// inFlight are the offsets handed and not answered; the offset below
+	// the lowest is stored every second.
+	var mu sync.Mutex
+	inFlight := map[int64]struct{}{}
+	highest := int64(-1)
+	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, m *amqp.Message) {
+		off := cc.Consumer.GetOffset()
+		mu.Lock()
+		inFlight[off] = struct{}{}
+		highest = off
+		mu.Unlock()
+		items <- streamItem{off: off, m: m}
+	}, stream.NewConsumerOptions().SetConsumerName(consumer).SetManualCommit().SetOffset(stream.OffsetSpecification{}.First()))
+	if err != nil {
+		return fmt.Errorf("subscribe: %w", err)
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := fasthttp.AcquireRequest()
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for it := range items {
+				postStream(client, req, resp, appURL, it.m, timeout)
+				mu.Lock()
+				delete(inFlight, it.off)
+				mu.Unlock()
+			}
+		}()
+	}
+	store := func() {
+		mu.Lock()
+		done := highest
+		for off := range inFlight {
+			done = min(done, off-1)
+		}
+		mu.Unlock()
+		if done >= 0 {
+			_ = c.StoreCustomOffset(done)
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			store()
+			_ = c.Close()
+			return nil
+		case <-tick.C:
+			store()
+		}
+	}
+}
+
+// postStream POSTs one stream message as the raw loop does a queue's:
+// the body, its content type, the message id and the attempt.
+func postStream(client *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, appURL string, m *amqp.Message, timeout time.Duration) {
+	req.Reset()
+	resp.Reset()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(appURL)
+	ct, id := "application/octet-stream", ""
+	if p := m.Properties; p != nil {
+		if p.ContentType != "" {
+			ct = p.ContentType
+		}
+		id, _ = p.MessageID.(string)
+	}
+	req.Header.SetContentType(ct)
+	req.Header.Set(hdrMessageID, id)
+	req.Header.Set(hdrAttempt, "1")
+	req.SetBodyRaw(m.GetData())
+	_ = client.DoTimeout(req, resp, timeout)
+}

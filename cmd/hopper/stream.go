@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/streamsrc"
+)
+
+func newStreamCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stream",
+		Short: "A stream subscription's position: its stored offset, the stream's bounds and the lag; move the stored offset",
+		Long: `Tools for a stream subscription (queue.type: stream). The same --config,
+HOPPER_* variables and flags as run name the stream and the consumer name
+(queue.stream.consumer); with subscriptions, --queue picks one by its stream.`,
+	}
+	cmd.AddCommand(newStreamStatusCmd(), newStreamSeekCmd())
+	return cmd
+}
+
+func newStreamStatusCmd() *cobra.Command {
+	var f dlqFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the offset stored for the consumer name, the stream's first and last offset, and the lag",
+		Long: `Shows where a stream subscription's consumer name stands: the offset the
+broker stores for it (Hopper reads on after it; none for a name that never
+stored one, which starts where queue.stream.offset says), the stream's first
+and last offset (the last message's, found by reading the last chunk), and
+the lag: the offsets after the stored one up to the last. Offset tracking
+takes offsets of its own (one per store of any consumer name of the stream),
+so among messages the lag counts those few too. Nothing is changed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			o, err := f.streamOptions(cmd)
+			if err != nil {
+				return err
+			}
+			st, err := streamsrc.Inspect(o)
+			if err != nil {
+				return streamErr(err)
+			}
+			return writeOut(cmd.OutOrStdout(), output, st, func(w io.Writer) error { return writeStreamStatus(w, st) })
+		},
+	}
+	f.cf.user = forBroker
+	f.cf.register(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+func newStreamSeekCmd() *cobra.Command {
+	var f dlqFlags
+	var output string
+	var dry, force bool
+	cmd := &cobra.Command{
+		Use:   "seek first|last|OFFSET|TIME",
+		Short: "Move the offset stored for the consumer name: Hopper then reads from the message named",
+		Long: `Moves the offset the broker stores for a stream subscription's consumer
+name, so that the next Hopper reading under it starts at the message named:
+
+  first    the oldest message the stream keeps (everything again)
+  last     after the last message (only what is written from now on)
+  OFFSET   that offset (e.g. 41880)
+  TIME     the first chunk written at or after an RFC 3339 time
+           (2026-11-28T09:00:00Z: everything since 09:00)
+
+--dry-run shows what would be stored and the lag it leaves, and stores
+nothing.
+
+A running Hopper stores its own progress under the name (every
+queue.stream.storeEvery, and at shutdown), which would overwrite the moved
+offset: stop every Hopper of the subscription first. With
+queue.stream.singleActiveConsumer the broker can tell: seek subscribes under
+the name as its single active consumer and stores only if the broker makes
+it the active one; while a Hopper reads it stands by, and seek refuses (exit
+75). Without it the broker cannot tell whether a reader runs, so seek
+refuses unless --force says every Hopper of the subscription is stopped.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			to, err := streamsrc.ParseTarget(args[0])
+			if err != nil {
+				return usage(err)
+			}
+			o, err := f.streamOptions(cmd)
+			if err != nil {
+				return err
+			}
+			if !dry && !o.SingleActive && !force {
+				return usage(fmt.Errorf("queue.stream.singleActiveConsumer is off, so the broker cannot tell whether a Hopper reads as %q now, and a running one would store its own offset over the new one: stop every Hopper of this subscription, then run seek again with --force (or see what it would do with --dry-run)", o.Consumer))
+			}
+			mv, err := streamsrc.Seek(o, to, dry)
+			if errors.Is(err, streamsrc.ErrReaderActive) {
+				return tempFail(fmt.Errorf("a Hopper reads stream %q as %q now (it is the name's single active consumer) and would store its own offset over the new one: stop the Hoppers of this subscription (scale them to 0), then run seek again; nothing was stored", o.Stream, o.Consumer))
+			}
+			if err != nil {
+				return streamErr(err)
+			}
+			return writeOut(cmd.OutOrStdout(), output, mv, func(w io.Writer) error { return writeStreamMove(w, mv) })
+		},
+	}
+	f.cf.user = forBroker
+	f.cf.register(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "show what would be stored; store nothing")
+	cmd.Flags().BoolVar(&force, "force", false, "without queue.stream.singleActiveConsumer: every Hopper of the subscription is stopped, store anyway")
+	return cmd
+}
+
+// streamOptions loads the config as run does and returns the stream
+// reader options of the subscription --queue picks (the only one
+// without).
+func (f *dlqFlags) streamOptions(cmd *cobra.Command) (streamsrc.Options, error) {
+	if f.cf.file != "" && !cmd.Flags().Changed("queue") {
+		if cfg, _, _ := config.Load(f.cf.file, nil); len(cfg.Subscriptions) > 1 {
+			var names []string
+			for _, e := range cfg.SubscriptionConfigs() {
+				names = append(names, e.Queue.Name)
+			}
+			return streamsrc.Options{}, usage(fmt.Errorf("the config lists %d subscriptions: choose one with --queue (one of %s)", len(names), strings.Join(names, ", ")))
+		}
+	}
+	t, err := f.load(cmd, "stream")
+	if err != nil {
+		return streamsrc.Options{}, err
+	}
+	if !t.cfg.IsStream() {
+		return streamsrc.Options{}, usage(fmt.Errorf("queue %q is not a stream: these tools work on a stream subscription (queue.type: stream)", t.cfg.Queue.Name))
+	}
+	eff := t.cfg.ForStream()
+	o, err := streamsrc.ConfigOptions(&eff, t.log)
+	if err != nil {
+		return streamsrc.Options{}, badData(err)
+	}
+	o.Name = "hopper-stream-tool " + o.Stream + " " + o.Consumer
+	return o, nil
+}
+
+// streamErr says what a missing stream means; the rest as it is.
+func streamErr(err error) error {
+	if errors.Is(err, streamsrc.ErrNoStream) {
+		return badData(fmt.Errorf("%w (check queue.name, or --queue)", err))
+	}
+	return err
+}
+
+func writeOut(w io.Writer, output string, v any, text func(io.Writer) error) error {
+	out := bufio.NewWriter(w)
+	var err error
+	if output == "json" {
+		err = writeJSON(out, v)
+	} else {
+		err = text(out)
+	}
+	if err != nil {
+		return err
+	}
+	if err := out.Flush(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
+
+func offsetText(off int64) string {
+	if off < 0 {
+		return "none"
+	}
+	return fmt.Sprint(off)
+}
+
+func storedText(off int64, has bool) string {
+	if !has {
+		return "none (a new consumer name: it starts where queue.stream.offset says)"
+	}
+	return fmt.Sprintf("%d (reading resumes at %d)", off, off+1)
+}
+
+func writeStreamStatus(w io.Writer, st streamsrc.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "stream\t%s\n", st.Stream)
+	fmt.Fprintf(tw, "consumer\t%s\n", st.Consumer)
+	fmt.Fprintf(tw, "stored offset\t%s\n", storedText(st.Stored, st.HasStored))
+	fmt.Fprintf(tw, "first offset\t%s\n", offsetText(st.First))
+	fmt.Fprintf(tw, "last offset\t%s\n", offsetText(st.Last))
+	fmt.Fprintf(tw, "lag\t%d\n", st.Lag)
+	return tw.Flush()
+}
+
+func writeStreamMove(w io.Writer, mv streamsrc.Move) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "stream\t%s (first offset %s, last %s)\n", mv.Stream, offsetText(mv.First), offsetText(mv.Last))
+	fmt.Fprintf(tw, "consumer\t%s\n", mv.Consumer)
+	fmt.Fprintf(tw, "stored offset\t%s -> %d (reading resumes at %d)\n", storedNow(mv.Stored, mv.HasStored), mv.NewStored, mv.Next)
+	fmt.Fprintf(tw, "lag\t%d -> %d\n", mv.Lag, mv.LagAfter)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !mv.Done {
+		_, err := fmt.Fprintln(w, "dry run: nothing stored")
+		return err
+	}
+	return nil
+}
+
+func storedNow(off int64, has bool) string {
+	if !has {
+		return "none"
+	}
+	return fmt.Sprint(off)
+}

@@ -1,0 +1,205 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hopper-sidecar/hopper/broker"
+	"github.com/hopper-sidecar/hopper/internal/testbroker"
+	"github.com/hopper-sidecar/hopper/internal/waitfor"
+	"github.com/hopper-sidecar/hopper/msg"
+	"github.com/hopper-sidecar/hopper/streamsrc"
+)
+
+// streamReader reads name as consumer billing until stop: it settles the
+// messages keep says, leaves the others unsettled, and records the first
+// message id it was handed.
+type streamReader struct {
+	src   *streamsrc.Source
+	stop  func()
+	mu    sync.Mutex
+	ids   []string
+	count int
+}
+
+func readStream(t *testing.T, b *testbroker.Broker, name string, sac bool, keep func(int64) bool) *streamReader {
+	t.Helper()
+	r := &streamReader{src: streamsrc.New(streamsrc.Options{Port: b.StreamPort(), Stream: name, Consumer: "billing",
+		StoreEvery: 50 * time.Millisecond, Prefetch: 500, SingleActive: sac, Declare: true})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.src.Run(ctx, func(d *streamsrc.Delivery) { //nolint:errcheck // ends with ctx
+			r.mu.Lock()
+			r.ids = append(r.ids, d.Message().MessageID)
+			r.count++
+			r.mu.Unlock()
+			if keep(d.Offset()) {
+				d.Ack() //nolint:errcheck // once
+			}
+		})
+	}()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			if err := r.src.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *streamReader) first(t *testing.T) string {
+	t.Helper()
+	waitfor.Until(t, 10*time.Second, "a delivery", func() bool { r.mu.Lock(); defer r.mu.Unlock(); return len(r.ids) > 0 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ids[0]
+}
+
+// TestStreamStatusAndSeek: `hopper stream status` reports the figures of a
+// stream of 100 messages read by a consumer name that settled the first
+// 40 (stored offset 39, first 0, last 99, lag 60), exactly; `seek`
+// refuses without --force when no single active consumer tells whether a
+// Hopper reads, a dry run stores nothing, and seeks to an offset, to
+// first and to a time make a reader of the name resume at the message
+// named; with a single active reader running, seek refuses (75) and
+// stores nothing, and once it stopped seek works.
+func TestStreamStatusAndSeek(t *testing.T) {
+	sb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
+	name := "events"
+	cfgPath := configFile(t, fmt.Sprintf(`broker:
+  urls: [%q]
+queue:
+  name: %s
+  type: stream
+  stream:
+    consumer: billing
+    port: %d
+log:
+  level: error
+`, sb.URL(), name, sb.StreamPort()))
+	pub := broker.NewPublisher(broker.PublisherOptions{Options: broker.Options{URLs: []string{sb.URL()}}, Channels: 1, ConfirmTimeout: 5 * time.Second})
+	t.Cleanup(func() { pub.Close() })
+	publish := func(prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			if err := pub.PublishTo(context.Background(), "", name, &msg.Message{MessageID: fmt.Sprintf("%s%d", prefix, i), Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	status := func(args ...string) streamsrc.Status {
+		t.Helper()
+		r := hopper(t, append([]string{"stream", "status", "-c", cfgPath, "-o", "json"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
+		}
+		var st streamsrc.Status
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatalf("status output: %v\n%s", err, r.stdout)
+		}
+		return st
+	}
+
+	// A reader declares the stream (and stores nothing); then 100
+	// messages, read by a reader that settles the first 40. (A store
+	// while they are published would take an offset between them.)
+	rd := readStream(t, sb, name, false, func(int64) bool { return false })
+	waitfor.Until(t, 20*time.Second, "the reader subscribes", rd.src.Connected)
+	rd.stop()
+	publish("m", 100)
+	rd = readStream(t, sb, name, false, func(off int64) bool { return off < 40 })
+	waitfor.Until(t, 20*time.Second, "100 read", func() bool { rd.mu.Lock(); defer rd.mu.Unlock(); return rd.count == 100 })
+	rd.stop()
+	st := status()
+	if st.Stream != name || st.Consumer != "billing" || !st.HasStored || st.Stored != 39 || st.First != 0 || st.Last != 99 || st.Lag != 60 {
+		t.Fatalf("status: %+v, want stored 39, first 0, last 99, lag 60", st)
+	}
+	text := hopper(t, "stream", "status", "-c", cfgPath)
+	for _, want := range []string{"stored offset  39 (reading resumes at 40)", "last offset    99", "lag            60"} {
+		if !strings.Contains(text.stdout, want) {
+			t.Errorf("status text lacks %q:\n%s", want, text.stdout)
+		}
+	}
+
+	// Without a single active consumer and without --force: refused.
+	if r := hopper(t, "stream", "seek", "20", "-c", cfgPath); r.code != 64 || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("seek without --force: exit %d\n%s", r.code, r.stderr)
+	}
+	// A dry run says what it would do and stores nothing.
+	r := hopper(t, "stream", "seek", "20", "--dry-run", "-c", cfgPath)
+	if r.code != 0 || !strings.Contains(r.stdout, "39 -> 19 (reading resumes at 20)") || !strings.Contains(r.stdout, "lag            60 -> 80") ||
+		!strings.Contains(r.stdout, "dry run: nothing stored") {
+		t.Fatalf("dry run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if st := status(); st.Stored != 39 {
+		t.Fatalf("the dry run moved the stored offset to %d", st.Stored)
+	}
+	if r := hopper(t, "stream", "seek", "nonsense", "-c", cfgPath); r.code != 64 {
+		t.Fatalf("seek nonsense: exit %d\n%s", r.code, r.stderr)
+	}
+
+	resumesAt := func(target, wantID string) {
+		t.Helper()
+		if r := hopper(t, "stream", "seek", target, "--force", "-c", cfgPath); r.code != 0 {
+			t.Fatalf("seek %s: exit %d\n%s", target, r.code, r.stderr)
+		}
+		rd := readStream(t, sb, name, false, func(int64) bool { return false })
+		if got := rd.first(t); got != wantID {
+			t.Fatalf("after seek %s the reader starts at %s, want %s", target, got, wantID)
+		}
+		rd.stop()
+	}
+	resumesAt("20", "m20")
+	resumesAt("first", "m0")
+	time.Sleep(1100 * time.Millisecond)
+	since := time.Now().UTC().Format(time.RFC3339Nano)
+	publish("n", 10)
+	resumesAt(since, "n0")
+	resumesAt("70", "m70")
+
+	// With a single active reader of the name running, seek refuses and
+	// stores nothing; once it stopped, seek works without --force.
+	sac := []string{"-c", cfgPath, "--set", "queue.stream.singleActiveConsumer=true"}
+	rd = readStream(t, sb, name, true, func(int64) bool { return true })
+	waitfor.Until(t, 20*time.Second, "the single active reader is active", rd.src.Active)
+	waitfor.Until(t, 10*time.Second, "everything settled", func() bool {
+		off, ok := rd.src.Settled()
+		return ok && off >= 99
+	})
+	before := status()
+	if r := hopper(t, append([]string{"stream", "seek", "first"}, sac...)...); r.code != 75 || !strings.Contains(r.stderr, "stop the Hoppers") {
+		t.Fatalf("seek with a reader running: exit %d\n%s", r.code, r.stderr)
+	}
+	rd.stop()
+	if r := hopper(t, append([]string{"stream", "seek", "first"}, sac...)...); r.code != 0 {
+		t.Fatalf("seek after the reader stopped: exit %d\n%s", r.code, r.stderr)
+	}
+	if st := status(); st.Stored != -1 || st.Lag != st.Last+1 {
+		t.Fatalf("after seek first: %+v (before: %+v)", st, before)
+	}
+
+	// No stream listener: unavailable; a queue that is no stream: usage.
+	if r := hopper(t, "stream", "status", "--broker-url", "amqp://127.0.0.1:1/", "--queue", "x", "--set", "queue.type=stream",
+		"--set", "queue.stream.consumer=a", "--set", "queue.stream.port=1"); r.code != 69 {
+		t.Fatalf("status without a listener: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := hopper(t, "stream", "status", "--broker-url", sb.URL(), "--queue", "x"); r.code != 64 || !strings.Contains(r.stderr, "not a stream") {
+		t.Fatalf("status of a queue: exit %d\n%s", r.code, r.stderr)
+	}
+	// A stream that does not exist: bad data.
+	if r := hopper(t, "stream", "status", "-c", cfgPath, "--set", "queue.name=nosuch"); r.code != 65 {
+		t.Fatalf("status of a missing stream: exit %d\n%s", r.code, r.stderr)
+	}
+}

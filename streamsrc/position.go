@@ -1,0 +1,390 @@
+package streamsrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+)
+
+// Position is where a consumer name stands in its stream, as a running
+// reader sees it (Source.Position).
+type Position struct {
+	// Stored is the offset stored for the consumer name, -1 for none.
+	Stored int64
+	// First is the oldest offset the stream keeps, Last the offset of
+	// its last message; -1 for an empty stream.
+	First, Last int64
+	// Lag is the offsets after Stored (or from First) up to Last: the
+	// backlog of the consumer name. Offset tracking takes offsets too
+	// (one per store, of any consumer name of the stream), so among
+	// messages it counts those few as well.
+	Lag int64
+	// At is when the position was taken; zero before the first time.
+	At time.Time
+}
+
+// lag is the messages after stored up to last, of a stream that keeps
+// first..last.
+func lag(stored, first, last int64) int64 {
+	if last < 0 {
+		return 0
+	}
+	from := max(stored+1, first)
+	return max(last-from+1, 0)
+}
+
+// Position returns where the consumer name stands, as last looked up
+// (every PositionEvery while subscribed); ok is false before the first
+// look-up.
+func (s *Source) Position() (Position, bool) {
+	p := s.pos.Load()
+	if p == nil {
+		return Position{}, false
+	}
+	return *p, true
+}
+
+// watch keeps the position up to date until ctx ends.
+func (s *Source) watch(ctx context.Context, env *stream.Environment) {
+	t := time.NewTicker(s.o.PositionEvery)
+	defer t.Stop()
+	for {
+		s.observe(env)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// observe looks the stream's bounds up and keeps the position: the
+// stored offset is this reader's own while it is active, the broker's
+// (the active reader's) while it stands by. The last message is the last
+// one read while nothing was committed after it; otherwise the last
+// chunk is read to find it (what follows may be offset tracking only).
+func (s *Source) observe(env *stream.Environment) {
+	st, err := env.StreamStats(s.o.Stream)
+	if err != nil {
+		s.log.Debug("could not look the stream's stats up", "event", "STREAM_STATS_FAILED", "error", err.Error())
+		return
+	}
+	first, committed := int64(-1), int64(-1)
+	if c, err := st.CommittedChunkId(); err == nil {
+		committed = c
+		first, _ = st.FirstOffset()
+	}
+	s.mu.Lock()
+	stored, tracker := s.stored, s.offsets
+	s.mu.Unlock()
+	read := int64(-1)
+	if !s.active.Load() {
+		stored = -1
+		if off, err := env.QueryOffset(s.o.Consumer, s.o.Stream); err == nil {
+			stored = off
+		} else if !errors.Is(err, stream.OffsetNotFoundError) {
+			return
+		}
+	} else if next, ok := tracker.Next(); ok {
+		read = next - 1
+	}
+	last := read
+	if committed > read {
+		// Reading the last chunk takes a subscription (and a connection):
+		// only when something was committed since the last look-up.
+		s.mu.Lock()
+		seen := s.lastSeen
+		s.mu.Unlock()
+		l := seen.last
+		if committed != seen.committed {
+			var err error
+			if l, _, err = lastOffset(env, s.o.Stream); err != nil {
+				s.log.Debug("could not read the stream's last chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
+				return
+			}
+			s.mu.Lock()
+			s.lastSeen.committed, s.lastSeen.last = committed, l
+			s.mu.Unlock()
+		}
+		last = max(last, l)
+	}
+	s.pos.Store(&Position{Stored: stored, First: first, Last: last, Lag: lag(stored, first, last), At: time.Now()})
+}
+
+// Status is what the broker says of a consumer name on its stream.
+type Status struct {
+	Stream   string `json:"stream"`
+	Consumer string `json:"consumer"`
+	// Stored is the offset stored for the consumer name; HasStored is
+	// false when none is (a new consumer starts where queue.stream.offset
+	// says).
+	Stored    int64 `json:"storedOffset"`
+	HasStored bool  `json:"hasStoredOffset"`
+	// First and Last are the oldest and the newest offset the stream
+	// keeps (-1 for an empty stream); Committed the first offset of its
+	// last committed chunk.
+	First     int64 `json:"firstOffset"`
+	Last      int64 `json:"lastOffset"`
+	Committed int64 `json:"committedChunkId"`
+	// Lag is the messages after Stored (after First-1 without one) up to
+	// Last.
+	Lag int64 `json:"lagMessages"`
+}
+
+// Inspect connects to the stream listener and reports the consumer name's
+// stored offset and the stream's bounds, the last offset counted exactly
+// (by reading the last chunk).
+func Inspect(o Options) (Status, error) {
+	o.defaults()
+	env, err := connect(o)
+	if err != nil {
+		return Status{}, err
+	}
+	defer env.Close()
+	return inspect(env, o)
+}
+
+func connect(o Options) (*stream.Environment, error) {
+	quietClient()
+	env, err := stream.NewEnvironment(envOptions(o).SetMaxConsumersPerClient(1))
+	if err != nil {
+		if env != nil {
+			_ = env.Close() // the error says what went wrong
+		}
+		return nil, fmt.Errorf("connect to the stream listener %s:%d: %w", o.Host, o.Port, err)
+	}
+	return env, nil
+}
+
+func inspect(env *stream.Environment, o Options) (Status, error) {
+	st := Status{Stream: o.Stream, Consumer: o.Consumer, Stored: -1, First: -1, Last: -1, Committed: -1}
+	if ok, err := env.StreamExists(o.Stream); err != nil {
+		return st, fmt.Errorf("look for the stream: %w", err)
+	} else if !ok {
+		return st, fmt.Errorf("stream %q: %w", o.Stream, ErrNoStream)
+	}
+	stats, err := env.StreamStats(o.Stream)
+	if err != nil {
+		return st, fmt.Errorf("stream stats (RabbitMQ 3.11 or later): %w", err)
+	}
+	if c, err := stats.CommittedChunkId(); err == nil {
+		st.Committed = c
+		st.First, _ = stats.FirstOffset()
+		if st.Last, _, err = lastOffset(env, o.Stream); err != nil {
+			return st, err
+		}
+	}
+	off, err := env.QueryOffset(o.Consumer, o.Stream)
+	switch {
+	case errors.Is(err, stream.OffsetNotFoundError):
+	case err != nil:
+		return st, fmt.Errorf("query the stored offset: %w", err)
+	default:
+		st.Stored, st.HasStored = off, true
+	}
+	st.Lag = lag(st.Stored, st.First, st.Last)
+	return st, nil
+}
+
+// firstReadTimeout bounds the wait for the first message of a chunk that
+// a look-up subscribes at: the broker sends a chunk at once when there is
+// one.
+const firstReadTimeout = 3 * time.Second
+
+// lastOffset reads the stream's last chunk of messages and returns the
+// offset of its last message, ok false when the stream holds none. The
+// stream's stats cannot say it: they name chunks, not messages, and the
+// last chunk may hold offset tracking, which takes offsets of its own
+// (one per store of any consumer name) but is no message.
+func lastOffset(env *stream.Environment, name string) (int64, bool, error) {
+	var (
+		mu   sync.Mutex
+		last = int64(-1)
+		left = -1
+	)
+	done := make(chan struct{})
+	var once sync.Once
+	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, _ *amqp.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		if left < 0 {
+			left = int(cc.GetEntriesCount())
+		}
+		last = max(last, cc.Consumer.GetOffset())
+		left--
+		if left <= 0 {
+			once.Do(func() { close(done) })
+		}
+	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Last()).SetClientProvidedName("hopper-stream-look-up"))
+	if err != nil {
+		return -1, false, fmt.Errorf("read the last chunk: %w", err)
+	}
+	defer c.Close() //nolint:errcheck // read-only
+	select {
+	case <-done:
+	case <-time.After(firstReadTimeout):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return last, last >= 0, nil
+}
+
+// firstAt returns the offset of the first message of the first chunk
+// written at or after t, ok false when none is yet: the broker finds it,
+// for a consumer that subscribes at that time.
+func firstAt(env *stream.Environment, name string, t time.Time) (int64, bool, error) {
+	got := make(chan int64, 1)
+	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, _ *amqp.Message) {
+		select {
+		case got <- cc.Consumer.GetOffset():
+		default:
+		}
+	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Timestamp(t.UnixMilli())).SetClientProvidedName("hopper-stream-look-up"))
+	if err != nil {
+		return -1, false, fmt.Errorf("subscribe at %s: %w", t.Format(time.RFC3339), err)
+	}
+	defer c.Close() //nolint:errcheck // read-only
+	select {
+	case off := <-got:
+		return off, true, nil
+	case <-time.After(firstReadTimeout):
+		return -1, false, nil
+	}
+}
+
+// Target is where Seek moves a consumer name: the next message it reads.
+type Target struct {
+	// Kind is first, last (after the last message: only what is written
+	// from now on), offset or time.
+	Kind   string
+	Offset int64
+	Time   time.Time
+}
+
+// ParseTarget reads first, last, an offset number or an RFC 3339 time.
+func ParseTarget(s string) (Target, error) {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "first", "last":
+		return Target{Kind: s}, nil
+	}
+	var n int64
+	if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s {
+		if n < 0 {
+			return Target{}, fmt.Errorf("an offset is 0 or more, got %d", n)
+		}
+		return Target{Kind: "offset", Offset: n}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return Target{Kind: "time", Time: t}, nil
+	}
+	return Target{}, fmt.Errorf("must be first, last, an offset or an RFC 3339 time, got %q", s)
+}
+
+// Move is what Seek did, or would do.
+type Move struct {
+	Status
+	// Next is the offset the consumer name reads next after the move;
+	// NewStored the offset stored for that (Next-1).
+	Next      int64 `json:"nextOffset"`
+	NewStored int64 `json:"newStoredOffset"`
+	// LagAfter is the consumer name's lag after the move.
+	LagAfter int64 `json:"lagMessagesAfter"`
+	// Done is true once the new offset is stored (false on a dry run).
+	Done bool `json:"done"`
+}
+
+// ErrReaderActive is why Seek refuses: a reader of the consumer name is
+// running, and would store its own offset over the new one.
+var ErrReaderActive = errors.New("a reader of this consumer name is active")
+
+// Seek moves the offset stored for the consumer name so that it reads
+// to.Kind next (dry: only says what it would store). A running reader
+// stores its own progress over it, so with SingleActive Seek first
+// subscribes as the name's single active consumer and stores only if the
+// broker makes it the active one: while a Hopper reads, it stands by,
+// and Seek returns ErrReaderActive. Without SingleActive the broker
+// cannot tell, and the caller must know no reader runs.
+func Seek(o Options, to Target, dry bool) (Move, error) {
+	o.defaults()
+	env, err := connect(o)
+	if err != nil {
+		return Move{}, err
+	}
+	defer env.Close()
+	st, err := inspect(env, o)
+	if err != nil {
+		return Move{Status: st}, err
+	}
+	mv := Move{Status: st}
+	switch to.Kind {
+	case "first":
+		mv.Next = max(st.First, 0)
+	case "last":
+		mv.Next = st.Last + 1
+	case "offset":
+		mv.Next = to.Offset
+	case "time":
+		off, ok, err := firstAt(env, o.Stream, to.Time)
+		if err != nil {
+			return mv, err
+		}
+		mv.Next = off
+		if !ok {
+			mv.Next = st.Last + 1 // nothing written since
+		}
+	default:
+		return mv, fmt.Errorf("seek to %q", to.Kind)
+	}
+	mv.NewStored = mv.Next - 1
+	mv.LagAfter = lag(mv.NewStored, st.First, st.Last)
+	if dry {
+		return mv, nil
+	}
+	if o.SingleActive {
+		release, err := holdActive(env, o)
+		if err != nil {
+			return mv, err
+		}
+		defer release()
+	}
+	if err := env.StoreOffset(o.Consumer, o.Stream, mv.NewStored); err != nil {
+		return mv, fmt.Errorf("store the offset: %w", err)
+	}
+	mv.Done = true
+	return mv, nil
+}
+
+// holdActive subscribes as the consumer name's single active consumer and
+// returns once the broker made it the active one (release ends it: a
+// Hopper standing by is promoted then and reads after the offset stored
+// meanwhile), or ErrReaderActive when another reader stays active.
+func holdActive(env *stream.Environment, o Options) (func(), error) {
+	promoted := make(chan struct{})
+	var once sync.Once
+	c, err := env.NewConsumer(o.Stream, func(stream.ConsumerContext, *amqp.Message) {},
+		stream.NewConsumerOptions().SetConsumerName(o.Consumer).SetManualCommit().
+			SetOffset(stream.OffsetSpecification{}.Next()).SetClientProvidedName("hopper-stream-seek").
+			SetSingleActiveConsumer(stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
+				if active {
+					once.Do(func() { close(promoted) })
+				}
+				return stream.OffsetSpecification{}.Next()
+			})))
+	if err != nil {
+		return nil, fmt.Errorf("subscribe as the single active consumer: %w", err)
+	}
+	select {
+	case <-promoted:
+		return func() { _ = c.Close() }, nil
+	case <-time.After(firstReadTimeout):
+		_ = c.Close()
+		return nil, ErrReaderActive
+	}
+}
