@@ -40,7 +40,7 @@ test: deps helm vet
 
 ## test3: the packages that run against a broker, on RabbitMQ 3.x (still
 ## supported): the same tests as `make test` runs on 4.
-BROKER_SUITES = ./broker/ ./cmd/hopper/ ./console/ ./dlq/ ./dlqconn/ ./sidecar/ ./internal/testbroker/
+BROKER_SUITES = ./broker/ ./cmd/hopper/ ./console/ ./dlq/ ./dlqconn/ ./sidecar/ ./streamsrc/ ./internal/testbroker/
 test3: deps
 	HOPPER_TEST_RABBITMQ=3 $(GO) test -count=1 -timeout 20m $(BROKER_SUITES)
 

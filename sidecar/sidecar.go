@@ -814,10 +814,16 @@ func (s *Sidecar) startLoops(workCtx context.Context, deliverer proxy.Deliverer,
 
 // consume runs the consumers and the stream readers until ctx ends; a
 // stream reader has handed its last message to the loop when it returns.
+//
+// A stream reader that cannot read on this broker at all (it returns an
+// error, not nil) stops everything with its error: subscribing again
+// would only repeat the refusal, and the process should exit saying why.
 func (s *Sidecar) consume(ctx context.Context, group *broker.Group) error {
 	s.group.Store(group)
 	s.consuming.Store(true)
 	s.phase.Store("waiting for the broker (starting the consumer)")
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 	var readers sync.WaitGroup
 	for _, sub := range s.subs {
 		src := sub.src.Load()
@@ -826,14 +832,18 @@ func (s *Sidecar) consume(ctx context.Context, group *broker.Group) error {
 		}
 		px := sub.px.Load()
 		readers.Go(func() {
-			// Run returns nil once ctx ends, its only way out.
-			_ = src.Run(ctx, func(d *streamsrc.Delivery) { px.Handle(d) })
+			if err := src.Run(ctx, func(d *streamsrc.Delivery) { px.Handle(d) }); err != nil {
+				fail(fmt.Errorf("stream subscription %s: %w", sub.name(), err))
+			}
 		})
 	}
 	runErr := group.Run(ctx)
 	readers.Wait()
 	s.consuming.Store(false)
 	s.stopping.Store(true)
+	if cause := context.Cause(ctx); runErr == nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		runErr = cause
+	}
 	return runErr
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -54,8 +55,9 @@ func (s *Source) Position() (Position, bool) {
 func (s *Source) watch(ctx context.Context, env *stream.Environment) {
 	t := time.NewTicker(s.o.PositionEvery)
 	defer t.Stop()
+	stats := statsAnswered(env, s.o.Stream)
 	for {
-		s.observe(env)
+		s.observe(env, stats)
 		select {
 		case <-ctx.Done():
 			return
@@ -69,16 +71,31 @@ func (s *Source) watch(ctx context.Context, env *stream.Environment) {
 // (the active reader's) while it stands by. The last message is the last
 // one read while nothing was committed after it; otherwise the last
 // chunk is read to find it (what follows may be offset tracking only).
-func (s *Source) observe(env *stream.Environment) {
-	st, err := env.StreamStats(s.o.Stream)
-	if err != nil {
-		s.log.Debug("could not look the stream's stats up", "event", "STREAM_STATS_FAILED", "error", err.Error())
-		return
-	}
+// A broker that gives no stats (stats false) says nothing of what was
+// committed: both ends are then read off the stream every time.
+func (s *Source) observe(env *stream.Environment, stats bool) {
 	first, committed := int64(-1), int64(-1)
-	if c, err := st.CommittedChunkId(); err == nil {
-		committed = c
-		first, _ = st.FirstOffset()
+	if stats {
+		st, err := env.StreamStats(s.o.Stream)
+		if err != nil {
+			s.log.Debug("could not look the stream's stats up", "event", "STREAM_STATS_FAILED", "error", err.Error())
+			return
+		}
+		if c, err := st.CommittedChunkId(); err == nil {
+			committed = c
+			first, _ = st.FirstOffset()
+		}
+	} else {
+		f, ok, err := firstOffset(env, s.o.Stream)
+		if err != nil {
+			s.log.Debug("could not read the stream's first chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
+			return
+		}
+		if ok {
+			// Unknown: taken as past anything read, so that the last
+			// chunk is read again.
+			first, committed = f, math.MaxInt64
+		}
 	}
 	s.mu.Lock()
 	stored, tracker := s.stored, s.offsets
@@ -102,7 +119,7 @@ func (s *Source) observe(env *stream.Environment) {
 		seen := s.lastSeen
 		s.mu.Unlock()
 		l := seen.last
-		if committed != seen.committed {
+		if !stats || committed != seen.committed {
 			var err error
 			if l, _, err = lastOffset(env, s.o.Stream); err != nil {
 				s.log.Debug("could not read the stream's last chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
@@ -169,15 +186,28 @@ func inspect(env *stream.Environment, o Options) (Status, error) {
 	} else if !ok {
 		return st, fmt.Errorf("stream %q: %w", o.Stream, ErrNoStream)
 	}
-	stats, err := env.StreamStats(o.Stream)
-	if err != nil {
-		return st, fmt.Errorf("stream stats (RabbitMQ 3.11 or later): %w", err)
-	}
-	if c, err := stats.CommittedChunkId(); err == nil {
-		st.Committed = c
-		st.First, _ = stats.FirstOffset()
-		if st.Last, _, err = lastOffset(env, o.Stream); err != nil {
+	if statsAnswered(env, o.Stream) {
+		stats, err := env.StreamStats(o.Stream)
+		if err != nil {
+			return st, fmt.Errorf("stream stats: %w", err)
+		}
+		if c, err := stats.CommittedChunkId(); err == nil {
+			st.Committed = c
+			st.First, _ = stats.FirstOffset()
+			if st.Last, _, err = lastOffset(env, o.Stream); err != nil {
+				return st, err
+			}
+		}
+	} else {
+		// Both ends read off the stream itself; an empty one has neither.
+		var err error
+		if st.First, _, err = firstOffset(env, o.Stream); err != nil {
 			return st, err
+		}
+		if st.First >= 0 {
+			if st.Last, _, err = lastOffset(env, o.Stream); err != nil {
+				return st, err
+			}
 		}
 	}
 	off, err := env.QueryOffset(o.Consumer, o.Stream)
@@ -190,6 +220,30 @@ func inspect(env *stream.Environment, o Options) (Status, error) {
 	}
 	st.Lag = lag(st.Stored, st.First, st.Last)
 	return st, nil
+}
+
+// statsAnswered says whether the broker answers a request for a stream's
+// stats: RabbitMQ 3.11 and later do; an older one leaves it unanswered,
+// and the client waits out its whole request timeout. The client knows
+// the broker's version but does not tell it. It does refuse, before it
+// sends anything, a single active consumer to a broker older than 3.11,
+// and to a later one a single active consumer without a name: asking for
+// one without a name tells the two apart and subscribes to nothing.
+func statsAnswered(env *stream.Environment, name string) bool {
+	opts := stream.NewConsumerOptions().SetSingleActiveConsumer(stream.NewSingleActiveConsumer(
+		func(string, bool) stream.OffsetSpecification { return stream.OffsetSpecification{}.First() }))
+	c, err := env.NewConsumer(name, func(stream.ConsumerContext, *amqp.Message) {}, opts)
+	if err == nil {
+		_ = c.Close() // not expected: the client subscribed after all
+		return true
+	}
+	return !errors.Is(err, stream.SingleActiveConsumerNotSupported)
+}
+
+// firstOffset reads the stream's first message and returns its offset, ok
+// false when the stream holds none: where the broker cannot say it.
+func firstOffset(env *stream.Environment, name string) (int64, bool, error) {
+	return firstFrom(env, name, stream.OffsetSpecification{}.First(), "the first chunk")
 }
 
 // firstReadTimeout bounds the wait for the first message of a chunk that
@@ -239,15 +293,22 @@ func lastOffset(env *stream.Environment, name string) (int64, bool, error) {
 // written at or after t, ok false when none is yet: the broker finds it,
 // for a consumer that subscribes at that time.
 func firstAt(env *stream.Environment, name string, t time.Time) (int64, bool, error) {
+	return firstFrom(env, name, stream.OffsetSpecification{}.Timestamp(t.UnixMilli()), t.Format(time.RFC3339))
+}
+
+// firstFrom subscribes at spec and returns the offset of the first
+// message the broker sends, ok false when it sends none in
+// firstReadTimeout (there is none yet).
+func firstFrom(env *stream.Environment, name string, spec stream.OffsetSpecification, what string) (int64, bool, error) {
 	got := make(chan int64, 1)
 	c, err := env.NewConsumer(name, func(cc stream.ConsumerContext, _ *amqp.Message) {
 		select {
 		case got <- cc.Consumer.GetOffset():
 		default:
 		}
-	}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.Timestamp(t.UnixMilli())).SetClientProvidedName("hopper-stream-look-up"))
+	}, stream.NewConsumerOptions().SetOffset(spec).SetClientProvidedName("hopper-stream-look-up"))
 	if err != nil {
-		return -1, false, fmt.Errorf("subscribe at %s: %w", t.Format(time.RFC3339), err)
+		return -1, false, fmt.Errorf("subscribe at %s: %w", what, err)
 	}
 	defer c.Close() //nolint:errcheck // read-only
 	select {
@@ -377,6 +438,9 @@ func holdActive(env *stream.Environment, o Options) (func(), error) {
 				}
 				return stream.OffsetSpecification{}.Next()
 			})))
+	if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
+		return nil, ErrNoSingleActive
+	}
 	if err != nil {
 		return nil, fmt.Errorf("subscribe as the single active consumer: %w", err)
 	}

@@ -164,6 +164,17 @@ func TestSeekRefusedWhileSingleActiveReaderRuns(t *testing.T) {
 	o.SingleActive = true
 	declare(t, o)
 	publish(t, o, 0, 5)
+	if b.Series() < 4 {
+		// RabbitMQ 3.10 has no single active consumer on streams: the
+		// reader stops at once, and Seek refuses, saying so.
+		if err := New(o).Run(context.Background(), func(*Delivery) {}); !errors.Is(err, ErrNoSingleActive) {
+			t.Fatalf("Run on RabbitMQ %s: %v", b.Version(), err)
+		}
+		if _, err := Seek(o, Target{Kind: "first"}, false); !errors.Is(err, ErrNoSingleActive) {
+			t.Fatalf("Seek on RabbitMQ %s: %v", b.Version(), err)
+		}
+		return
+	}
 	src := New(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -242,5 +253,23 @@ func TestSourceReadsLargeChunksQuickly(t *testing.T) {
 	<-done
 	if err := src.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Whether the broker answers stream stats is told without a request the
+// broker could leave unanswered: yes from RabbitMQ 3.11 on, no before.
+func TestStatsAnswered(t *testing.T) {
+	b := node.Get(t)
+	o := options(t, b)
+	declare(t, o)
+	publish(t, o, 0, 1)
+	env, err := connect(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	want := stream.IsVersionGreaterOrEqual(b.Version(), "3.11.0")
+	if got := statsAnswered(env, o.Stream); got != want {
+		t.Fatalf("stats answered %v on RabbitMQ %s, want %v", got, b.Version(), want)
 	}
 }

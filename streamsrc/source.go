@@ -207,6 +207,12 @@ func (o *Options) defaults() {
 // ErrNoStream is why a stream that Hopper does not declare cannot be read.
 var ErrNoStream = errors.New("stream not found")
 
+// ErrNoSingleActive is why a reader configured as a single active
+// consumer cannot read: the broker is older than RabbitMQ 3.11, which
+// brought single active consumers to streams. Subscribing again cannot
+// help, so Run returns it.
+var ErrNoSingleActive = errors.New("the broker does not support a single active consumer on a stream (RabbitMQ 3.11 or later does): upgrade it, or set queue.stream.singleActiveConsumer: false")
+
 // PauseBreaker is the reason Pause pauses for.
 const PauseBreaker = "breaker"
 
@@ -337,7 +343,9 @@ func (s *Source) Pending() int { return s.tracker().Pending() }
 // the subscription is lost. It returns once nothing more will be handed:
 // a call of handle in progress has returned, a message read but not
 // handed stays unsettled. Close then stores the settled offset and
-// disconnects; call it once the loop has settled what it holds.
+// disconnects; call it once the loop has settled what it holds. It
+// returns nil when ctx ended, and ErrNoSingleActive at once when the
+// broker cannot do what the options ask.
 func (s *Source) Run(ctx context.Context, handle func(*Delivery)) error {
 	s.handle = handle
 	bo := backoff.Backoff{Min: s.o.ReconnectMin, Max: s.o.ReconnectMax}
@@ -347,6 +355,10 @@ func (s *Source) Run(ctx context.Context, handle func(*Delivery)) error {
 		if ctx.Err() != nil {
 			s.stop()
 			return nil
+		}
+		if errors.Is(err, ErrNoSingleActive) {
+			s.stop()
+			return err
 		}
 		if time.Since(began) > s.o.ReconnectMax {
 			bo.Reset()
@@ -410,7 +422,7 @@ func (s *Source) session(ctx context.Context) error {
 		s.onMessage(gen, cc.Consumer.GetOffset(), m)
 	}, opts)
 	if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
-		return fmt.Errorf("subscribe as a single active consumer: the broker does not support it on streams (RabbitMQ 3.11 or later does): %w", err)
+		return ErrNoSingleActive
 	}
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"net"
+
+	"github.com/hopper-sidecar/hopper/streamsrc"
 )
 
 // Exit statuses are a contract scripts branch on. They follow sysexits(3),
@@ -74,7 +76,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
-	case errors.Is(err, errBadData):
+	case errors.Is(err, errBadData), errors.Is(err, streamsrc.ErrNoSingleActive):
+		// The config asks for what this broker cannot do.
 		return exitDataErr
 	case errors.Is(err, errTempFail):
 		return exitTempFail
