@@ -52,11 +52,14 @@ test3: deps
 ## number of inputs; then the broker-level suites and the reduced fault suite
 ## again on RabbitMQ 3.x, there the scenarios where the release changes what
 ## the broker does (FAULTS_3X: restarts of classic and quorum queues, a
-## cluster losing nodes, quorum tiers, ordering on a quorum queue, partitions,
-## single active consumer, parking, streams); the others, whose faults are
-## the app's, the input's or Hopper's own batching, ran on 4.x and run on 3.x
-## in `HOPPER_TEST_RABBITMQ=3 make faults`. CI runs it.
-FAULTS_3X = TestFaultMixed|TestFaultMixedQuorum|TestFaultOutage|TestFaultCluster|TestFaultOrderedQuorum|TestFaultPartitionsKillOneOfThree|TestFaultPartitionsSharedByPriority|TestFaultSingleActiveConsumerTakeover|TestFaultScheduled|TestFaultStream|TestFaultQuorumTierFailoverBrokerAlone|TestFaultTiersFullRestartsQuorum
+## cluster losing nodes, quorum tiers, partitions, single active consumer,
+## parking, streams); the others, whose faults are the app's, the input's or
+## Hopper's own batching, ran on 4.x and run on 3.x in
+## `HOPPER_TEST_RABBITMQ=3 make faults`, as do the two left out on 3.x here:
+## the broker-alone measurement of a quorum tier's failover (it tests the
+## broker, not Hopper), and ordering on a quorum queue, which 3.10 breaks now
+## and then (docs/brokers.md). CI runs it.
+FAULTS_3X = TestFaultMixed|TestFaultMixedQuorum|TestFaultOutage|TestFaultCluster|TestFaultPartitionsKillOneOfThree|TestFaultPartitionsSharedByPriority|TestFaultSingleActiveConsumerTakeover|TestFaultScheduled|TestFaultStream|TestFaultTiersFullRestartsQuorum
 check: test tools
 	$(GO) test -count=1 -timeout 25m ./faults/ ./internal/jaegercheck/ ./internal/consolecheck/ ./internal/incidentcheck/
 	$(MAKE) kubecheck
