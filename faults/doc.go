@@ -36,6 +36,8 @@
 // Environment: HOPPER_FAULTS_N (messages per scenario, default 1000),
 // HOPPER_FAULTS_SEED (the seed of the app's per-message scripts, default 1),
 // HOPPER_FAULTS_KEEP=1 keeps hopper's logs and configs (a failed run always does),
-// HOPPER_FAULTS_TIER_RESTARTS (broker restarts per tier type in
-// TestFaultClassicTierRestartBrokerAlone, default 1).
+// HOPPER_FAULTS_TIER_RESTARTS (rounds per tier type and way down in
+// TestFaultTierRestartBrokerAlone; unset, it does not run),
+// HOPPER_FAULTS_BROKER_ALONE=1 runs TestFaultQuorumTierFailoverBrokerAlone
+// (make faults sets both).
 package faults
