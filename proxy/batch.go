@@ -216,7 +216,7 @@ func (h *holding) deliverOnce(ds []*member, splitting bool) ([]*entry, batchVerd
 			if d.settled.Load() || h.b.channelLost(d) {
 				continue
 			}
-			if e := p.openAttempt(h.ctx, d, h.since); e != nil {
+			if e := p.openAttempt(h.ctx, d, h.since, d.ordered, nil); e != nil {
 				es = append(es, e)
 			}
 		}
@@ -323,11 +323,20 @@ func (h *holding) concludeEach(es []*entry, v batchVerdict) {
 		case h.b.channelLost(d):
 			endUnsettled(es[i:i+1], "channel-closed")
 		case !h.beside || vs[i].dec.Action == retry.Ack:
-			p.conclude(e, vs[i], h.since)
+			h.b.conclude(e, vs[i], h.since)
 		default:
 			h.b.moveBeside(h.ctx, h.handOver(d), e, vs[i], h.since)
 		}
 	}
+}
+
+// conclude carries out the verdict on e, as a single delivery's attempt
+// does, and ends the attempt. It reports true when an in-place hold has
+// waited out its delay and the message is to be delivered again. The
+// unavailable backoff is the batch's to wait, once for all its messages.
+func (b *batcher) conclude(e *entry, v verdict, since time.Time) bool {
+	defer e.span.End()
+	return b.p.finish(e, v, since, false)
 }
 
 // moveBeside concludes e, whose delivery d the caller has handed over, in
@@ -340,12 +349,8 @@ func (b *batcher) moveBeside(ctx context.Context, d *member, e *entry, v verdict
 	go func() {
 		defer p.wg.Done()
 		defer p.inFlight(-1)
-		defer func() {
-			if r := recover(); r != nil {
-				p.internalError(ctx, d, r)
-			}
-		}()
-		p.conclude(e, v, since)
+		defer p.recoverDelivery(ctx, d)
+		b.conclude(e, v, since)
 	}()
 }
 
@@ -384,7 +389,7 @@ func (h *holding) deliverOrdered(ds []*member) {
 				endUnsettled(es[i:i+1], "channel-closed")
 				continue
 			}
-			if p.conclude(e, p.judge(e, v.entries[i], v.latency), h.since) {
+			if h.b.conclude(e, p.judge(e, v.entries[i], v.latency), h.since) {
 				// Held in place: it and every message after it go again.
 				endUnsettled(es[i+1:], "behind-failed")
 				break
@@ -424,7 +429,7 @@ func endUnsettled(es []*entry, why string) {
 // count, and another request with it would only reach the app with a
 // message that can no longer be settled.
 func (b *batcher) channelLost(d *member) bool {
-	if alive(d.Delivery) {
+	if d.Alive() {
 		return false
 	}
 	if d.settled.CompareAndSwap(false, true) {
@@ -438,7 +443,7 @@ func (b *batcher) channelLost(d *member) bool {
 func entriesHeld(es []*entry) func() bool {
 	return func() bool {
 		for _, e := range es {
-			if alive(e.d) {
+			if e.d.(*member).Alive() {
 				return true
 			}
 		}
