@@ -21,7 +21,7 @@ import (
 // batches and hands each to a worker; the worker sends it in one request
 // and has every message settled on its own from the app's answer, through
 // the same steps a single delivery takes in the core: open the attempt,
-// judge the app's outcome, conclude (settle, move or give back).
+// judge the app's outcome, finish (settle, move or give back).
 //
 //	consumer ─Handle→ pending ─collect→ batch ─worker→ one request
 //	                                                   ├─ an outcome per message → judge → conclude each
@@ -50,32 +50,36 @@ type batcher struct {
 	p *Loop
 }
 
-// holding is one goroutine's share of a batch: the members it alone may
-// settle, in the order they were received, and when the batch's first
-// message was received, from which its holds are bounded.
-type holding struct {
+// owner is a goroutine that owns members of a batch: it alone may settle
+// them. The worker owns the whole batch when it starts; a goroutine a
+// member is handed over to owns that one. ms are the members it started
+// with, in the order they were received, owns those it still owns; since
+// is when the batch's first message was received, from which its holds
+// are bounded.
+type owner struct {
 	b     *batcher
 	ctx   context.Context
 	since time.Time
 	ms    []*member
-	held  map[*member]bool
+	owns  map[*member]bool
 	// beside says this goroutine may hand moves on to goroutines of their
 	// own: the worker, which has the rest of the queue to get to. A
 	// goroutine that holds one message carries its move out itself.
 	beside bool
 }
 
-func (b *batcher) hold(ctx context.Context, ms []*member, since time.Time, beside bool) *holding {
-	h := &holding{b: b, ctx: ctx, since: since, ms: ms, held: make(map[*member]bool, len(ms)), beside: beside}
+// own makes the owner of ms: the goroutine that runs it.
+func (b *batcher) own(ctx context.Context, ms []*member, since time.Time, beside bool) *owner {
+	h := &owner{b: b, ctx: ctx, since: since, ms: ms, owns: make(map[*member]bool, len(ms)), beside: beside}
 	for _, d := range ms {
-		h.held[d] = true
+		h.owns[d] = true
 	}
 	return h
 }
 
-// handOver gives d up: from now on the goroutine it is passed to holds it.
-func (h *holding) handOver(d *member) *member {
-	delete(h.held, d)
+// handOver gives d up: from now on the goroutine it is passed to owns it.
+func (h *owner) handOver(d *member) *member {
+	delete(h.owns, d)
 	return d
 }
 
@@ -92,7 +96,7 @@ func (b *batcher) deliver(ctx context.Context, ds []Delivery, since time.Time) {
 	for i, d := range ds {
 		ms[i] = &member{Delivery: d, ordered: b.p.o.InPlace, since: since}
 	}
-	h := b.hold(ctx, ms, since, true)
+	h := b.own(ctx, ms, since, true)
 	defer h.recover()
 	run := 0
 	for i, d := range ms {
@@ -112,7 +116,7 @@ func (b *batcher) deliver(ctx context.Context, ds []Delivery, since time.Time) {
 
 // deliverRun delivers messages that go together, as one batch or, when it
 // fails as a whole, as halves of it; an ordered loop keeps their order.
-func (h *holding) deliverRun(ds []*member) {
+func (h *owner) deliverRun(ds []*member) {
 	if len(ds) == 0 {
 		return
 	}
@@ -142,7 +146,7 @@ func (h *holding) deliverRun(ds []*member) {
 // splitting says ds is a part of a split: while the breaker refuses it
 // (the app died under the whole), it waits for the app rather than give
 // up on the split.
-func (h *holding) deliverSplit(ds []*member, splitting bool) {
+func (h *owner) deliverSplit(ds []*member, splitting bool) {
 	es, v := h.deliverOnce(ds, splitting)
 	if es == nil {
 		return
@@ -179,10 +183,10 @@ func (h *holding) deliverSplit(ds []*member, splitting bool) {
 // request does. Each is counted in flight, and Shutdown waits for it,
 // until it is settled; a panic while delivering one is recovered there
 // and charged to that message alone.
-func (h *holding) sendAlone(ds []*member) {
+func (h *owner) sendAlone(ds []*member) {
 	p := h.b.p
 	for _, d := range unsettled(ds) {
-		alone := h.b.hold(h.ctx, []*member{h.handOver(d)}, h.since, false)
+		alone := h.b.own(h.ctx, []*member{h.handOver(d)}, h.since, false)
 		p.wg.Add(1)
 		p.inFlight(1)
 		go func() {
@@ -207,7 +211,7 @@ type batchVerdict struct {
 // and the answer; nil when nothing was sent. While splitting, a request
 // the breaker refuses is tried again after a growing pause, as long as
 // the messages may be held.
-func (h *holding) deliverOnce(ds []*member, splitting bool) ([]*entry, batchVerdict) {
+func (h *owner) deliverOnce(ds []*member, splitting bool) ([]*entry, batchVerdict) {
 	p := h.b.p
 	bo := backoff.Backoff{Min: max(p.o.UnavailableBackoff/8, minUnavailableHold), Max: max(p.o.UnavailableBackoff, minUnavailableHold)}
 	for {
@@ -216,7 +220,7 @@ func (h *holding) deliverOnce(ds []*member, splitting bool) ([]*entry, batchVerd
 			if d.settled.Load() || h.b.channelLost(d) {
 				continue
 			}
-			if e := p.openAttempt(h.ctx, d, h.since); e != nil {
+			if e := p.openAttempt(h.ctx, d, h.since, d.ordered, nil); e != nil {
 				es = append(es, e)
 			}
 		}
@@ -294,8 +298,8 @@ func unsplit(v batchVerdict) batchVerdict {
 	return v
 }
 
-// concludeEach judges each message of a batch on its outcome and has the
-// core conclude it, in no order that must be kept. Acks are made in
+// concludeEach judges each message of a batch on its outcome and
+// concludes it, in no order that must be kept. Acks are made in
 // order, at once. A message that is moved (a copy published and confirmed
 // before the ack, a 425's hold before it, a return) is handed, by the
 // worker, to a goroutine of its own, which concludes it beside the worker,
@@ -306,7 +310,7 @@ func unsplit(v batchVerdict) batchVerdict {
 // message. A return of messages the app could not take waits the
 // unavailable backoff once for the batch, before the first of them; a
 // message whose channel closed is let go.
-func (h *holding) concludeEach(es []*entry, v batchVerdict) {
+func (h *owner) concludeEach(es []*entry, v batchVerdict) {
 	p := h.b.p
 	vs := make([]verdict, len(es))
 	for i, e := range es {
@@ -323,11 +327,20 @@ func (h *holding) concludeEach(es []*entry, v batchVerdict) {
 		case h.b.channelLost(d):
 			endUnsettled(es[i:i+1], "channel-closed")
 		case !h.beside || vs[i].dec.Action == retry.Ack:
-			p.conclude(e, vs[i], h.since)
+			h.b.conclude(e, vs[i], h.since)
 		default:
 			h.b.moveBeside(h.ctx, h.handOver(d), e, vs[i], h.since)
 		}
 	}
+}
+
+// conclude carries out the verdict on e, as a single delivery's attempt
+// does, and ends the attempt. It reports true when an in-place hold has
+// waited out its delay and the message is to be delivered again. The
+// unavailable backoff is the batch's to wait, once for all its messages.
+func (b *batcher) conclude(e *entry, v verdict, since time.Time) bool {
+	defer e.span.End()
+	return b.p.finish(e, v, since, false)
 }
 
 // moveBeside concludes e, whose delivery d the caller has handed over, in
@@ -340,12 +353,8 @@ func (b *batcher) moveBeside(ctx context.Context, d *member, e *entry, v verdict
 	go func() {
 		defer p.wg.Done()
 		defer p.inFlight(-1)
-		defer func() {
-			if r := recover(); r != nil {
-				p.internalError(ctx, d, r)
-			}
-		}()
-		p.conclude(e, v, since)
+		defer p.recoverDelivery(ctx, d)
+		b.conclude(e, v, since)
 	}()
 }
 
@@ -356,7 +365,7 @@ func (b *batcher) moveBeside(ctx context.Context, d *member, e *entry, v verdict
 // settled on this answer: they go again with it, in the next request, so
 // none is acked ahead of it. A batch that failed as a whole without an
 // answer is split: its first half goes next, alone.
-func (h *holding) deliverOrdered(ds []*member) {
+func (h *owner) deliverOrdered(ds []*member) {
 	p := h.b.p
 	size := len(ds)
 	for len(ds) > 0 {
@@ -384,7 +393,7 @@ func (h *holding) deliverOrdered(ds []*member) {
 				endUnsettled(es[i:i+1], "channel-closed")
 				continue
 			}
-			if p.conclude(e, p.judge(e, v.entries[i], v.latency), h.since) {
+			if h.b.conclude(e, p.judge(e, v.entries[i], v.latency), h.since) {
 				// Held in place: it and every message after it go again.
 				endUnsettled(es[i+1:], "behind-failed")
 				break
@@ -424,7 +433,7 @@ func endUnsettled(es []*entry, why string) {
 // count, and another request with it would only reach the app with a
 // message that can no longer be settled.
 func (b *batcher) channelLost(d *member) bool {
-	if alive(d.Delivery) {
+	if d.Alive() {
 		return false
 	}
 	if d.settled.CompareAndSwap(false, true) {
@@ -438,7 +447,7 @@ func (b *batcher) channelLost(d *member) bool {
 func entriesHeld(es []*entry) func() bool {
 	return func() bool {
 		for _, e := range es {
-			if alive(e.d) {
+			if e.d.(*member).Alive() {
 				return true
 			}
 		}
@@ -474,7 +483,7 @@ func asDeliveries(ds []*member) []Delivery {
 // goroutine handed over (a move beside it, a request of its own) is
 // settled by the goroutine that holds it, never here. The panic is logged
 // with its stack and counted.
-func (h *holding) recover() {
+func (h *owner) recover() {
 	r := recover()
 	if r == nil {
 		return
@@ -482,7 +491,7 @@ func (h *holding) recover() {
 	p := h.b.p
 	var left []*member
 	for _, d := range h.ms {
-		if h.held[d] && !d.settled.Load() {
+		if h.owns[d] && !d.settled.Load() {
 			left = append(left, d)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -30,29 +29,6 @@ func (p *Loop) handleSince(ctx context.Context, d Delivery, keyed bool, since ti
 	for p.attempt(ctx, sd, since, ordered, &rt) {
 	}
 }
-
-// settleOnce remembers whether a delivery was acked or nacked, so that a
-// panic after its settle does not settle it a second time. A batch also
-// counts as settled a delivery whose channel closed (lost): the broker has
-// it back. Only the goroutine that holds the delivery settles it.
-type settleOnce struct {
-	Delivery
-	settled atomic.Bool
-	// ordered deliveries must keep their place in line; leaving it is
-	// reported.
-	ordered bool
-	// since is when the delivery was received: it is unacked from then on.
-	since time.Time
-}
-
-func (d *settleOnce) Ack() error              { d.settled.Store(true); return d.Delivery.Ack() }
-func (d *settleOnce) Nack(requeue bool) error { d.settled.Store(true); return d.Delivery.Nack(requeue) }
-func (d *settleOnce) Alive() bool             { return alive(d.Delivery) }
-func (d *settleOnce) Ordered() bool           { return d.ordered }
-
-// Unwrap is the delivery as the consumer handed it, for what it tells
-// beyond the Delivery interface (its tag, the broker it came from).
-func (d *settleOnce) Unwrap() Delivery { return d.Delivery }
 
 // recoverDelivery turns a panic while handling d into a dead-lettering
 // with reason hopper-error: retrying would run into the same failure, and
@@ -114,29 +90,43 @@ func (p *Loop) safeHistory(m *msg.Message) (in msg.Info) {
 // when the delivery was received, ordered whether it is held in place, rt
 // the delivery's route decision (taken on its first attempt).
 func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered bool, rt *routing) bool {
-	if !p.ready(ctx, d) {
-		return false
-	}
 	p.inFlight(1)
 	defer p.inFlight(-1)
+	e := p.openAttempt(ctx, d, since, ordered, rt)
+	if e == nil {
+		return false
+	}
+	defer e.span.End()
+	start := time.Now()
+	out := p.o.App.Deliver(e.ctx, e.m, e.in)
+	return p.finish(e, p.judge(e, out, time.Since(start)), since, true)
+}
 
+// openAttempt starts an attempt of d, up to the request to the app: the steps a
+// delivery takes whether it is sent alone or in a batch, whose request
+// the batch makes. It returns nil when d is not to be sent: its channel
+// died or Hopper is shutting down (given back), or it is settled at once,
+// in its turn: left out by its route's filter (rt; nil in a batch, which
+// routes do not combine with), or past its deadline.
+func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time, ordered bool, rt *routing) *entry {
+	if !p.ready(ctx, d) {
+		return nil
+	}
 	e := p.begin(ctx, d, rt)
 	e.ordered = ordered
-	defer e.span.End()
 	var v verdict
-	backoff := true
 	switch {
-	case rt.decided && rt.d.Outcome != route.Deliver:
+	case rt != nil && rt.decided && rt.d.Outcome != route.Deliver:
 		// Settled in its turn, like any other message of its key.
-		v, backoff = p.leftOut(e, rt.d), false
+		v = p.leftOut(e, rt.d)
 	case e.expired():
 		v = p.expire(e)
 	default:
-		start := time.Now()
-		out := p.o.App.Deliver(e.ctx, e.m, e.in)
-		v = p.judge(e, out, time.Since(start))
+		return e
 	}
-	return p.finish(e, v, since, backoff)
+	defer e.span.End()
+	p.finish(e, v, since, false)
+	return nil
 }
 
 // ready says whether a delivery is to be sent: not when its channel died
@@ -180,7 +170,7 @@ type entry struct {
 // selects the policy: the route's own when it has one.
 func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	m := d.Message()
-	e := &entry{d: d, m: m, now: p.o.Now(), ordered: p.o.InPlace}
+	e := &entry{d: d, m: m, now: p.o.Now()}
 	e.in, e.st = p.history(m, e.now)
 	if p.tracing {
 		e.ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
@@ -226,22 +216,6 @@ func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
 	return e
 }
 
-// openAttempt starts an attempt of d whose request its batch makes, not
-// the core: what attempt does before it calls the app. It returns nil
-// when d is not to be sent: its channel died or Hopper is shutting down
-// (given back), or it is past its deadline (settled at once).
-func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time) *entry {
-	if !p.ready(ctx, d) {
-		return nil
-	}
-	e := p.begin(ctx, d, nil)
-	if e.expired() {
-		p.conclude(e, p.expire(e), since)
-		return nil
-	}
-	return e
-}
-
 // expired says whether the message is past its deadline: it is never
 // delivered stale. A deadline of "now" (AMQP expiration 0: deliver at once
 // or never) is still delivered on first receipt.
@@ -276,15 +250,6 @@ func (p *Loop) judge(e *entry, out retry.Outcome, latency time.Duration) verdict
 			"latency_ms", latency.Milliseconds(), "trace_id", traceID(e.span))
 	}
 	return v
-}
-
-// conclude carries out the verdict on an attempt opened by openAttempt
-// and ends the attempt. It reports true when an in-place hold has waited out its
-// delay and the message is to be delivered again. The unavailable
-// backoff is the batch's to wait, once for all its messages.
-func (p *Loop) conclude(e *entry, v verdict, since time.Time) bool {
-	defer e.span.End()
-	return p.finish(e, v, since, false)
 }
 
 // noopSpan is the span of an attempt when tracing is off.

@@ -6,8 +6,9 @@
 // same workers taking a key's messages one at a time (lanes.go), or a
 // collector that forms batches for its workers (collect.go, batch.go).
 // Whatever the grouping, each delivery lives the same life in the settle
-// core: attempt → judge → finish (core.go), then settle, move or give
-// back (settle.go).
+// core: open the attempt → judge (core.go) → finish: settle, move or
+// give back (settle.go). The delivery is wrapped once, to be settled once,
+// and the waits it is held through sit with it (delivery.go).
 //
 // With a schedule (Options.Schedule), a delivery that is not due is
 // parked as it is received, before any dispatcher sees it (schedule.go):
