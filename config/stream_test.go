@@ -153,36 +153,17 @@ queue:
 	if st := e.Queue.Stream; !st.SuperStream || st.Partitions != 3 || st.Name != "events" || e.Queue.Name != "events.billing" {
 		t.Fatalf("effective stream config %+v, queue %s", st, e.Queue.Name)
 	}
-	bad, err := parse(t, `
-queue:
-  name: events
-  type: quorum
-  stream: {superStream: true}
-`)
-	if err != nil {
-		t.Fatal(err)
+	for _, bad := range []struct{ queue, want string }{
+		{"{name: events, type: quorum, stream: {superStream: true}}", "queue.stream.superStream: only with queue.type stream"},
+		{"{name: events, type: stream, stream: {consumer: billing, superStream: true, partitions: 0}}", "queue.stream.partitions: must be 1 to 64, got 0"},
+		{"{name: events, type: stream, stream: {consumer: billing, superStream: true, partitions: 65}}", "queue.stream.partitions: must be 1 to 64, got 65"},
+	} {
+		c, err := parse(t, "queue: "+bad.queue+"\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustContain(t, c.Validate(), bad.want)
 	}
-	mustContain(t, bad.Validate(), "queue.stream.superStream: only with queue.type stream")
-	bad, err = parse(t, `
-queue:
-  name: events
-  type: stream
-  stream: {consumer: billing, superStream: true, partitions: 0}
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustContain(t, bad.Validate(), "queue.stream.partitions: must be 1 to 64, got 0")
-	bad, err = parse(t, `
-queue:
-  name: events
-  type: stream
-  stream: {consumer: billing, superStream: true, partitions: 65}
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustContain(t, bad.Validate(), "queue.stream.partitions: must be 1 to 64, got 65")
 	sub, err := parse(t, `
 subscriptions:
   - queue: {name: events, type: stream, stream: {consumer: billing, superStream: true, partitions: 5}}

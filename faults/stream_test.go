@@ -48,33 +48,7 @@ func TestFaultStream(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	chunks := split(ids, 4)
-	var pubs []chan publishStats
-	for i, chunk := range chunks {
-		done := make(chan publishStats, 1)
-		pubs = append(pubs, done)
-		go func() { done <- publishPaced(ctx, t, stream, chunk, 3*time.Second) }()
-		if i < len(chunks)-1 {
-			r.waitSeen(chunk, len(chunk)/2)
-			r.killHopper(300 * time.Millisecond)
-			if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	pubDone := make(chan publishStats, 1)
-	go func() {
-		all := publishStats{confirmed: map[string]bool{}}
-		for _, p := range pubs {
-			ps := <-p
-			for id := range ps.confirmed {
-				all.confirmed[id] = true
-			}
-			all.failures += ps.failures
-			all.took += ps.took
-		}
-		pubDone <- all
-	}()
+	pubDone := publishKilling(r, ids, func(chunk []string) publishStats { return publishPaced(ctx, t, stream, chunk, 3*time.Second) })
 	// The work and tier queues are the subscription's own: empty while
 	// hopper still reads the stream. Every id reaches the app at least
 	// once first.
@@ -145,33 +119,9 @@ func TestFaultSuperStream(t *testing.T) {
 		return &msg.Message{MessageID: id, ContentType: "text/plain", DeliveryMode: 2, Headers: map[string]any{},
 			Body: []byte("fault-suite " + id), Exchange: superStream, RoutingKey: strconv.Itoa(int(h.Sum32() % 3))}
 	}
-	chunks := split(ids, 4)
-	var pubs []chan publishStats
-	for i, chunk := range chunks {
-		done := make(chan publishStats, 1)
-		pubs = append(pubs, done)
-		go func() { done <- publishPacedWith(ctx, t, superStream, chunk, 3*time.Second, build) }()
-		if i < len(chunks)-1 {
-			r.waitSeen(chunk, len(chunk)/2)
-			r.killHopper(300 * time.Millisecond)
-			if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	pubDone := make(chan publishStats, 1)
-	go func() {
-		all := publishStats{confirmed: map[string]bool{}}
-		for _, p := range pubs {
-			ps := <-p
-			for id := range ps.confirmed {
-				all.confirmed[id] = true
-			}
-			all.failures += ps.failures
-			all.took += ps.took
-		}
-		pubDone <- all
-	}()
+	pubDone := publishKilling(r, ids, func(chunk []string) publishStats {
+		return publishPacedWith(ctx, t, superStream, chunk, 3*time.Second, build)
+	})
 	r.waitSeen(ids, len(ids))
 	a := r.finish(pubDone)
 	a.report(t)
@@ -192,4 +142,27 @@ func TestFaultSuperStream(t *testing.T) {
 	if r.killed == 0 {
 		t.Error("no SIGKILL hit a delivery in flight")
 	}
+}
+
+// publishKilling publishes ids in four chunks, each over 3 s by publish,
+// and SIGKILLs hopper once the app has seen half of each of the first
+// three, waiting until the restarted hopper reads again; it returns what
+// was published once all of it is.
+func publishKilling(r *run, ids []string, publish func(chunk []string) publishStats) chan publishStats {
+	r.t.Helper()
+	chunks := split(ids, 4)
+	var pubs []chan publishStats
+	for i, chunk := range chunks {
+		done := make(chan publishStats, 1)
+		pubs = append(pubs, done)
+		go func() { done <- publish(chunk) }()
+		if i < len(chunks)-1 {
+			r.waitSeen(chunk, len(chunk)/2)
+			r.killHopper(300 * time.Millisecond)
+			if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+	return mergePublished(pubs)
 }

@@ -10,12 +10,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
 	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/streamsrc"
 )
+
+// refused runs a Hopper with cfg on sb, which cannot do what cfg asks:
+// Run must end within a minute with an error that is want and names
+// release.
+func refused(t *testing.T, sb *testbroker.Broker, cfg config.Config, want error, release string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- sidecar.New(&cfg, testLogger(t)).Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) || !strings.Contains(err.Error(), release) {
+			t.Fatalf("Run on RabbitMQ %s: %v, want %v naming %s", sb.Version(), err, want, release)
+		}
+		t.Logf("RabbitMQ %s: %v", sb.Version(), err)
+	case <-time.After(time.Minute):
+		t.Fatalf("Run on RabbitMQ %s went on with what the broker cannot do", sb.Version())
+	}
+}
 
 // activePartitions are the partitions of the super stream that r reads,
 // by its hopper_stream_partition_active gauges.
@@ -48,17 +67,7 @@ func TestStreamSuperStreamShared(t *testing.T) {
 	if sb.Series() < 4 {
 		// RabbitMQ 3.10 has no super streams: Hopper exits saying so,
 		// rather than trying again for ever.
-		done := make(chan error, 1)
-		go func() { done <- sidecar.New(&cfg, testLogger(t)).Run(context.Background()) }()
-		select {
-		case err := <-done:
-			if !errors.Is(err, streamsrc.ErrNoSuperStream) || !strings.Contains(err.Error(), "3.13") {
-				t.Fatalf("Run on RabbitMQ %s: %v, want the refusal of a super stream", sb.Version(), err)
-			}
-			t.Logf("RabbitMQ %s: %v", sb.Version(), err)
-		case <-time.After(time.Minute):
-			t.Fatal("Run went on with a super stream the broker cannot serve")
-		}
+		refused(t, sb, cfg, streamsrc.ErrNoSuperStream, "3.13")
 		return
 	}
 	sub := "st.super.app"

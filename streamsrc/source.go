@@ -519,16 +519,24 @@ func (s *Source) declare(env *stream.Environment) error {
 // declared super stream) gets.
 func (s *Source) retention() *stream.StreamOptions {
 	opts := stream.NewStreamOptions()
+	s.setRetention(func(d time.Duration) { opts.SetMaxAge(d) },
+		func(b *stream.ByteCapacity) { opts.SetMaxLengthBytes(b) },
+		func(b *stream.ByteCapacity) { opts.SetMaxSegmentSizeBytes(b) })
+	return opts
+}
+
+// setRetention calls the setters of the retention the options give, those
+// of a stream's options or of a super stream's.
+func (s *Source) setRetention(maxAge func(time.Duration), maxLength, maxSegment func(*stream.ByteCapacity)) {
 	if s.o.MaxAge > 0 {
-		opts.SetMaxAge(s.o.MaxAge)
+		maxAge(s.o.MaxAge)
 	}
 	if s.o.MaxLengthBytes > 0 {
-		opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(s.o.MaxLengthBytes))
+		maxLength(stream.ByteCapacity{}.B(s.o.MaxLengthBytes))
 	}
 	if s.o.MaxSegmentSizeBytes > 0 {
-		opts.SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(s.o.MaxSegmentSizeBytes))
+		maxSegment(stream.ByteCapacity{}.B(s.o.MaxSegmentSizeBytes))
 	}
-	return opts
 }
 
 // subscribeEach subscribes to every stream read with a consumer of its

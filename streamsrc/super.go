@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
@@ -32,16 +33,11 @@ var ErrNoSuperStream = errors.New("the broker cannot serve this super stream")
 func (s *Source) partitions(env *stream.Environment) ([]string, error) {
 	var declareErr error
 	if s.o.Declare {
+		// Each partition gets the retention a stream would.
 		opts := stream.NewPartitionsOptions(s.o.Partitions)
-		if s.o.MaxAge > 0 {
-			opts.SetMaxAge(s.o.MaxAge)
-		}
-		if s.o.MaxLengthBytes > 0 {
-			opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(s.o.MaxLengthBytes))
-		}
-		if s.o.MaxSegmentSizeBytes > 0 {
-			opts.SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(s.o.MaxSegmentSizeBytes))
-		}
+		s.setRetention(func(d time.Duration) { opts.SetMaxAge(d) },
+			func(b *stream.ByteCapacity) { opts.SetMaxLengthBytes(b) },
+			func(b *stream.ByteCapacity) { opts.SetMaxSegmentSizeBytes(b) })
 		if err := env.DeclareSuperStream(s.o.Stream, opts); err != nil {
 			declareErr = err
 		}

@@ -272,19 +272,25 @@ func NewMetrics(src Sources) *Metrics {
 				return out
 			}
 		}
-		labels := [2]string{"queue", "partition"}
-		r.pairGaugeFunc("hopper_stream_partition_stored_offset",
-			"The offset stored on the broker for a super stream subscription's consumer name on one partition (-1: none yet), as last looked up (every 5 s).",
-			labels, pick(func(p StreamPosition) float64 { return p.Stored }))
-		r.pairGaugeFunc("hopper_stream_partition_last_offset",
-			"The offset of the last message of one partition of a super stream subscription's super stream (-1: none), as last looked up (every 5 s).",
-			labels, pick(func(p StreamPosition) float64 { return p.Last }))
-		r.pairGaugeFunc("hopper_stream_partition_lag_messages",
-			"Offsets of one partition of a super stream after the one stored for the subscription's consumer name: the messages of the partition still to read.",
-			labels, pick(func(p StreamPosition) float64 { return p.Lag }))
-		r.pairGaugeFunc("hopper_stream_partition_active",
-			"1 while this Hopper is the reader of the partition of a super stream subscription (the broker gives each partition to one reader of the consumer name), 0 otherwise.",
-			labels, pick(func(p StreamPosition) float64 { return p.Active }))
+		for _, g := range []struct {
+			name, help string
+			of         func(StreamPosition) float64
+		}{
+			{"hopper_stream_partition_stored_offset",
+				"The offset stored on the broker for a super stream subscription's consumer name on one partition (-1: none yet), as last looked up (every 5 s).",
+				func(p StreamPosition) float64 { return p.Stored }},
+			{"hopper_stream_partition_last_offset",
+				"The offset of the last message of one partition of a super stream subscription's super stream (-1: none), as last looked up (every 5 s).",
+				func(p StreamPosition) float64 { return p.Last }},
+			{"hopper_stream_partition_lag_messages",
+				"Offsets of one partition of a super stream after the one stored for the subscription's consumer name: the messages of the partition still to read.",
+				func(p StreamPosition) float64 { return p.Lag }},
+			{"hopper_stream_partition_active",
+				"1 while this Hopper is the reader of the partition of a super stream subscription (the broker gives each partition to one reader of the consumer name), 0 otherwise.",
+				func(p StreamPosition) float64 { return p.Active }},
+		} {
+			r.pairGaugeFunc(g.name, g.help, [2]string{"queue", "partition"}, pick(g.of))
+		}
 	}
 	if src.ConcurrencyLimit != nil {
 		r.gaugeFunc("hopper_concurrency_limit",
