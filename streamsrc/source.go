@@ -27,6 +27,9 @@
 // so a restart, even after a SIGKILL, resumes after it and skips nothing:
 // what was settled after the last store is delivered again (at least
 // once).
+//
+// A super stream is read as its partitions, each a stream like any other
+// with offsets of its own under the consumer name (Options.SuperStream).
 package streamsrc
 
 import (
