@@ -957,7 +957,7 @@ func Default() Config {
 			PublishChannels: 8,
 		},
 		Queue: Queue{Type: "classic", Stream: Stream{
-			Offset: "first", Port: 5552, QueueType: "quorum", StoreEvery: Duration(time.Second),
+			Offset: "first", Port: 5552, QueueType: "quorum", StoreEvery: Duration(time.Second), Partitions: 3,
 		}},
 		Topology: Topology{Declare: true, RetryQueue: "{queue}.retry.{delay}", DLQ: "{queue}.dlq", ParkQueue: "{queue}.park.{delay}", Partitions: Partitions{HashOn: "routingKey"}},
 		App: App{

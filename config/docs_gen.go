@@ -465,6 +465,9 @@ written), next (only what is written from now on), a number (that
 offset), or an RFC 3339 time (the first chunk written at or after
 it). Once the consumer has stored an offset it resumes after that
 one, whatever this says. Default first.`,
+	"Stream.Partitions": `Partitions is the number of partitions of a super stream Hopper
+declares (topology.declare, RabbitMQ 3.13 or later); a super stream
+that exists is read with the partitions it has. Default 3.`,
 	"Stream.Port": `Port is the broker's stream protocol port (the rabbitmq_stream
 plugin's listener); host, user, password and virtual host are the
 first broker URL's. Default 5552.`,
@@ -480,6 +483,13 @@ every message. Needs RabbitMQ 3.11 or later. Default false.`,
 	"Stream.StoreEvery": `StoreEvery is how often the consumer's offset is stored on the
 broker while it advances; it is also stored at shutdown. A restart
 delivers again what was settled after the last store. Default 1s.`,
+	"Stream.SuperStream": `SuperStream reads queue.name as a super stream: the partition
+streams bound to the exchange of that name (<name>-0, <name>-1, …),
+each with its own offset stored under the consumer name. With
+singleActiveConsumer the broker spreads the partitions among the
+replicas of the consumer name, one reader per partition. Needs
+RabbitMQ 3.11 or later, and 3.13 or later for Hopper to declare it.
+Default false.`,
 	"Subscription": `Subscription is one queue consumed by the sidecar. Unset keys inherit the
 top-level ones: queue.type, queue.tierType and queue.deliveryLimit from queue, bindings
 from topology.bindings, consumer.* from consumer, retry.* from retry.`,

@@ -65,12 +65,28 @@ type Stream struct {
 	// sets how finely maxAge and maxLengthBytes apply. Default 0 (the
 	// broker's, 500 MB).
 	MaxSegmentSizeBytes int `yaml:"maxSegmentSizeBytes"`
+	// SuperStream reads queue.name as a super stream: the partition
+	// streams bound to the exchange of that name (<name>-0, <name>-1, …),
+	// each with its own offset stored under the consumer name. With
+	// singleActiveConsumer the broker spreads the partitions among the
+	// replicas of the consumer name, one reader per partition. Needs
+	// RabbitMQ 3.11 or later, and 3.13 or later for Hopper to declare it.
+	// Default false.
+	SuperStream bool `yaml:"superStream"`
+	// Partitions is the number of partitions of a super stream Hopper
+	// declares (topology.declare, RabbitMQ 3.13 or later); a super stream
+	// that exists is read with the partitions it has. Default 3.
+	Partitions int `yaml:"partitions"`
 
 	// Name is set only on the effective config of a stream subscription
 	// (see Config.ForStream): the stream's name, queue.name being the
 	// subscription's own queue there. It is no key of the file.
 	Name string `yaml:"-"`
 }
+
+// MaxSuperStreamPartitions bounds queue.stream.partitions: each partition
+// is a stream of its own, with a connection of its own to read it.
+const MaxSuperStreamPartitions = 64
 
 // StreamStart is where a consumer with no stored offset starts.
 type StreamStart struct {
@@ -158,6 +174,12 @@ func mergeStream(dst *Stream, s Stream) {
 	if s.MaxSegmentSizeBytes != 0 {
 		dst.MaxSegmentSizeBytes = s.MaxSegmentSizeBytes
 	}
+	if s.SuperStream {
+		dst.SuperStream = true
+	}
+	if s.Partitions != 0 {
+		dst.Partitions = s.Partitions
+	}
 }
 
 // validateStream checks queue.stream for a stream subscription, and what
@@ -198,6 +220,9 @@ func validateStream(c *Config, add func(path, format string, a ...any)) {
 	}
 	if s.MaxSegmentSizeBytes < 0 {
 		add("queue.stream.maxSegmentSizeBytes", "must not be negative, got %d", s.MaxSegmentSizeBytes)
+	}
+	if s.Partitions < 1 || s.Partitions > MaxSuperStreamPartitions {
+		add("queue.stream.partitions", "must be 1 to %d, got %d", MaxSuperStreamPartitions, s.Partitions)
 	}
 	// What a stream subscription does not do yet: each would apply to the
 	// subscription's own queue, not to the stream, which is not what it

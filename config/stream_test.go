@@ -133,3 +133,53 @@ subscriptions:
 `)
 	mustContain(t, dup.Validate(), `subscriptions[1].queue.name: queue "events.billing" is already used by subscriptions[0]`)
 }
+
+// A super stream is a stream subscription with partitions: 3 unless said,
+// refused where it cannot be read.
+func TestSuperStreamConfig(t *testing.T) {
+	c, err := parse(t, `
+queue:
+  name: events
+  type: stream
+  stream: {consumer: billing, superStream: true}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := c.ForStream()
+	if st := e.Queue.Stream; !st.SuperStream || st.Partitions != 3 || st.Name != "events" || e.Queue.Name != "events.billing" {
+		t.Fatalf("effective stream config %+v, queue %s", st, e.Queue.Name)
+	}
+	for _, bad := range []struct{ queue, want string }{
+		{"{name: events, type: quorum, stream: {superStream: true}}", "queue.stream.superStream: only with queue.type stream"},
+		{"{name: events, type: stream, stream: {consumer: billing, superStream: true, partitions: 0}}", "queue.stream.partitions: must be 1 to 64, got 0"},
+		{"{name: events, type: stream, stream: {consumer: billing, superStream: true, partitions: 65}}", "queue.stream.partitions: must be 1 to 64, got 65"},
+	} {
+		c, err := parse(t, "queue: "+bad.queue+"\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustContain(t, c.Validate(), bad.want)
+	}
+	sub, err := parse(t, `
+subscriptions:
+  - queue: {name: events, type: stream, stream: {consumer: billing, superStream: true, partitions: 5}}
+  - queue: {name: events, type: stream, stream: {consumer: audit}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := sub.Consumed()
+	if st := got[0].Queue.Stream; !st.SuperStream || st.Partitions != 5 {
+		t.Fatalf("subscription 0: %+v", st)
+	}
+	if st := got[1].Queue.Stream; st.SuperStream {
+		t.Fatalf("subscription 1: %+v", st)
+	}
+}

@@ -119,6 +119,8 @@ func (c *Config) validateOne() []error {
 		validateStream(c, add)
 	} else if c.Queue.Type != "classic" && c.Queue.Type != "quorum" {
 		add("queue.type", "must be classic, quorum or stream, got %q", c.Queue.Type)
+	} else if c.Queue.Stream.SuperStream {
+		add("queue.stream.superStream", "only with queue.type stream: a super stream is read through the stream protocol")
 	}
 	switch c.Queue.TierType {
 	case "", "quorum":

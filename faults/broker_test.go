@@ -168,7 +168,13 @@ func publishPacedWith(ctx context.Context, t *testing.T, queue string, ids []str
 			for id := range todo {
 				m := build(id)
 				for ctx.Err() == nil {
-					if err := pub.Publish(ctx, queue, m); err == nil {
+					// A message that names an exchange goes there by its
+					// routing key (a super stream routes by it).
+					ex, key := m.Exchange, m.RoutingKey
+					if ex == "" {
+						key = queue
+					}
+					if err := pub.PublishTo(ctx, ex, key, m); err == nil {
 						mu.Lock()
 						confirmed[id] = true
 						mu.Unlock()

@@ -335,19 +335,7 @@ func mixed(t *testing.T, name, queueType string, batch int) {
 	flapping.Wait()
 	r.step("app flapping over, app up")
 
-	pubDone := make(chan publishStats, 1)
-	go func() {
-		all := publishStats{confirmed: map[string]bool{}}
-		for _, p := range pubs {
-			ps := <-p
-			for id := range ps.confirmed {
-				all.confirmed[id] = true
-			}
-			all.failures += ps.failures
-			all.took += ps.took
-		}
-		pubDone <- all
-	}()
+	pubDone := mergePublished(pubs)
 	a := r.finish(pubDone)
 	a.report(t)
 	checkScripts(t, a, scripts)
@@ -625,4 +613,23 @@ func TestFaultSubscriptions(t *testing.T) {
 	if ev := r.hopper.eventCounts("BROKER_RECONNECT"); ev["BROKER_RECONNECT"] == 0 {
 		t.Error("no BROKER_RECONNECT logged: the broker restart was not exercised")
 	}
+}
+
+// mergePublished sums what the publishers of pubs published, once each has
+// finished.
+func mergePublished(pubs []chan publishStats) chan publishStats {
+	out := make(chan publishStats, 1)
+	go func() {
+		all := publishStats{confirmed: map[string]bool{}}
+		for _, p := range pubs {
+			ps := <-p
+			for id := range ps.confirmed {
+				all.confirmed[id] = true
+			}
+			all.failures += ps.failures
+			all.took += ps.took
+		}
+		out <- all
+	}()
+	return out
 }

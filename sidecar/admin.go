@@ -159,6 +159,43 @@ func (s *Sidecar) serveAdmin(addr string) (*http.Server, error) {
 	return srv, nil
 }
 
+// superStreamText is streamText for a super stream: the partitions this
+// pod reads, and the lag of each.
+func superStreamText(sub *subscription, src *streamsrc.Source) string {
+	st := sub.cfg.Queue.Stream
+	sac := st.SingleActiveConsumer != nil && *st.SingleActiveConsumer
+	parts := src.Partitions()
+	var reading, standing []string
+	for _, p := range parts {
+		if p.Active {
+			reading = append(reading, p.Stream)
+		} else {
+			standing = append(standing, p.Stream)
+		}
+	}
+	role := "reading " + strings.Join(reading, ", ")
+	switch {
+	case !src.Connected():
+		role = "not subscribed"
+	case sac && len(reading) == 0:
+		role = "standing by on every partition (single active consumer: other pods read them; this one takes a partition over when its reader goes)"
+	case sac:
+		role = "active on " + strings.Join(reading, ", ") + " (single active consumer: the broker gives each partition to one pod)"
+		if len(standing) > 0 {
+			role += ", standing by on " + strings.Join(standing, ", ")
+		}
+	}
+	text := fmt.Sprintf("super stream %s as %s: %s", st.Name, st.Consumer, role)
+	if p, ok := src.Position(); ok {
+		lags := make([]string, len(parts))
+		for i, pp := range parts {
+			lags[i] = fmt.Sprintf("%s %d", pp.Stream, pp.Lag)
+		}
+		text += fmt.Sprintf(", lag %d (%s)", p.Lag, strings.Join(lags, ", "))
+	}
+	return text
+}
+
 // roleText explains a single active consumer's role on /readyz.
 func roleText(role string) string {
 	switch role {
@@ -175,6 +212,9 @@ func roleText(role string) string {
 // far its consumer name is behind the stream.
 func streamText(sub *subscription, src *streamsrc.Source) string {
 	st := sub.cfg.Queue.Stream
+	if st.SuperStream {
+		return superStreamText(sub, src)
+	}
 	role := "reading"
 	switch {
 	case !src.Connected():

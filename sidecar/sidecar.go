@@ -185,6 +185,7 @@ func New(cfg *config.Config, log *slog.Logger) *Sidecar {
 		ConsumerActive:   s.consumerActive,
 		Parked:           s.parkedByQueue,
 		StreamPositions:  s.streamPositions,
+		StreamPartitions: s.streamPartitions,
 		NextDue:          s.nextDueByQueue,
 		MovesFailing: func() int64 {
 			var n int64
@@ -286,6 +287,26 @@ func (s *Sidecar) streamPositions() map[string]telemetry.StreamPosition {
 		}
 		if p, ok := src.Position(); ok {
 			m[sub.name()] = telemetry.StreamPosition{Stored: float64(p.Stored), Last: float64(p.Last), Lag: float64(p.Lag)}
+		}
+	}
+	return m
+}
+
+// streamPartitions are the positions on each partition of the super
+// stream subscriptions, for the hopper_stream_partition_* gauges.
+func (s *Sidecar) streamPartitions() map[[2]string]telemetry.StreamPosition {
+	m := map[[2]string]telemetry.StreamPosition{}
+	for _, sub := range s.subs {
+		src := sub.src.Load()
+		if src == nil || !sub.cfg.Queue.Stream.SuperStream {
+			continue
+		}
+		for _, p := range src.Partitions() {
+			active := 0.0
+			if p.Active {
+				active = 1
+			}
+			m[[2]string{sub.name(), p.Stream}] = telemetry.StreamPosition{Stored: float64(p.Stored), Last: float64(p.Last), Lag: float64(p.Lag), Active: active}
 		}
 	}
 	return m

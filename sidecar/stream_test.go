@@ -1,8 +1,6 @@
 package sidecar_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"github.com/hopper-sidecar/hopper/internal/testbroker"
 	"github.com/hopper-sidecar/hopper/internal/waitfor"
 	"github.com/hopper-sidecar/hopper/msg"
-	"github.com/hopper-sidecar/hopper/sidecar"
 	"github.com/hopper-sidecar/hopper/streamsrc"
 )
 
@@ -260,16 +257,7 @@ func TestStreamSingleActive(t *testing.T) {
 		// The 3.x release the tests run (3.10) has no single active
 		// consumer on streams: Hopper exits saying so, rather than
 		// subscribing again for ever.
-		done := make(chan error, 1)
-		go func() { done <- sidecar.New(&cfg, testLogger(t)).Run(context.Background()) }()
-		select {
-		case err := <-done:
-			if !errors.Is(err, streamsrc.ErrNoSingleActive) || !strings.Contains(err.Error(), "3.11") {
-				t.Fatalf("Run on RabbitMQ %s: %v, want the refusal naming 3.11", sb.Version(), err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("Run went on with a single active consumer the broker does not support")
-		}
+		refused(t, sb, cfg, streamsrc.ErrNoSingleActive, "3.11")
 		return
 	}
 	r1 := start(t, cfg)

@@ -42,22 +42,66 @@ func lag(stored, first, last int64) int64 {
 
 // Position returns where the consumer name stands, as last looked up
 // (every PositionEvery while subscribed); ok is false before the first
-// look-up.
+// look-up. Of a super stream it is the total over the partitions: Lag
+// sums theirs, Stored, First and Last are -1 (offsets of different
+// streams do not add up), At is the oldest look-up; Partitions says each.
 func (s *Source) Position() (Position, bool) {
-	p := s.pos.Load()
-	if p == nil {
+	if !s.o.SuperStream {
+		for _, p := range s.partList() {
+			if pos := p.pos.Load(); pos != nil {
+				return *pos, true
+			}
+		}
 		return Position{}, false
 	}
-	return *p, true
+	parts := s.Partitions()
+	if len(parts) == 0 {
+		return Position{}, false
+	}
+	total := Position{Stored: -1, First: -1, Last: -1, At: parts[0].At}
+	for _, p := range parts {
+		total.Lag += p.Lag
+		if p.At.Before(total.At) {
+			total.At = p.At
+		}
+	}
+	return total, true
 }
 
-// watch keeps the position up to date until ctx ends.
+// PartitionPosition is where the consumer name stands on one partition
+// of a super stream (on the stream itself, for a stream).
+type PartitionPosition struct {
+	Stream string
+	Position
+	// Active is whether this reader is the active one on it.
+	Active bool
+}
+
+// Partitions returns the position on each stream read that was looked up
+// at least once, in the order the streams were listed.
+func (s *Source) Partitions() []PartitionPosition {
+	var out []PartitionPosition
+	for _, p := range s.partList() {
+		if pos := p.pos.Load(); pos != nil {
+			out = append(out, PartitionPosition{Stream: p.name, Position: *pos, Active: s.connected.Load() && p.active.Load()})
+		}
+	}
+	return out
+}
+
+// watch keeps the positions up to date until ctx ends.
 func (s *Source) watch(ctx context.Context, env *stream.Environment) {
 	t := time.NewTicker(s.o.PositionEvery)
 	defer t.Stop()
-	stats := statsAnswered(env, s.o.Stream)
+	parts := s.partList()
+	if len(parts) == 0 {
+		return
+	}
+	stats := since311(env, parts[0].name)
 	for {
-		s.observe(env, stats)
+		for _, p := range parts {
+			s.observe(env, stats, p)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -66,17 +110,17 @@ func (s *Source) watch(ctx context.Context, env *stream.Environment) {
 	}
 }
 
-// observe looks the stream's bounds up and keeps the position: the
+// observe looks the bounds of p's stream up and keeps its position: the
 // stored offset is this reader's own while it is active, the broker's
 // (the active reader's) while it stands by. The last message is the last
 // one read while nothing was committed after it; otherwise the last
 // chunk is read to find it (what follows may be offset tracking only).
 // A broker that gives no stats (stats false) says nothing of what was
 // committed: both ends are then read off the stream every time.
-func (s *Source) observe(env *stream.Environment, stats bool) {
+func (s *Source) observe(env *stream.Environment, stats bool, p *part) {
 	first, committed := int64(-1), int64(-1)
 	if stats {
-		st, err := env.StreamStats(s.o.Stream)
+		st, err := env.StreamStats(p.name)
 		if err != nil {
 			s.log.Debug("could not look the stream's stats up", "event", "STREAM_STATS_FAILED", "error", err.Error())
 			return
@@ -86,7 +130,7 @@ func (s *Source) observe(env *stream.Environment, stats bool) {
 			first, _ = st.FirstOffset()
 		}
 	} else {
-		f, ok, err := firstOffset(env, s.o.Stream)
+		f, ok, err := firstOffset(env, p.name)
 		if err != nil {
 			s.log.Debug("could not read the stream's first chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
 			return
@@ -98,12 +142,12 @@ func (s *Source) observe(env *stream.Environment, stats bool) {
 		}
 	}
 	s.mu.Lock()
-	stored, tracker := s.stored, s.offsets
+	stored, tracker := p.stored, p.offsets
 	s.mu.Unlock()
 	read := int64(-1)
-	if !s.active.Load() {
+	if !p.active.Load() {
 		stored = -1
-		if off, err := env.QueryOffset(s.o.Consumer, s.o.Stream); err == nil {
+		if off, err := env.QueryOffset(s.o.Consumer, p.name); err == nil {
 			stored = off
 		} else if !errors.Is(err, stream.OffsetNotFoundError) {
 			return
@@ -116,22 +160,22 @@ func (s *Source) observe(env *stream.Environment, stats bool) {
 		// Reading the last chunk takes a subscription (and a connection):
 		// only when something was committed since the last look-up.
 		s.mu.Lock()
-		seen := s.lastSeen
+		seen := p.lastSeen
 		s.mu.Unlock()
 		l := seen.last
 		if !stats || committed != seen.committed {
 			var err error
-			if l, _, err = lastOffset(env, s.o.Stream); err != nil {
+			if l, _, err = lastOffset(env, p.name); err != nil {
 				s.log.Debug("could not read the stream's last chunk", "event", "STREAM_STATS_FAILED", "error", err.Error())
 				return
 			}
 			s.mu.Lock()
-			s.lastSeen.committed, s.lastSeen.last = committed, l
+			p.lastSeen.committed, p.lastSeen.last = committed, l
 			s.mu.Unlock()
 		}
 		last = max(last, l)
 	}
-	s.pos.Store(&Position{Stored: stored, First: first, Last: last, Lag: lag(stored, first, last), At: time.Now()})
+	p.pos.Store(&Position{Stored: stored, First: first, Last: last, Lag: lag(stored, first, last), At: time.Now()})
 }
 
 // Status is what the broker says of a consumer name on its stream.
@@ -150,8 +194,11 @@ type Status struct {
 	Last      int64 `json:"lastOffset"`
 	Committed int64 `json:"committedChunkId"`
 	// Lag is the messages after Stored (after First-1 without one) up to
-	// Last.
+	// Last; of a super stream, the total over its partitions.
 	Lag int64 `json:"lagMessages"`
+	// Partitions are the status of each partition of a super stream,
+	// whose own Stored, First, Last and Committed are -1.
+	Partitions []Status `json:"partitions,omitempty"`
 }
 
 // Inspect connects to the stream listener and reports the consumer name's
@@ -180,13 +227,16 @@ func connect(o Options) (*stream.Environment, error) {
 }
 
 func inspect(env *stream.Environment, o Options) (Status, error) {
+	if o.SuperStream {
+		return inspectSuper(env, o)
+	}
 	st := Status{Stream: o.Stream, Consumer: o.Consumer, Stored: -1, First: -1, Last: -1, Committed: -1}
 	if ok, err := env.StreamExists(o.Stream); err != nil {
 		return st, fmt.Errorf("look for the stream: %w", err)
 	} else if !ok {
 		return st, fmt.Errorf("stream %q: %w", o.Stream, ErrNoStream)
 	}
-	if statsAnswered(env, o.Stream) {
+	if since311(env, o.Stream) {
 		stats, err := env.StreamStats(o.Stream)
 		if err != nil {
 			return st, fmt.Errorf("stream stats: %w", err)
@@ -222,14 +272,15 @@ func inspect(env *stream.Environment, o Options) (Status, error) {
 	return st, nil
 }
 
-// statsAnswered says whether the broker answers a request for a stream's
-// stats: RabbitMQ 3.11 and later do; an older one leaves it unanswered,
-// and the client waits out its whole request timeout. The client knows
-// the broker's version but does not tell it. It does refuse, before it
-// sends anything, a single active consumer to a broker older than 3.11,
-// and to a later one a single active consumer without a name: asking for
-// one without a name tells the two apart and subscribes to nothing.
-func statsAnswered(env *stream.Environment, name string) bool {
+// since311 says whether the broker is RabbitMQ 3.11 or later, given a
+// stream name that exists: one that answers a request for a stream's
+// stats (an older one leaves it unanswered, and the client waits out its
+// whole request timeout) and serves super streams. The client knows the
+// broker's version but does not tell it. It does refuse, before it sends
+// anything, a single active consumer to a broker older than 3.11, and to
+// a later one a single active consumer without a name: asking for one
+// without a name tells the two apart and subscribes to nothing.
+func since311(env *stream.Environment, name string) bool {
 	opts := stream.NewConsumerOptions().SetSingleActiveConsumer(stream.NewSingleActiveConsumer(
 		func(string, bool) stream.OffsetSpecification { return stream.OffsetSpecification{}.First() }))
 	c, err := env.NewConsumer(name, func(stream.ConsumerContext, *amqp.Message) {}, opts)
@@ -319,6 +370,34 @@ func firstFrom(env *stream.Environment, name string, spec stream.OffsetSpecifica
 	}
 }
 
+// inspectSuper is inspect for a super stream: each partition's status,
+// and the total lag.
+func inspectSuper(env *stream.Environment, o Options) (Status, error) {
+	st := Status{Stream: o.Stream, Consumer: o.Consumer, Stored: -1, First: -1, Last: -1, Committed: -1}
+	names, err := env.QueryPartitions(o.Stream)
+	switch {
+	case errors.Is(err, stream.StreamDoesNotExist) || err == nil && len(names) == 0:
+		return st, fmt.Errorf("super stream %q: %w", o.Stream, ErrNoStream)
+	case err != nil:
+		return st, fmt.Errorf("list the partitions of super stream %s: %w", o.Stream, err)
+	}
+	if !since311(env, names[0]) {
+		return st, fmt.Errorf("%w: super streams need RabbitMQ 3.11 or later", ErrNoSuperStream)
+	}
+	for _, name := range names {
+		po := o
+		po.Stream, po.SuperStream = name, false
+		ps, err := inspect(env, po)
+		if err != nil {
+			return st, err
+		}
+		st.Lag += ps.Lag
+		st.HasStored = st.HasStored || ps.HasStored
+		st.Partitions = append(st.Partitions, ps)
+	}
+	return st, nil
+}
+
 // Target is where Seek moves a consumer name: the next message it reads.
 type Target struct {
 	// Kind is first, last (after the last message: only what is written
@@ -361,6 +440,12 @@ type Move struct {
 	Done bool `json:"done"`
 }
 
+// ErrSeekSuperStream is why Seek refuses a super stream: it moves one
+// stream's offset, and with single active readers it could not hold the
+// partitions the way the readers of a super stream are grouped.
+var ErrSeekSuperStream = errors.New("seek does not move the offsets of a super stream yet: " +
+	"stop its Hoppers, then seek each partition (<name>-0, <name>-1, …) with --force from a config naming it as a stream (queue.name the partition, superStream false)")
+
 // ErrReaderActive is why Seek refuses: a reader of the consumer name is
 // running, and would store its own offset over the new one.
 var ErrReaderActive = errors.New("a reader of this consumer name is active")
@@ -374,6 +459,9 @@ var ErrReaderActive = errors.New("a reader of this consumer name is active")
 // cannot tell, and the caller must know no reader runs.
 func Seek(o Options, to Target, dry bool) (Move, error) {
 	o.defaults()
+	if o.SuperStream {
+		return Move{}, ErrSeekSuperStream
+	}
 	env, err := connect(o)
 	if err != nil {
 		return Move{}, err

@@ -258,7 +258,7 @@ func TestSourceReadsLargeChunksQuickly(t *testing.T) {
 
 // Whether the broker answers stream stats is told without a request the
 // broker could leave unanswered: yes from RabbitMQ 3.11 on, no before.
-func TestStatsAnswered(t *testing.T) {
+func TestSince311(t *testing.T) {
 	b := node.Get(t)
 	o := options(t, b)
 	declare(t, o)
@@ -269,7 +269,7 @@ func TestStatsAnswered(t *testing.T) {
 	}
 	defer env.Close()
 	want := stream.IsVersionGreaterOrEqual(b.Version(), "3.11.0")
-	if got := statsAnswered(env, o.Stream); got != want {
-		t.Fatalf("stats answered %v on RabbitMQ %s, want %v", got, b.Version(), want)
+	if got := since311(env, o.Stream); got != want {
+		t.Fatalf("3.11 or later %v on RabbitMQ %s, want %v", got, b.Version(), want)
 	}
 }

@@ -27,6 +27,9 @@
 // so a restart, even after a SIGKILL, resumes after it and skips nothing:
 // what was settled after the last store is delivered again (at least
 // once).
+//
+// A super stream is read as its partitions, each a stream like any other
+// with offsets of its own under the consumer name (Options.SuperStream).
 package streamsrc
 
 import (
@@ -97,6 +100,15 @@ type Options struct {
 	// away, which starts after the offset stored then. Needs RabbitMQ
 	// 3.11 or later. Default false.
 	SingleActive bool
+	// SuperStream reads Stream as a super stream: every partition stream
+	// bound to the exchange of that name, each with its own offsets under
+	// Consumer. With SingleActive the broker spreads the partitions among
+	// the readers of the consumer name, one active reader per partition.
+	// Needs RabbitMQ 3.11 or later. Default false.
+	SuperStream bool
+	// Partitions is the number of partitions of a super stream Declare
+	// creates (RabbitMQ 3.13 or later). Default 3.
+	Partitions int
 	// PrefetchBytes bounds the body bytes of those deliveries, as
 	// consumer.prefetchBytes bounds a queue's; one delivery is handed over
 	// whatever its size. Default 0: no byte bound.
@@ -126,6 +138,7 @@ func ConfigOptions(c *config.Config, log *slog.Logger) (Options, error) {
 		RedeliverAfter: c.App.UnavailableBackoff.D(),
 		Name:           "hopper-stream " + s.Name + " " + s.Consumer, Logger: log,
 		SingleActive: s.SingleActiveConsumer != nil && *s.SingleActiveConsumer,
+		SuperStream:  s.SuperStream, Partitions: s.Partitions,
 	}
 	if len(c.Broker.URLs) == 0 {
 		return Options{}, errors.New("no broker URL")
@@ -196,6 +209,9 @@ func (o *Options) defaults() {
 	if o.Prefetch <= 0 {
 		o.Prefetch = 50
 	}
+	if o.Partitions <= 0 {
+		o.Partitions = 3
+	}
 	if o.Name == "" {
 		o.Name = "hopper"
 	}
@@ -216,17 +232,16 @@ var ErrNoSingleActive = errors.New("the broker does not support a single active 
 // PauseBreaker is the reason Pause pauses for.
 const PauseBreaker = "breaker"
 
-// Source reads one stream for one consumer name and hands each message to
-// the delivery loop.
+// Source reads one stream, or the partitions of a super stream, for one
+// consumer name and hands each message to the delivery loop.
 type Source struct {
 	o   Options
 	log *slog.Logger
 
 	mu sync.Mutex
-	// offsets follows what this reader read since it last started
-	// reading: a single active consumer starts afresh, after the offset
-	// stored then, each time it is promoted.
-	offsets *Offsets
+	// parts are the streams read: the stream, or the partitions of the
+	// super stream as last listed.
+	parts []*part
 	// pauses are the reasons reading is paused for; wake is closed (and
 	// replaced) whenever they change and at stop.
 	pauses map[string]bool
@@ -242,23 +257,16 @@ type Source struct {
 	// handing counts the calls of handle in progress and the deliveries
 	// waiting to be handed again; stop waits for them.
 	handing sync.WaitGroup
-	cons    *stream.Consumer
-	env     *stream.Environment
-	// stored is the last offset stored, -1 for none.
-	stored int64
-	// pos is the position last looked up; lastSeen the stream's last
-	// committed chunk and its last message when last read (under mu).
-	pos      atomic.Pointer[Position]
-	lastSeen struct{ committed, last int64 }
+	// unsubscribe ends the subscription now reading; nil when none.
+	unsubscribe func() error
+	env         *stream.Environment
 
 	// closed is closed by Close: a handler the client calls after the
 	// stop returns then.
 	closed    chan struct{}
 	closeOnce sync.Once
 	connected atomic.Bool
-	// active is false while a single active consumer stands by.
-	active atomic.Bool
-	handle func(*Delivery)
+	handle    func(*Delivery)
 	// held counts the deliveries handed and not settled, and their bytes.
 	held *budget
 }
@@ -267,21 +275,27 @@ type Source struct {
 func New(o Options) *Source {
 	o.defaults()
 	quietClient()
-	return &Source{
-		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer), offsets: NewOffsets(),
+	s := &Source{
+		o: o, log: o.Logger.With("stream", o.Stream, "consumer", o.Consumer),
 		pauses: map[string]bool{}, wake: make(chan struct{}), stopped: make(chan struct{}),
-		closed: make(chan struct{}), stored: -1, held: newBudget(o.Prefetch, o.PrefetchBytes),
-		lastSeen: struct{ committed, last int64 }{-1, -1},
+		closed: make(chan struct{}), held: newBudget(o.Prefetch, o.PrefetchBytes),
 	}
+	if !o.SuperStream {
+		s.parts = []*part{newPart(o.Stream)}
+	}
+	return s
 }
 
-// Delivery is one message read from the stream. Ack marks its offset
-// settled; it is safe to call from any goroutine, once.
+// Delivery is one message read from the stream (a partition of a super
+// stream). Ack marks its offset settled; it is safe to call from any
+// goroutine, once.
 type Delivery struct {
 	m      *msg.Message
 	offset int64
 	src    *Source
-	// offsets is the tracker it was read under.
+	// stream is the stream it was read from, offsets the tracker it was
+	// read under.
+	stream  string
 	offsets *Offsets
 }
 
@@ -291,10 +305,14 @@ func (d *Delivery) Message() *msg.Message { return d.m }
 // Offset is the message's offset in the stream.
 func (d *Delivery) Offset() int64 { return d.offset }
 
+// Stream is the stream the message was read from: the stream, or the
+// partition of a super stream.
+func (d *Delivery) Stream() string { return d.stream }
+
 // Ack marks the delivery settled: the stored offset may pass it.
 func (d *Delivery) Ack() error {
 	if !d.offsets.Settle(d.offset) {
-		return fmt.Errorf("offset %d of stream %s settled twice", d.offset, d.src.o.Stream)
+		return fmt.Errorf("offset %d of stream %s settled twice", d.offset, d.stream)
 	}
 	d.src.held.give(len(d.m.Body))
 	return nil
@@ -316,19 +334,57 @@ func (d *Delivery) Nack(requeue bool) error {
 // Connected reports whether the source is subscribed to the stream.
 func (s *Source) Connected() bool { return s.connected.Load() }
 
-// Settled returns the offset the source would store now (ok false when
-// none): every offset it read at or below it is settled.
-func (s *Source) Settled() (int64, bool) { return s.tracker().Settled() }
+// Settled returns the offset the source would store now for the stream
+// (ok false when none): every offset it read at or below it is settled.
+// Of a super stream, SettledOf says it per partition.
+func (s *Source) Settled() (int64, bool) { return s.SettledOf(s.o.Stream) }
+
+// SettledOf is Settled for one stream read: the stream, or a partition of
+// the super stream; ok is false for one not read.
+func (s *Source) SettledOf(name string) (int64, bool) {
+	for _, p := range s.partList() {
+		if p.name == name {
+			return s.tracker(p).Settled()
+		}
+	}
+	return -1, false
+}
 
 // Active reports whether the source is subscribed and the one reader of
 // its consumer name that the broker delivers to (always, without
-// SingleActive).
-func (s *Source) Active() bool { return s.connected.Load() && s.active.Load() }
+// SingleActive); of a super stream, on at least one partition.
+func (s *Source) Active() bool {
+	if !s.connected.Load() {
+		return false
+	}
+	for _, p := range s.partList() {
+		if p.active.Load() {
+			return true
+		}
+	}
+	return false
+}
 
-func (s *Source) tracker() *Offsets {
+// ActivePartitions are the streams this source is the active reader of,
+// subscribed: the stream, or the partitions of the super stream the
+// broker gave it.
+func (s *Source) ActivePartitions() []string {
+	var out []string
+	if !s.connected.Load() {
+		return out
+	}
+	for _, p := range s.partList() {
+		if p.active.Load() {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+func (s *Source) tracker(p *part) *Offsets {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.offsets
+	return p.offsets
 }
 
 // Held is the number of deliveries handed to the loop and not settled,
@@ -336,7 +392,13 @@ func (s *Source) tracker() *Offsets {
 func (s *Source) Held() (n, bytes int) { return s.held.held() }
 
 // Pending is the number of offsets read and not yet stored past.
-func (s *Source) Pending() int { return s.tracker().Pending() }
+func (s *Source) Pending() int {
+	n := 0
+	for _, p := range s.partList() {
+		n += s.tracker(p).Pending()
+	}
+	return n
+}
 
 // Run subscribes to the stream and hands each message to handle until ctx
 // ends, subscribing again (from the first offset not read yet) whenever
@@ -356,7 +418,7 @@ func (s *Source) Run(ctx context.Context, handle func(*Delivery)) error {
 			s.stop()
 			return nil
 		}
-		if errors.Is(err, ErrNoSingleActive) {
+		if errors.Is(err, ErrNoSingleActive) || errors.Is(err, ErrNoSuperStream) {
 			s.stop()
 			return err
 		}
@@ -373,66 +435,45 @@ func (s *Source) Run(ctx context.Context, handle func(*Delivery)) error {
 	}
 }
 
-// session is one subscription: it returns when the subscription is lost,
-// and at once (keeping the subscription for Close's store) when ctx ends.
+// session is one subscription: it returns when the subscription is lost
+// (of a super stream, when any partition's is), and at once (keeping the
+// subscription for Close's store) when ctx ends.
 func (s *Source) session(ctx context.Context) error {
 	env, err := s.environment()
 	if err != nil {
 		return err
 	}
-	if s.o.Declare {
-		opts := stream.NewStreamOptions()
-		if s.o.MaxAge > 0 {
-			opts.SetMaxAge(s.o.MaxAge)
+	if s.o.SuperStream {
+		names, err := s.partitions(env)
+		if err != nil {
+			return err
 		}
-		if s.o.MaxLengthBytes > 0 {
-			opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(s.o.MaxLengthBytes))
+		for _, n := range names {
+			s.partNamed(n)
 		}
-		if s.o.MaxSegmentSizeBytes > 0 {
-			opts.SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(s.o.MaxSegmentSizeBytes))
-		}
-		if err := env.DeclareStream(s.o.Stream, opts); err != nil {
-			return fmt.Errorf("declare stream: %w", err)
-		}
-	} else if ok, err := env.StreamExists(s.o.Stream); err != nil {
-		return fmt.Errorf("look for the stream: %w", err)
-	} else if !ok {
-		return ErrNoStream
+	} else if err := s.declare(env); err != nil {
+		return err
 	}
-	gen, spec, err := s.startAt(env)
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	s.mu.Unlock()
+	// lost hears of every stream whose subscription closed; the first
+	// ends the session.
+	lost := make(chan error, len(s.partList())+1)
+	var unsubscribe func() error
+	if s.o.SuperStream && s.o.SingleActive {
+		unsubscribe, err = s.subscribeSuper(env, gen, lost)
+	} else {
+		unsubscribe, err = s.subscribeEach(env, gen, lost)
+	}
 	if err != nil {
 		return err
 	}
-	opts := stream.NewConsumerOptions().
-		SetConsumerName(s.o.Consumer).
-		SetManualCommit().
-		SetOffset(spec).
-		SetClientProvidedName(s.o.Name)
-	if s.o.SingleActive {
-		// The broker says when this reader is promoted, and it starts
-		// where promote says, not at spec.
-		s.active.Store(false)
-		opts.SetSingleActiveConsumer(stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
-			return s.promote(env, active)
-		}))
-	} else {
-		s.active.Store(true)
-	}
-	cons, err := env.NewConsumer(s.o.Stream, func(cc stream.ConsumerContext, m *amqp.Message) {
-		s.onMessage(gen, cc.Consumer.GetOffset(), m)
-	}, opts)
-	if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
-		return ErrNoSingleActive
-	}
-	if err != nil {
-		return fmt.Errorf("subscribe: %w", err)
-	}
 	s.mu.Lock()
-	s.cons = cons
+	s.unsubscribe = unsubscribe
 	s.mu.Unlock()
 	s.connected.Store(true)
-	s.log.Info("reading the stream", "event", "STREAM_SUBSCRIBED", "from", spec.String())
-	closed := cons.NotifyClose()
 	tick := time.NewTicker(s.o.StoreEvery)
 	defer tick.Stop()
 	watching, unwatch := context.WithCancel(ctx)
@@ -442,19 +483,130 @@ func (s *Source) session(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-closed:
+		case err := <-lost:
 			s.connected.Store(false)
 			s.mu.Lock()
-			s.cons = nil
-			s.mu.Unlock()
-			if ev.Err != nil {
-				return fmt.Errorf("subscription closed (%s): %w", ev.Reason, ev.Err)
+			unsubscribe := s.unsubscribe
+			s.unsubscribe = nil
+			for _, p := range s.parts {
+				p.save = nil
 			}
-			return fmt.Errorf("subscription closed (%s)", ev.Reason)
+			s.mu.Unlock()
+			// The streams still subscribed are read again with the rest.
+			_ = unsubscribe() // the subscription is being replaced
+			return err
 		case <-tick.C:
 			s.store()
 		}
 	}
+}
+
+// declare creates the stream when the options say so and it is missing,
+// and otherwise checks that it is there.
+func (s *Source) declare(env *stream.Environment) error {
+	if !s.o.Declare {
+		if ok, err := env.StreamExists(s.o.Stream); err != nil {
+			return fmt.Errorf("look for the stream: %w", err)
+		} else if !ok {
+			return ErrNoStream
+		}
+		return nil
+	}
+	if err := env.DeclareStream(s.o.Stream, s.retention()); err != nil {
+		return fmt.Errorf("declare stream: %w", err)
+	}
+	return nil
+}
+
+// retention is the retention a declared stream (each partition of a
+// declared super stream) gets.
+func (s *Source) retention() *stream.StreamOptions {
+	opts := stream.NewStreamOptions()
+	s.setRetention(func(d time.Duration) { opts.SetMaxAge(d) },
+		func(b *stream.ByteCapacity) { opts.SetMaxLengthBytes(b) },
+		func(b *stream.ByteCapacity) { opts.SetMaxSegmentSizeBytes(b) })
+	return opts
+}
+
+// setRetention calls the setters of the retention the options give, those
+// of a stream's options or of a super stream's.
+func (s *Source) setRetention(maxAge func(time.Duration), maxLength, maxSegment func(*stream.ByteCapacity)) {
+	if s.o.MaxAge > 0 {
+		maxAge(s.o.MaxAge)
+	}
+	if s.o.MaxLengthBytes > 0 {
+		maxLength(stream.ByteCapacity{}.B(s.o.MaxLengthBytes))
+	}
+	if s.o.MaxSegmentSizeBytes > 0 {
+		maxSegment(stream.ByteCapacity{}.B(s.o.MaxSegmentSizeBytes))
+	}
+}
+
+// subscribeEach subscribes to every stream read with a consumer of its
+// own, each starting where startAt says (or, as a single active consumer,
+// where promote says once the broker makes it the active one). It
+// returns what ends them all.
+func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- error) (func() error, error) {
+	var consumers []*stream.Consumer
+	unsubscribe := func() error {
+		var errs []error
+		for _, c := range consumers {
+			if err := c.Close(); err != nil && !errors.Is(err, stream.AlreadyClosed) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, p := range s.partList() {
+		spec, err := s.startAt(env, p)
+		if err != nil {
+			_ = unsubscribe() // the error says why
+			return nil, err
+		}
+		opts := stream.NewConsumerOptions().
+			SetConsumerName(s.o.Consumer).
+			SetManualCommit().
+			SetOffset(spec).
+			SetClientProvidedName(s.o.Name)
+		if s.o.SingleActive {
+			// The broker says when this reader is promoted, and it starts
+			// where promote says, not at spec.
+			p.active.Store(false)
+			opts.SetSingleActiveConsumer(stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
+				return s.promote(env, p, active)
+			}))
+		} else {
+			p.active.Store(true)
+		}
+		cons, err := env.NewConsumer(p.name, func(cc stream.ConsumerContext, m *amqp.Message) {
+			s.onMessage(gen, p, cc.Consumer.GetOffset(), m)
+		}, opts)
+		if err != nil {
+			_ = unsubscribe() // the error says why
+			if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
+				return nil, ErrNoSingleActive
+			}
+			return nil, fmt.Errorf("subscribe to %s: %w", p.name, err)
+		}
+		consumers = append(consumers, cons)
+		s.mu.Lock()
+		p.save = cons.StoreCustomOffset
+		s.mu.Unlock()
+		go func(closed stream.ChannelClose) {
+			ev := <-closed
+			lost <- closeError(p.name, ev)
+		}(cons.NotifyClose())
+		s.logFor(p).Info("reading the stream", "event", "STREAM_SUBSCRIBED", "from", spec.String())
+	}
+	return unsubscribe, nil
+}
+
+// closeError says why the subscription to name closed.
+func closeError(name string, ev stream.Event) error {
+	if ev.Err != nil {
+		return fmt.Errorf("subscription to %s closed (%s): %w", name, ev.Reason, ev.Err)
+	}
+	return fmt.Errorf("subscription to %s closed (%s)", name, ev.Reason)
 }
 
 // envOptions reach the stream listener of o. The socket buffers are left
@@ -487,34 +639,7 @@ func (s *Source) environment() (*stream.Environment, error) {
 	return env, nil
 }
 
-// startAt starts a new subscription (gen) and says where it reads from:
-// after the last offset read, when this source has read before; else
-// after the offset the broker stored for the consumer; else where the
-// options say a new consumer starts.
-func (s *Source) startAt(env *stream.Environment) (uint64, stream.OffsetSpecification, error) {
-	s.mu.Lock()
-	s.gen++
-	gen := s.gen
-	tracker := s.offsets
-	next, ok := tracker.Next()
-	s.mu.Unlock()
-	if ok {
-		return gen, stream.OffsetSpecification{}.Offset(next), nil
-	}
-	stored, err := env.QueryOffset(s.o.Consumer, s.o.Stream)
-	switch {
-	case errors.Is(err, stream.OffsetNotFoundError):
-		return gen, s.firstStart(), nil
-	case err != nil:
-		return 0, stream.OffsetSpecification{}, fmt.Errorf("query the stored offset: %w", err)
-	}
-	tracker.Resume(stored)
-	s.mu.Lock()
-	s.stored = stored
-	s.mu.Unlock()
-	return gen, stream.OffsetSpecification{}.Offset(stored + 1), nil
-}
-
+// firstStart is where a consumer name with no stored offset starts.
 func (s *Source) firstStart() stream.OffsetSpecification {
 	spec := stream.OffsetSpecification{}
 	switch s.o.Start.Kind {
@@ -530,46 +655,11 @@ func (s *Source) firstStart() stream.OffsetSpecification {
 	return spec.First()
 }
 
-// promote is told by the broker whether this single active consumer is
-// now the active reader of its name, and answers where it starts: after
-// the offset stored now (by whichever reader was active before), with a
-// new tracker, since what the last active reader left unsettled is to be
-// read again. A standby stores nothing.
-func (s *Source) promote(env *stream.Environment, active bool) stream.OffsetSpecification {
-	if !active {
-		s.active.Store(false)
-		s.log.Info("another reader of the consumer name is active; standing by", "event", "STREAM_STANDBY")
-		return stream.OffsetSpecification{}.Next()
-	}
-	fresh := NewOffsets()
-	stored, err := env.QueryOffset(s.o.Consumer, s.o.Stream)
-	spec := stream.OffsetSpecification{}
-	switch {
-	case errors.Is(err, stream.OffsetNotFoundError):
-		spec, stored = s.firstStart(), -1
-	case err != nil:
-		// Where the last reader stopped is unknown: from the first message
-		// kept, every one is read again rather than one skipped.
-		s.log.Warn("could not read the stored offset on promotion; reading the stream from its first message",
-			"event", "STREAM_OFFSET_UNKNOWN", "error", err.Error())
-		spec, stored = spec.First(), -1
-	default:
-		fresh.Resume(stored)
-		spec = spec.Offset(stored + 1)
-	}
-	s.mu.Lock()
-	s.offsets, s.stored = fresh, stored
-	s.mu.Unlock()
-	s.active.Store(true)
-	s.log.Info("promoted: the active reader of the consumer name", "event", "STREAM_ACTIVE", "from", spec.String())
-	return spec
-}
-
-// onMessage is called by the client, one message at a time in offset
+// onMessage is called by the client, one message of p at a time in offset
 // order, for subscription gen. It blocks while the loop's hand-off is full
 // or reading is paused, which holds the client's credit back and so stops
 // the broker sending more.
-func (s *Source) onMessage(gen uint64, off int64, m *amqp.Message) {
+func (s *Source) onMessage(gen uint64, p *part, off int64, m *amqp.Message) {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
@@ -577,19 +667,19 @@ func (s *Source) onMessage(gen uint64, off int64, m *amqp.Message) {
 		<-s.closed
 		return
 	}
-	if gen != s.gen || !s.offsets.Read(off) {
+	if gen != s.gen || !p.offsets.Read(off) {
 		// Read already, or read by the subscription that replaced this one.
 		s.mu.Unlock()
 		return
 	}
-	tracker := s.offsets
+	tracker := p.offsets
 	s.handing.Add(1)
 	s.mu.Unlock()
 	defer s.handing.Done()
 	// Room first: the loop holds no more unsettled deliveries of the
 	// stream than the prefetch (and its bytes), so handing one over never
 	// blocks.
-	d := &Delivery{m: fromStream(m, s.o.Stream, off), offset: off, src: s, offsets: tracker}
+	d := &Delivery{m: fromStream(m, p.name, off), offset: off, src: s, stream: p.name, offsets: tracker}
 	if !s.held.take(len(d.m.Body), s.stopped) {
 		return // read, never handed: it stays unsettled
 	}
@@ -637,7 +727,7 @@ func (s *Source) redeliver(d *Delivery) {
 			return
 		}
 		d.m.Redelivered = true
-		s.hand(&Delivery{m: d.m, offset: d.offset, src: s, offsets: d.offsets})
+		s.hand(&Delivery{m: d.m, offset: d.offset, src: s, stream: d.stream, offsets: d.offsets})
 	}()
 }
 
@@ -654,30 +744,15 @@ func (s *Source) stop() {
 	s.handing.Wait()
 }
 
-// store writes the settled offset on the broker when it moved, unless
-// this reader stands by.
+// store writes the settled offset of every stream read on the broker
+// where it moved, unless this reader stands by there.
 func (s *Source) store() {
-	if !s.active.Load() {
-		return
+	for _, p := range s.partList() {
+		s.storePart(p)
 	}
-	s.mu.Lock()
-	cons, stored, tracker := s.cons, s.stored, s.offsets
-	s.mu.Unlock()
-	off, ok := tracker.Settled()
-	if !ok || off <= stored || cons == nil {
-		return
-	}
-	if err := cons.StoreCustomOffset(off); err != nil {
-		s.log.Warn("could not store the stream offset; storing it again later", "event", "STREAM_OFFSET_STORE_FAILED",
-			"offset", off, "error", err.Error())
-		return
-	}
-	s.mu.Lock()
-	s.stored = max(s.stored, off)
-	s.mu.Unlock()
 }
 
-// Close stops reading (if Run has not), stores the settled offset a last
+// Close stops reading (if Run has not), stores the settled offsets a last
 // time and disconnects. What is still unsettled is read again by the next
 // consumer of the same name.
 func (s *Source) Close() error {
@@ -685,14 +760,18 @@ func (s *Source) Close() error {
 	s.store()
 	s.closeOnce.Do(func() { close(s.closed) })
 	s.mu.Lock()
-	cons, env := s.cons, s.env
-	s.cons, s.env = nil, nil
-	stored := s.stored
+	unsubscribe, env := s.unsubscribe, s.env
+	s.unsubscribe, s.env = nil, nil
+	stored := map[string]int64{}
+	for _, p := range s.parts {
+		stored[p.name] = p.stored
+		p.save = nil
+	}
 	s.mu.Unlock()
 	s.connected.Store(false)
 	var errs []error
-	if cons != nil {
-		if err := cons.Close(); err != nil && !errors.Is(err, stream.AlreadyClosed) {
+	if unsubscribe != nil {
+		if err := unsubscribe(); err != nil {
 			errs = append(errs, fmt.Errorf("close the subscription: %w", err))
 		}
 	}
@@ -701,7 +780,11 @@ func (s *Source) Close() error {
 			errs = append(errs, fmt.Errorf("close the stream connection: %w", err))
 		}
 	}
-	s.log.Info("stream reading stopped", "event", "STREAM_CLOSED", "stored_offset", stored, "pending", s.Pending())
+	if s.o.SuperStream {
+		s.log.Info("stream reading stopped", "event", "STREAM_CLOSED", "stored_offsets", stored, "pending", s.Pending())
+	} else {
+		s.log.Info("stream reading stopped", "event", "STREAM_CLOSED", "stored_offset", stored[s.o.Stream], "pending", s.Pending())
+	}
 	return errors.Join(errs...)
 }
 

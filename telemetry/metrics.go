@@ -85,6 +85,10 @@ type Sources struct {
 	// name, the offset of the stream's last message and the lag between
 	// them, as last looked up.
 	StreamPositions func() map[string]StreamPosition
+	// StreamPartitions are, per stream subscription and partition of its
+	// super stream ([queue, partition]), the same, and whether this
+	// Hopper is the partition's active reader.
+	StreamPartitions func() map[[2]string]StreamPosition
 	// ParkSteps are the parking delays of a schedule: every step's
 	// hopper_parked_total series exists from the first scrape.
 	ParkSteps []time.Duration
@@ -97,6 +101,9 @@ type Sources struct {
 // StreamPosition is where a stream subscription's consumer name stands.
 type StreamPosition struct {
 	Stored, Last, Lag float64
+	// Active is 1 while this Hopper reads the partition, 0 otherwise
+	// (StreamPartitions only).
+	Active float64
 }
 
 // NewMetrics registers every metric on a fresh registry (one per sidecar,
@@ -254,6 +261,36 @@ func NewMetrics(src Sources) *Metrics {
 		r.labelledGaugeFunc("hopper_stream_lag_messages",
 			"Offsets of a stream subscription's stream after the one stored for its consumer name: the messages still to read (and the few offset-tracking entries among them).",
 			"queue", pick(func(p StreamPosition) float64 { return p.Lag }))
+	}
+	if src.StreamPartitions != nil {
+		pick := func(f func(StreamPosition) float64) func() map[[2]string]float64 {
+			return func() map[[2]string]float64 {
+				out := map[[2]string]float64{}
+				for k, p := range src.StreamPartitions() {
+					out[k] = f(p)
+				}
+				return out
+			}
+		}
+		for _, g := range []struct {
+			name, help string
+			of         func(StreamPosition) float64
+		}{
+			{"hopper_stream_partition_stored_offset",
+				"The offset stored on the broker for a super stream subscription's consumer name on one partition (-1: none yet), as last looked up (every 5 s).",
+				func(p StreamPosition) float64 { return p.Stored }},
+			{"hopper_stream_partition_last_offset",
+				"The offset of the last message of one partition of a super stream subscription's super stream (-1: none), as last looked up (every 5 s).",
+				func(p StreamPosition) float64 { return p.Last }},
+			{"hopper_stream_partition_lag_messages",
+				"Offsets of one partition of a super stream after the one stored for the subscription's consumer name: the messages of the partition still to read.",
+				func(p StreamPosition) float64 { return p.Lag }},
+			{"hopper_stream_partition_active",
+				"1 while this Hopper is the reader of the partition of a super stream subscription (the broker gives each partition to one reader of the consumer name), 0 otherwise.",
+				func(p StreamPosition) float64 { return p.Active }},
+		} {
+			r.pairGaugeFunc(g.name, g.help, [2]string{"queue", "partition"}, pick(g.of))
+		}
 	}
 	if src.ConcurrencyLimit != nil {
 		r.gaugeFunc("hopper_concurrency_limit",

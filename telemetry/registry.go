@@ -110,6 +110,16 @@ func (r *registry) labelledCounterFunc(name, help, label string, fn func() map[s
 	}})
 }
 
+// pairGaugeFunc registers a gauge with two labels whose series, one per
+// pair of values, are read from fn at each scrape.
+func (r *registry) pairGaugeFunc(name, help string, labels [2]string, fn func() map[[2]string]float64) {
+	r.add(&family{name: name, help: help, kind: gaugeKind, labels: labels[:], collect: func(f *family) {
+		for v, n := range fn() {
+			f.with(v[0], v[1]).set(n)
+		}
+	}})
+}
+
 // labelledGaugeFunc registers a gauge whose series, one per value of
 // label, are read from fn at each scrape.
 func (r *registry) labelledGaugeFunc(name, help, label string, fn func() map[string]float64) {

@@ -60,6 +60,9 @@ type Stream struct {
 	// Args are x-max-age, x-max-length-bytes and
 	// x-stream-max-segment-size-bytes, where set.
 	Args map[string]any
+	// Partitions is, for a super stream, the partition count it is
+	// declared with (each partition gets Args); 0 for a stream.
+	Partitions int
 }
 
 // ArgSingleActiveConsumer is the argument of a single-active-consumer queue.
@@ -199,6 +202,9 @@ func FromConfig(c *config.Config) Plan {
 	var stream *Stream
 	if st := c.Queue.Stream; st.Name != "" {
 		stream = &Stream{Name: st.Name, Consumer: st.Consumer, Args: map[string]any{}}
+		if st.SuperStream {
+			stream.Partitions = st.Partitions
+		}
 		if st.MaxAge > 0 {
 			stream.Args["x-max-age"] = strconv.FormatInt(int64(st.MaxAge.D().Seconds()), 10) + "s"
 		}
@@ -478,7 +484,12 @@ func (p *Plan) String() string {
 	}
 	fmt.Fprintf(&b, "mode: %s\n", mode)
 	if st := p.Stream; st != nil {
-		fmt.Fprintf(&b, "stream %s read as consumer %s (stream protocol, by hopper run)", st.Name, st.Consumer)
+		if st.Partitions > 0 {
+			fmt.Fprintf(&b, "super stream %s (%d partitions %s-0…, when declared) read as consumer %s (stream protocol, by hopper run)",
+				st.Name, st.Partitions, st.Name, st.Consumer)
+		} else {
+			fmt.Fprintf(&b, "stream %s read as consumer %s (stream protocol, by hopper run)", st.Name, st.Consumer)
+		}
 		for _, k := range sortedKeys(st.Args) {
 			fmt.Fprintf(&b, " %s=%v", k, st.Args[k])
 		}
@@ -548,6 +559,8 @@ type DocStream struct {
 	Name      string         `json:"name"`
 	Consumer  string         `json:"consumer"`
 	Arguments map[string]any `json:"arguments,omitempty"`
+	// Partitions is a super stream's partition count when declared.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // DocExchange is one exchange of a Document.
@@ -586,7 +599,7 @@ type DocQueue struct {
 func (p *Plan) Document() Document {
 	d := Document{Declare: p.Declare, Warnings: p.Warnings()}
 	if st := p.Stream; st != nil {
-		d.Stream = &DocStream{Name: st.Name, Consumer: st.Consumer, Arguments: st.Args}
+		d.Stream = &DocStream{Name: st.Name, Consumer: st.Consumer, Arguments: st.Args, Partitions: st.Partitions}
 	}
 	if d.Warnings == nil {
 		d.Warnings = []string{}

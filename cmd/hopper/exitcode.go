@@ -76,7 +76,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.Is(err, errUsage):
 		return exitUsage
-	case errors.Is(err, errBadData), errors.Is(err, streamsrc.ErrNoSingleActive):
+	case errors.Is(err, errBadData), errors.Is(err, streamsrc.ErrNoSingleActive), errors.Is(err, streamsrc.ErrNoSuperStream):
 		// The config asks for what this broker cannot do.
 		return exitDataErr
 	case errors.Is(err, errTempFail):

@@ -38,7 +38,10 @@ stored one, which starts where queue.stream.offset says), the stream's first
 and last offset (the last message's, found by reading the last chunk), and
 the lag: the offsets after the stored one up to the last. Offset tracking
 takes offsets of its own (one per store of any consumer name of the stream),
-so among messages the lag counts those few too. Nothing is changed.`,
+so among messages the lag counts those few too. Nothing is changed.
+
+For a super stream (queue.stream.superStream) it shows the same for each
+partition, and the total lag.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -87,7 +90,10 @@ queue.stream.singleActiveConsumer the broker can tell: seek subscribes under
 the name as its single active consumer and stores only if the broker makes
 it the active one; while a Hopper reads it stands by, and seek refuses (exit
 75). Without it the broker cannot tell whether a reader runs, so seek
-refuses unless --force says every Hopper of the subscription is stopped.`,
+refuses unless --force says every Hopper of the subscription is stopped.
+
+A super stream's offsets are not moved (exit 64): stop its Hoppers and seek
+each partition with a config that names the partition as the stream.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -100,6 +106,9 @@ refuses unless --force says every Hopper of the subscription is stopped.`,
 			o, err := f.streamOptions(cmd)
 			if err != nil {
 				return err
+			}
+			if o.SuperStream {
+				return usage(streamsrc.ErrSeekSuperStream)
 			}
 			if !dry && !o.SingleActive && !force {
 				return usage(fmt.Errorf("queue.stream.singleActiveConsumer is off, so the broker cannot tell whether a Hopper reads as %q now, and a running one would store its own offset over the new one: stop every Hopper of this subscription, then run seek again with --force (or see what it would do with --dry-run)", o.Consumer))
@@ -192,6 +201,20 @@ func storedText(off int64, has bool) string {
 
 func writeStreamStatus(w io.Writer, st streamsrc.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if st.Partitions != nil {
+		fmt.Fprintf(tw, "super stream\t%s (%d partitions)\n", st.Stream, len(st.Partitions))
+		fmt.Fprintf(tw, "consumer\t%s\n", st.Consumer)
+		fmt.Fprintln(tw, "partition\tstored offset\tfirst offset\tlast offset\tlag")
+		for _, p := range st.Partitions {
+			stored := "none"
+			if p.HasStored {
+				stored = fmt.Sprint(p.Stored)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.Stream, stored, offsetText(p.First), offsetText(p.Last), p.Lag)
+		}
+		fmt.Fprintf(tw, "total\t\t\t\t%d\n", st.Lag)
+		return tw.Flush()
+	}
 	fmt.Fprintf(tw, "stream\t%s\n", st.Stream)
 	fmt.Fprintf(tw, "consumer\t%s\n", st.Consumer)
 	fmt.Fprintf(tw, "stored offset\t%s\n", storedText(st.Stored, st.HasStored))

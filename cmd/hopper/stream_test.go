@@ -213,4 +213,84 @@ log:
 	if r := hopper(t, "stream", "status", "-c", cfgPath, "--set", "queue.name=nosuch"); r.code != 65 {
 		t.Fatalf("status of a missing stream: exit %d\n%s", r.code, r.stderr)
 	}
+
+	superStreamStatus(t, sb, cfgPath, pub)
+}
+
+// superStreamStatus: `hopper stream status` of a super stream shows each
+// partition's stored offset, last offset and lag, and the total; `seek`
+// refuses it. RabbitMQ 3.10 has no super streams: status says so (65).
+func superStreamStatus(t *testing.T, sb *testbroker.Broker, cfgPath string, pub *broker.Publisher) {
+	args := func(cmd ...string) []string {
+		return append(cmd, "-c", cfgPath, "--set", "queue.name=orders", "--set", "queue.stream.superStream=true")
+	}
+	if sb.Series() < 4 {
+		if r := hopper(t, args("stream", "status")...); r.code != 65 || !strings.Contains(r.stderr, "not found") {
+			t.Fatalf("status of a super stream on RabbitMQ %s: exit %d\n%s", sb.Version(), r.code, r.stderr)
+		}
+		return
+	}
+	read := func(settle func(*streamsrc.Delivery) bool) (*streamsrc.Source, func()) {
+		src := streamsrc.New(streamsrc.Options{Port: sb.StreamPort(), Stream: "orders", Consumer: "billing", SuperStream: true,
+			Partitions: 3, Declare: true, StoreEvery: 50 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			src.Run(ctx, func(d *streamsrc.Delivery) { //nolint:errcheck // ends with ctx
+				if settle(d) {
+					d.Ack() //nolint:errcheck // once
+				}
+			})
+		}()
+		return src, func() { cancel(); <-done; src.Close() } //nolint:errcheck // checked by status
+	}
+	// Declared (nothing stored), then 10 messages by routing key: 4 to
+	// orders-0, 3 to each other; a reader settles those of orders-0 and
+	// orders-1 only.
+	src, stop := read(func(*streamsrc.Delivery) bool { return false })
+	waitfor.Until(t, 20*time.Second, "the super stream is declared and read", src.Connected)
+	stop()
+	for i := range 10 {
+		if err := pub.PublishTo(context.Background(), "orders", fmt.Sprint(i%3), &msg.Message{MessageID: fmt.Sprintf("o%d", i), Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, stop = read(func(d *streamsrc.Delivery) bool { return d.Stream() != "orders-2" })
+	waitfor.Until(t, 20*time.Second, "orders-0 and orders-1 settled", func() bool {
+		a, okA := src.SettledOf("orders-0")
+		b, okB := src.SettledOf("orders-1")
+		return okA && okB && a == 3 && b == 2
+	})
+	stop()
+	r := hopper(t, args("stream", "status", "-o", "json")...)
+	if r.code != 0 {
+		t.Fatalf("status: exit %d\n%s", r.code, r.stderr)
+	}
+	var st streamsrc.Status
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status output: %v\n%s", err, r.stdout)
+	}
+	want := []struct {
+		stored, last, lag int64
+		has               bool
+	}{{3, 3, 0, true}, {2, 2, 0, true}, {-1, 2, 3, false}}
+	if len(st.Partitions) != 3 || st.Lag != 3 {
+		t.Fatalf("status: %+v, want 3 partitions and a lag of 3", st)
+	}
+	for i, w := range want {
+		p := st.Partitions[i]
+		if p.Stream != fmt.Sprintf("orders-%d", i) || p.Stored != w.stored || p.HasStored != w.has || p.Last != w.last || p.Lag != w.lag {
+			t.Errorf("partition %d: %+v, want %+v", i, p, w)
+		}
+	}
+	text := hopper(t, args("stream", "status")...)
+	for _, w := range []string{"super stream  orders (3 partitions)", "orders-2", "total"} {
+		if !strings.Contains(text.stdout, w) {
+			t.Errorf("status text lacks %q:\n%s", w, text.stdout)
+		}
+	}
+	if r := hopper(t, args("stream", "seek", "first", "--force")...); r.code != 64 || !strings.Contains(r.stderr, "super stream") {
+		t.Fatalf("seek of a super stream: exit %d\n%s", r.code, r.stderr)
+	}
 }
