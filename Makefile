@@ -65,14 +65,14 @@ check-long:
 ## release changes what the broker does (FAULTS_3X: restarts of classic and
 ## quorum queues, a cluster losing nodes, quorum tiers, the order in which a
 ## quorum queue hands back a cut consumer's messages, partitions, single
-## active consumer, parking, streams). The others, whose faults are the
+## active consumer, parking, streams and super streams). The others, whose faults are the
 ## app's, the input's or Hopper's own batching, run on 4.x in check-long and
 ## on 3.x in `HOPPER_TEST_RABBITMQ=3 make faults`, as does ordering on a
 ## quorum queue, which 3.10 breaks now and then (docs/brokers.md). The
 ## broker-alone measurement of a quorum tier's failover runs in `make
 ## faults` only (HOPPER_FAULTS_BROKER_ALONE=1): it tests the broker, not
 ## Hopper.
-FAULTS_3X = TestFaultMixed|TestFaultMixedQuorum|TestFaultOutage|TestFaultCluster|TestFaultQuorumReturnOrderBrokerAlone|TestFaultPartitionsKillOneOfThree|TestFaultPartitionsSharedByPriority|TestFaultSingleActiveConsumerTakeover|TestFaultScheduled|TestFaultStream|TestFaultTiersFullRestartsQuorum
+FAULTS_3X = TestFaultMixed|TestFaultMixedQuorum|TestFaultOutage|TestFaultCluster|TestFaultQuorumReturnOrderBrokerAlone|TestFaultPartitionsKillOneOfThree|TestFaultPartitionsSharedByPriority|TestFaultSingleActiveConsumerTakeover|TestFaultScheduled|TestFaultStream|TestFaultSuperStream|TestFaultTiersFullRestartsQuorum
 check-3x: test3
 	HOPPER_TEST_RABBITMQ=3 $(GO) test -count=1 -timeout 25m -run '^($(FAULTS_3X))$$' ./faults/
 
