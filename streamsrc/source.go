@@ -493,7 +493,11 @@ func (s *Source) session(ctx context.Context) error {
 			}
 			s.mu.Unlock()
 			// The streams still subscribed are read again with the rest.
-			_ = unsubscribe() // the subscription is being replaced
+			// Close may have ended the subscription first (that is what
+			// lost it, then), leaving nothing to end here.
+			if unsubscribe != nil {
+				_ = unsubscribe() // the subscription is being replaced
+			}
 			return err
 		case <-tick.C:
 			s.store()
