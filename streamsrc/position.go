@@ -405,6 +405,10 @@ type Target struct {
 	Kind   string
 	Offset int64
 	Time   time.Time
+	// Partition restricts the seek of a super stream to one partition:
+	// its stream's name, or its index among the partitions. An offset
+	// is one partition's, so a super stream takes one only with it.
+	Partition string
 }
 
 // ParseTarget reads first, last, an offset number or an RFC 3339 time.
@@ -431,36 +435,52 @@ func ParseTarget(s string) (Target, error) {
 type Move struct {
 	Status
 	// Next is the offset the consumer name reads next after the move;
-	// NewStored the offset stored for that (Next-1).
+	// NewStored the offset stored for that (Next-1). Of a super stream
+	// both are -1: Partitions say each.
 	Next      int64 `json:"nextOffset"`
 	NewStored int64 `json:"newStoredOffset"`
-	// LagAfter is the consumer name's lag after the move.
+	// LagAfter is the consumer name's lag after the move; of a super
+	// stream, like Lag, the total over the partitions moved.
 	LagAfter int64 `json:"lagMessagesAfter"`
 	// Done is true once the new offset is stored (false on a dry run).
 	Done bool `json:"done"`
+	// Partitions are the moves of a super stream's partitions, in the
+	// order the broker lists them (only the one named by
+	// Target.Partition when it is set). They stand for the partitions'
+	// status, which the super stream's own Status then leaves out.
+	Partitions []Move `json:"partitions,omitempty"`
 }
 
-// ErrSeekSuperStream is why Seek refuses a super stream: it moves one
-// stream's offset, and with single active readers it could not hold the
-// partitions the way the readers of a super stream are grouped.
-var ErrSeekSuperStream = errors.New("seek does not move the offsets of a super stream yet: " +
-	"stop its Hoppers, then seek each partition (<name>-0, <name>-1, …) with --force from a config naming it as a stream (queue.name the partition, superStream false)")
+// ErrPartitionNeeded is why Seek refuses an offset for a super stream as
+// a whole: each partition counts its own offsets.
+var ErrPartitionNeeded = errors.New("an offset is one partition's: name the partition (its stream's name, or its index) to seek a super stream to an offset")
+
+// ErrNoPartition is why Seek refuses a Target.Partition: the super
+// stream has no such partition.
+var ErrNoPartition = errors.New("no such partition")
 
 // ErrReaderActive is why Seek refuses: a reader of the consumer name is
 // running, and would store its own offset over the new one.
 var ErrReaderActive = errors.New("a reader of this consumer name is active")
 
 // Seek moves the offset stored for the consumer name so that it reads
-// to.Kind next (dry: only says what it would store). A running reader
+// to.Kind next (dry: only says what it would store); of a super stream,
+// on every partition, or on the one to.Partition names. A running reader
 // stores its own progress over it, so with SingleActive Seek first
-// subscribes as the name's single active consumer and stores only if the
-// broker makes it the active one: while a Hopper reads, it stands by,
-// and Seek returns ErrReaderActive. Without SingleActive the broker
-// cannot tell, and the caller must know no reader runs.
+// subscribes as the name's single active consumer (of the super stream,
+// on every partition) and stores only if the broker makes it the active
+// one everywhere: while a Hopper reads, it stands by, and Seek returns
+// ErrReaderActive with nothing stored. Without SingleActive the broker
+// cannot tell, and the caller must know no reader runs. Every target is
+// found before anything is stored: a partition whose target cannot be
+// found leaves every partition as it was.
 func Seek(o Options, to Target, dry bool) (Move, error) {
 	o.defaults()
-	if o.SuperStream {
-		return Move{}, ErrSeekSuperStream
+	if o.SuperStream && to.Kind == "offset" && to.Partition == "" {
+		return Move{}, ErrPartitionNeeded
+	}
+	if !o.SuperStream && to.Partition != "" {
+		return Move{}, fmt.Errorf("%s is a stream, not a super stream: it has no partitions to choose from", o.Stream)
 	}
 	env, err := connect(o)
 	if err != nil {
@@ -471,6 +491,65 @@ func Seek(o Options, to Target, dry bool) (Move, error) {
 	if err != nil {
 		return Move{Status: st}, err
 	}
+	var mv Move
+	if o.SuperStream {
+		mv, err = moveSuper(env, st, to)
+	} else {
+		mv, err = moveTo(env, st, to)
+	}
+	if err != nil || dry {
+		return mv, err
+	}
+	moves := []*Move{&mv}
+	if o.SuperStream {
+		moves = moves[:0]
+		for i := range mv.Partitions {
+			moves = append(moves, &mv.Partitions[i])
+		}
+	}
+	store := func() error {
+		for i, m := range moves {
+			if err := env.StoreOffset(o.Consumer, m.Stream, m.NewStored); err != nil {
+				if i > 0 {
+					return fmt.Errorf("store the offset of %s (those before it are stored): %w", m.Stream, err)
+				}
+				return fmt.Errorf("store the offset of %s: %w", m.Stream, err)
+			}
+			m.Done = true
+		}
+		mv.Done = true
+		return nil
+	}
+	if !o.SingleActive {
+		return mv, store()
+	}
+	names := []string{o.Stream}
+	if o.SuperStream {
+		names = names[:0]
+		for _, p := range st.Partitions {
+			names = append(names, p.Stream)
+		}
+	}
+	subscribe := func(cb func(string, bool) stream.OffsetSpecification) (func(), error) {
+		sac := stream.NewSingleActiveConsumer(cb)
+		if !o.SuperStream {
+			c, err := env.NewConsumer(o.Stream, func(stream.ConsumerContext, *amqp.Message) {},
+				stream.NewConsumerOptions().SetConsumerName(o.Consumer).SetManualCommit().
+					SetOffset(stream.OffsetSpecification{}.Next()).SetClientProvidedName("hopper-stream-seek").
+					SetSingleActiveConsumer(sac))
+			return func() { _ = c.Close() }, err
+		}
+		c, err := env.NewSuperStreamConsumer(o.Stream, func(stream.ConsumerContext, *amqp.Message) {},
+			stream.NewSuperStreamConsumerOptions().SetConsumerName(o.Consumer).SetManualCommit().
+				SetOffset(stream.OffsetSpecification{}.Next()).SetClientProvidedName("hopper-stream-seek").
+				SetSingleActiveConsumer(sac))
+		return func() { _ = c.Close() }, err
+	}
+	return mv, storeHoldingActive(subscribe, names, store)
+}
+
+// moveTo works out the move of one stream, whose status is st.
+func moveTo(env *stream.Environment, st Status, to Target) (Move, error) {
 	mv := Move{Status: st}
 	switch to.Kind {
 	case "first":
@@ -480,7 +559,7 @@ func Seek(o Options, to Target, dry bool) (Move, error) {
 	case "offset":
 		mv.Next = to.Offset
 	case "time":
-		off, ok, err := firstAt(env, o.Stream, to.Time)
+		off, ok, err := firstAt(env, st.Stream, to.Time)
 		if err != nil {
 			return mv, err
 		}
@@ -493,50 +572,101 @@ func Seek(o Options, to Target, dry bool) (Move, error) {
 	}
 	mv.NewStored = mv.Next - 1
 	mv.LagAfter = lag(mv.NewStored, st.First, st.Last)
-	if dry {
-		return mv, nil
-	}
-	if o.SingleActive {
-		release, err := holdActive(env, o)
-		if err != nil {
-			return mv, err
-		}
-		defer release()
-	}
-	if err := env.StoreOffset(o.Consumer, o.Stream, mv.NewStored); err != nil {
-		return mv, fmt.Errorf("store the offset: %w", err)
-	}
-	mv.Done = true
 	return mv, nil
 }
 
-// holdActive subscribes as the consumer name's single active consumer and
-// returns once the broker made it the active one (release ends it: a
-// Hopper standing by is promoted then and reads after the offset stored
-// meanwhile), or ErrReaderActive when another reader stays active.
-func holdActive(env *stream.Environment, o Options) (func(), error) {
+// moveSuper works out the move of each partition of a super stream whose
+// status is st (of the one to.Partition names, when set), and the total.
+func moveSuper(env *stream.Environment, st Status, to Target) (Move, error) {
+	parts := st.Partitions
+	if to.Partition != "" {
+		p, err := partitionNamed(st, to.Partition)
+		if err != nil {
+			return Move{Status: st}, err
+		}
+		parts = []Status{p}
+	}
+	st.Partitions, st.Lag = nil, 0
+	mv := Move{Status: st, Next: -1, NewStored: -1}
+	for _, p := range parts {
+		pm, err := moveTo(env, p, to)
+		if err != nil {
+			return mv, fmt.Errorf("partition %s (nothing stored in any partition): %w", p.Stream, err)
+		}
+		mv.Lag += pm.Lag
+		mv.LagAfter += pm.LagAfter
+		mv.Partitions = append(mv.Partitions, pm)
+	}
+	return mv, nil
+}
+
+// partitionNamed is the status of the partition name names: its stream's
+// name, or its index in the broker's list of them.
+func partitionNamed(st Status, name string) (Status, error) {
+	var names []string
+	for _, p := range st.Partitions {
+		if p.Stream == name {
+			return p, nil
+		}
+		names = append(names, p.Stream)
+	}
+	var i int
+	if _, err := fmt.Sscanf(name, "%d", &i); err == nil && fmt.Sprint(i) == name && i >= 0 && i < len(st.Partitions) {
+		return st.Partitions[i], nil
+	}
+	return Status{}, fmt.Errorf("%w %q in super stream %s: it has %s (or their index, 0 to %d)",
+		ErrNoPartition, name, st.Stream, strings.Join(names, ", "), len(names)-1)
+}
+
+// storeHoldingActive subscribes through subscribe as the consumer name's
+// single active consumer of each stream in names and calls store once the broker made it the active one of all,
+// or returns ErrReaderActive when another reader stays active on any.
+// A reader standing by is promoted when it ends and reads after the
+// offsets stored meanwhile. The broker may take a partition of a super
+// stream back for a reader that joins; it waits for the answer to that
+// update, which waits for a store under way: the joining reader then
+// reads after the new offset, and a partition taken before the store
+// means nothing is stored.
+func storeHoldingActive(subscribe func(func(string, bool) stream.OffsetSpecification) (func(), error), names []string, store func() error) error {
+	var mu sync.Mutex
+	active := map[string]bool{}
 	promoted := make(chan struct{})
 	var once sync.Once
-	c, err := env.NewConsumer(o.Stream, func(stream.ConsumerContext, *amqp.Message) {},
-		stream.NewConsumerOptions().SetConsumerName(o.Consumer).SetManualCommit().
-			SetOffset(stream.OffsetSpecification{}.Next()).SetClientProvidedName("hopper-stream-seek").
-			SetSingleActiveConsumer(stream.NewSingleActiveConsumer(func(_ string, active bool) stream.OffsetSpecification {
-				if active {
-					once.Do(func() { close(promoted) })
-				}
-				return stream.OffsetSpecification{}.Next()
-			})))
+	all := func() bool {
+		for _, n := range names {
+			if !active[n] {
+				return false
+			}
+		}
+		return true
+	}
+	release, err := subscribe(func(name string, isActive bool) stream.OffsetSpecification {
+		mu.Lock()
+		defer mu.Unlock()
+		active[name] = isActive
+		if isActive && all() {
+			once.Do(func() { close(promoted) })
+		}
+		return stream.OffsetSpecification{}.Next()
+	})
 	if errors.Is(err, stream.SingleActiveConsumerNotSupported) {
-		return nil, ErrNoSingleActive
+		return ErrNoSingleActive
 	}
 	if err != nil {
-		return nil, fmt.Errorf("subscribe as the single active consumer: %w", err)
+		return fmt.Errorf("subscribe as the single active consumer: %w", err)
 	}
+	// Ends the subscription after mu is unlocked: an update waiting for
+	// mu holds the connection that the unsubscription is answered on.
+	defer release()
 	select {
 	case <-promoted:
-		return func() { _ = c.Close() }, nil
 	case <-time.After(firstReadTimeout):
-		_ = c.Close()
-		return nil, ErrReaderActive
+		return ErrReaderActive
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !all() {
+		return ErrReaderActive
+	}
+	return store()
 }

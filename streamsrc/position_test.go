@@ -3,6 +3,7 @@ package streamsrc
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,6 +84,30 @@ func TestParseTarget(t *testing.T) {
 		if _, err := ParseTarget(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
+	}
+}
+
+// A super stream's partition is named by its stream or its index, and
+// an offset is refused without one before anything is looked up.
+func TestSeekPartitionNamed(t *testing.T) {
+	st := Status{Stream: "orders", Partitions: []Status{{Stream: "orders-0"}, {Stream: "orders-1"}, {Stream: "orders-2"}}}
+	for in, want := range map[string]string{"orders-2": "orders-2", "1": "orders-1", "0": "orders-0"} {
+		if p, err := partitionNamed(st, in); err != nil || p.Stream != want {
+			t.Errorf("%q: %+v %v, want %s", in, p, err, want)
+		}
+	}
+	for _, in := range []string{"3", "-1", "orders-3", "01", "orders"} {
+		if _, err := partitionNamed(st, in); !errors.Is(err, ErrNoPartition) || !strings.Contains(err.Error(), "orders-0, orders-1, orders-2") {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+	o := Options{Stream: "orders", SuperStream: true, Consumer: "c", Port: 1}
+	if _, err := Seek(o, Target{Kind: "offset", Offset: 4}, true); !errors.Is(err, ErrPartitionNeeded) {
+		t.Errorf("seek of a super stream to a bare offset: %v", err)
+	}
+	o.SuperStream = false
+	if _, err := Seek(o, Target{Kind: "first", Partition: "1"}, true); err == nil || !strings.Contains(err.Error(), "no partitions") {
+		t.Errorf("seek of a stream's partition: %v", err)
 	}
 }
 

@@ -68,6 +68,7 @@ func newStreamSeekCmd() *cobra.Command {
 	var f dlqFlags
 	var output string
 	var dry, force bool
+	var partition string
 	cmd := &cobra.Command{
 		Use:   "seek first|last|OFFSET|TIME",
 		Short: "Move the offset stored for the consumer name: Hopper then reads from the message named",
@@ -92,8 +93,16 @@ it the active one; while a Hopper reads it stands by, and seek refuses (exit
 75). Without it the broker cannot tell whether a reader runs, so seek
 refuses unless --force says every Hopper of the subscription is stopped.
 
-A super stream's offsets are not moved (exit 64): stop its Hoppers and seek
-each partition with a config that names the partition as the stream.`,
+For a super stream (queue.stream.superStream) first, last and TIME move every
+partition, each to its own first, last or first chunk at or after TIME;
+--dry-run and the output show each partition and the total of their lag. An
+OFFSET is one partition's: it takes --partition, the partition's stream name
+(orders-1) or its index (1), which also keeps any other target to that
+partition. With queue.stream.singleActiveConsumer seek subscribes to every
+partition as the super stream's single active consumer and stores only if
+the broker makes it the active one on all of them: while a Hopper reads any
+partition, seek refuses (exit 75) and stores nothing in any. Every
+partition's new offset is found before any is stored.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -107,15 +116,26 @@ each partition with a config that names the partition as the stream.`,
 			if err != nil {
 				return err
 			}
-			if o.SuperStream {
-				return usage(streamsrc.ErrSeekSuperStream)
+			to.Partition = partition
+			switch {
+			case !o.SuperStream && partition != "":
+				return usage(fmt.Errorf("--partition names a partition of a super stream, and %s is a stream (queue.stream.superStream is off)", o.Stream))
+			case o.SuperStream && to.Kind == "offset" && partition == "":
+				return usage(fmt.Errorf("offset %d names no message of super stream %s as a whole: each partition counts its own offsets; name the partition to move with --partition (its stream name, such as %s-0, or its index, such as 0)", to.Offset, o.Stream, o.Stream))
 			}
 			if !dry && !o.SingleActive && !force {
 				return usage(fmt.Errorf("queue.stream.singleActiveConsumer is off, so the broker cannot tell whether a Hopper reads as %q now, and a running one would store its own offset over the new one: stop every Hopper of this subscription, then run seek again with --force (or see what it would do with --dry-run)", o.Consumer))
 			}
 			mv, err := streamsrc.Seek(o, to, dry)
 			if errors.Is(err, streamsrc.ErrReaderActive) {
-				return tempFail(fmt.Errorf("a Hopper reads stream %q as %q now (it is the name's single active consumer) and would store its own offset over the new one: stop the Hoppers of this subscription (scale them to 0), then run seek again; nothing was stored", o.Stream, o.Consumer))
+				what, stored := "stream", "nothing was stored"
+				if o.SuperStream {
+					what, stored = "a partition of super stream", "nothing was stored in any partition"
+				}
+				return tempFail(fmt.Errorf("a Hopper reads %s %q as %q now (it is the name's single active consumer) and would store its own offset over the new one: stop the Hoppers of this subscription (scale them to 0), then run seek again; %s", what, o.Stream, o.Consumer, stored))
+			}
+			if errors.Is(err, streamsrc.ErrNoPartition) {
+				return usage(err)
 			}
 			if err != nil {
 				return streamErr(err)
@@ -127,6 +147,7 @@ each partition with a config that names the partition as the stream.`,
 	f.cf.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().BoolVar(&dry, "dry-run", false, "show what would be stored; store nothing")
+	cmd.Flags().StringVar(&partition, "partition", "", "of a super stream: move only this partition (its stream name, or its index); needed for an OFFSET")
 	cmd.Flags().BoolVar(&force, "force", false, "without queue.stream.singleActiveConsumer: every Hopper of the subscription is stopped, store anyway")
 	return cmd
 }
@@ -226,10 +247,20 @@ func writeStreamStatus(w io.Writer, st streamsrc.Status) error {
 
 func writeStreamMove(w io.Writer, mv streamsrc.Move) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "stream\t%s (first offset %s, last %s)\n", mv.Stream, offsetText(mv.First), offsetText(mv.Last))
-	fmt.Fprintf(tw, "consumer\t%s\n", mv.Consumer)
-	fmt.Fprintf(tw, "stored offset\t%s -> %d (reading resumes at %d)\n", storedNow(mv.Stored, mv.HasStored), mv.NewStored, mv.Next)
-	fmt.Fprintf(tw, "lag\t%d -> %d\n", mv.Lag, mv.LagAfter)
+	if mv.Partitions != nil {
+		fmt.Fprintf(tw, "super stream\t%s\n", mv.Stream)
+		fmt.Fprintf(tw, "consumer\t%s\n", mv.Consumer)
+		fmt.Fprintln(tw, "partition\tfirst offset\tlast offset\tstored offset\tlag")
+		for _, p := range mv.Partitions {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d -> %d\n", p.Stream, offsetText(p.First), offsetText(p.Last), storedMove(p), p.Lag, p.LagAfter)
+		}
+		fmt.Fprintf(tw, "total\t\t\t\t%d -> %d\n", mv.Lag, mv.LagAfter)
+	} else {
+		fmt.Fprintf(tw, "stream\t%s (first offset %s, last %s)\n", mv.Stream, offsetText(mv.First), offsetText(mv.Last))
+		fmt.Fprintf(tw, "consumer\t%s\n", mv.Consumer)
+		fmt.Fprintf(tw, "stored offset\t%s\n", storedMove(mv))
+		fmt.Fprintf(tw, "lag\t%d -> %d\n", mv.Lag, mv.LagAfter)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -240,9 +271,11 @@ func writeStreamMove(w io.Writer, mv streamsrc.Move) error {
 	return nil
 }
 
-func storedNow(off int64, has bool) string {
-	if !has {
-		return "none"
+// storedMove is a stream's stored offset before and after the move.
+func storedMove(mv streamsrc.Move) string {
+	now := "none"
+	if mv.HasStored {
+		now = fmt.Sprint(mv.Stored)
 	}
-	return fmt.Sprint(off)
+	return fmt.Sprintf("%s -> %d (reading resumes at %d)", now, mv.NewStored, mv.Next)
 }

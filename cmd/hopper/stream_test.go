@@ -218,21 +218,24 @@ log:
 }
 
 // superStreamStatus: `hopper stream status` of a super stream shows each
-// partition's stored offset, last offset and lag, and the total; `seek`
-// refuses it. RabbitMQ 3.10 has no super streams: status says so (65).
+// partition's stored offset, last offset and lag, and the total; then
+// superStreamSeek. RabbitMQ 3.10 has no super streams: status and seek
+// say so (65).
 func superStreamStatus(t *testing.T, sb *testbroker.Broker, cfgPath string, pub *broker.Publisher) {
 	args := func(cmd ...string) []string {
 		return append(cmd, "-c", cfgPath, "--set", "queue.name=orders", "--set", "queue.stream.superStream=true")
 	}
 	if sb.Series() < 4 {
-		if r := hopper(t, args("stream", "status")...); r.code != 65 || !strings.Contains(r.stderr, "not found") {
-			t.Fatalf("status of a super stream on RabbitMQ %s: exit %d\n%s", sb.Version(), r.code, r.stderr)
+		for _, cmd := range [][]string{{"stream", "status"}, {"stream", "seek", "first", "--force"}} {
+			if r := hopper(t, args(cmd...)...); r.code != 65 || !strings.Contains(r.stderr, "not found") {
+				t.Fatalf("%s of a super stream on RabbitMQ %s: exit %d\n%s", cmd[1], sb.Version(), r.code, r.stderr)
+			}
 		}
 		return
 	}
-	read := func(settle func(*streamsrc.Delivery) bool) (*streamsrc.Source, func()) {
+	read := func(settle func(*streamsrc.Delivery) bool, sac bool) (*streamsrc.Source, func()) {
 		src := streamsrc.New(streamsrc.Options{Port: sb.StreamPort(), Stream: "orders", Consumer: "billing", SuperStream: true,
-			Partitions: 3, Declare: true, StoreEvery: 50 * time.Millisecond})
+			Partitions: 3, Declare: true, StoreEvery: 50 * time.Millisecond, SingleActive: sac})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -248,7 +251,7 @@ func superStreamStatus(t *testing.T, sb *testbroker.Broker, cfgPath string, pub 
 	// Declared (nothing stored), then 10 messages by routing key: 4 to
 	// orders-0, 3 to each other; a reader settles those of orders-0 and
 	// orders-1 only.
-	src, stop := read(func(*streamsrc.Delivery) bool { return false })
+	src, stop := read(func(*streamsrc.Delivery) bool { return false }, false)
 	waitfor.Until(t, 20*time.Second, "the super stream is declared and read", src.Connected)
 	stop()
 	for i := range 10 {
@@ -256,7 +259,7 @@ func superStreamStatus(t *testing.T, sb *testbroker.Broker, cfgPath string, pub 
 			t.Fatal(err)
 		}
 	}
-	src, stop = read(func(d *streamsrc.Delivery) bool { return d.Stream() != "orders-2" })
+	src, stop = read(func(d *streamsrc.Delivery) bool { return d.Stream() != "orders-2" }, false)
 	waitfor.Until(t, 20*time.Second, "orders-0 and orders-1 settled", func() bool {
 		a, okA := src.SettledOf("orders-0")
 		b, okB := src.SettledOf("orders-1")
@@ -290,7 +293,128 @@ func superStreamStatus(t *testing.T, sb *testbroker.Broker, cfgPath string, pub 
 			t.Errorf("status text lacks %q:\n%s", w, text.stdout)
 		}
 	}
-	if r := hopper(t, args("stream", "seek", "first", "--force")...); r.code != 64 || !strings.Contains(r.stderr, "super stream") {
-		t.Fatalf("seek of a super stream: exit %d\n%s", r.code, r.stderr)
+	superStreamSeek(t, args, pub, read)
+}
+
+// superStreamSeek: `hopper stream seek` of a super stream moves every
+// partition to its own first, last and first message at or after a time,
+// and with --partition one partition only, to an offset too; a bare
+// offset is refused (64), a dry run stores nothing, and with a single
+// active reader of the name running seek refuses (75) and stores nothing
+// in any partition.
+func superStreamSeek(t *testing.T, args func(...string) []string, pub *broker.Publisher,
+	read func(func(*streamsrc.Delivery) bool, bool) (*streamsrc.Source, func())) {
+	status := func() []streamsrc.Status {
+		t.Helper()
+		r := hopper(t, args("stream", "status", "-o", "json")...)
+		var st streamsrc.Status
+		if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil || len(st.Partitions) != 3 {
+			t.Fatalf("status: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+		}
+		return st.Partitions
 	}
+	// check compares each partition's stored offset with what want says
+	// of it, given its status before.
+	check := func(what string, before []streamsrc.Status, want func(i int, before streamsrc.Status) int64) {
+		t.Helper()
+		for i, p := range status() {
+			if w := want(i, before[i]); p.Stored != w || !p.HasStored || p.Lag != p.Last-w {
+				t.Errorf("%s: %s stored %d, lag %d (last %d), want stored %d", what, p.Stream, p.Stored, p.Lag, p.Last, w)
+			}
+		}
+	}
+	seek := func(want func(i int, before streamsrc.Status) int64, target ...string) {
+		t.Helper()
+		before := status()
+		if r := hopper(t, args(append([]string{"stream", "seek", "--force"}, target...)...)...); r.code != 0 {
+			t.Fatalf("seek %v: exit %d\n%s", target, r.code, r.stderr)
+		}
+		check(fmt.Sprint("seek ", target), before, want)
+	}
+	// only moves partition i to off, leaving the others as they were.
+	only := func(i int, off int64) func(int, streamsrc.Status) int64 {
+		return func(j int, p streamsrc.Status) int64 {
+			if j == i {
+				return off
+			}
+			return p.Stored
+		}
+	}
+	was := status()
+
+	// A bare offset names no partition: refused; one for a stream too.
+	if r := hopper(t, args("stream", "seek", "1", "--force")...); r.code != 64 || !strings.Contains(r.stderr, "--partition") {
+		t.Fatalf("seek to a bare offset: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := hopper(t, args("stream", "seek", "first", "--force", "--partition", "7")...); r.code != 64 || !strings.Contains(r.stderr, "orders-2") {
+		t.Fatalf("seek of partition 7: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// A dry run says each partition's move and the total, stores nothing.
+	r := hopper(t, args("stream", "seek", "first", "--dry-run")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "orders-2") || !strings.Contains(r.stdout, "none -> -1 (reading resumes at 0)  3 -> 3") ||
+		!strings.Contains(r.stdout, "3 -> 10") || !strings.Contains(r.stdout, "dry run: nothing stored") {
+		t.Fatalf("dry run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = hopper(t, args("stream", "seek", "first", "--dry-run", "-o", "json")...)
+	var mv streamsrc.Move
+	if err := json.Unmarshal([]byte(r.stdout), &mv); err != nil || r.code != 0 {
+		t.Fatalf("dry run json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if len(mv.Partitions) != 3 || mv.Done || mv.Lag != 3 || mv.LagAfter != 10 {
+		t.Fatalf("dry run json: %+v", mv)
+	}
+	for i, p := range mv.Partitions {
+		if p.Stream != fmt.Sprintf("orders-%d", i) || p.Stored != was[i].Stored || p.NewStored != -1 || p.Next != 0 || p.LagAfter != p.Last+1 || p.Done {
+			t.Errorf("dry run json, partition %d: %+v", i, p)
+		}
+	}
+	for i, p := range status() {
+		if p.Stored != was[i].Stored || p.HasStored != was[i].HasStored {
+			t.Fatalf("the dry run moved %s to %d", p.Stream, p.Stored)
+		}
+	}
+
+	seek(func(int, streamsrc.Status) int64 { return -1 }, "first")
+	seek(func(_ int, p streamsrc.Status) int64 { return p.Last }, "last")
+	seek(only(1, 0), "--partition", "1", "1")
+	seek(only(2, -1), "--partition", "orders-2", "first")
+
+	// A time: two messages to each partition after it, each partition
+	// then resumes at its first of them. (Every chunk before was written
+	// in an earlier millisecond.)
+	since := time.Now().Truncate(time.Millisecond).Add(time.Millisecond)
+	waitfor.Until(t, time.Second, "the clock passes the time sought", func() bool { return time.Now().After(since) })
+	for i := range 6 {
+		if err := pub.PublishTo(context.Background(), "orders", fmt.Sprint(i%3), &msg.Message{MessageID: fmt.Sprintf("p%d", i), Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seek(func(_ int, p streamsrc.Status) int64 { return p.Last - 2 }, since.UTC().Format(time.RFC3339Nano))
+
+	// A single active reader of the name reads every partition to its
+	// end: seek refuses and stores nothing; once it stopped, seek works.
+	src, stop := read(func(*streamsrc.Delivery) bool { return true }, true)
+	waitfor.Until(t, 20*time.Second, "the reader is active on every partition and stored its end", func() bool {
+		if len(src.ActivePartitions()) != 3 {
+			return false
+		}
+		for _, p := range status() {
+			if p.Stored != p.Last {
+				return false
+			}
+		}
+		return true
+	})
+	sac := append(args("stream", "seek", "first"), "--set", "queue.stream.singleActiveConsumer=true")
+	before := status()
+	if r := hopper(t, sac...); r.code != 75 || !strings.Contains(r.stderr, "nothing was stored in any partition") {
+		t.Fatalf("seek with a reader running: exit %d\n%s", r.code, r.stderr)
+	}
+	stop()
+	check("the refused seek", before, func(_ int, p streamsrc.Status) int64 { return p.Last })
+	if r := hopper(t, sac...); r.code != 0 {
+		t.Fatalf("seek once the reader stopped: exit %d\n%s", r.code, r.stderr)
+	}
+	check("seek first as the single active consumer", before, func(int, streamsrc.Status) int64 { return -1 })
 }
