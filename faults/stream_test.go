@@ -26,25 +26,11 @@ import (
 // 2xx or in the DLQ exactly as its script says; what was settled after the
 // last store before a kill comes again, counted as duplicates.
 func TestFaultStream(t *testing.T) {
-	rb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
-	useTarget(t, singleNode{rb})
-	n := messageCount(t)
-	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
-	ids := makeIDs("stream", n)
-	scripts := newScripts(ids, seed, maxAttempts)
-	app := startApp(t, scripts)
-	stream := fmt.Sprintf("faults.stream.%d", queueSeq.Add(1))
-	const consumer = "hopper"
-	r := &run{t: t, name: "stream", q: queues{work: config.StreamQueue(stream, consumer)}, began: time.Now(), queueType: "stream", app: app}
-	cfg := hopperConfig{
-		BrokerURLs: target.URLs(), Queue: stream, QueueType: config.QueueTypeStream, AppURL: app.URL(), MaxAttempts: maxAttempts,
-		Extra: fmt.Sprintf("queue:\n  stream: {consumer: %s, port: %d, storeEvery: 200ms}\n", consumer, rb.StreamPort()),
-	}
-	r.hopper = startHopper(t, stream, cfg)
+	rb, r, ids, scripts, stream := startStreamScenario(t, "stream", "")
 	if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	r.step("hopper reading stream %s as %s (log %s)", stream, consumer, r.hopper.logPath)
+	r.step("hopper reading stream %s as %s (log %s)", stream, streamConsumer, r.hopper.logPath)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -57,7 +43,7 @@ func TestFaultStream(t *testing.T) {
 	a.report(t)
 	checkScripts(t, a, scripts)
 
-	o := streamsrc.Options{Port: rb.StreamPort(), Stream: stream, Consumer: consumer}
+	o := streamsrc.Options{Port: rb.StreamPort(), Stream: stream, Consumer: streamConsumer}
 	off, ok, err := streamsrc.StoredOffset(o)
 	if err != nil || !ok {
 		t.Fatalf("stored offset after the run: %d %t %v", off, ok, err)
@@ -78,22 +64,7 @@ func TestFaultStream(t *testing.T) {
 // partition ends answered 2xx or in the DLQ as its script says. RabbitMQ
 // 3.10 has no super streams: there hopper exits with status 65 saying so.
 func TestFaultSuperStream(t *testing.T) {
-	rb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
-	useTarget(t, singleNode{rb})
-	n := messageCount(t)
-	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
-	ids := makeIDs("super", n)
-	scripts := newScripts(ids, seed, maxAttempts)
-	app := startApp(t, scripts)
-	superStream := fmt.Sprintf("faults.super.%d", queueSeq.Add(1))
-	const consumer = "hopper"
-	r := &run{t: t, name: "super-stream", q: queues{work: config.StreamQueue(superStream, consumer)}, began: time.Now(), queueType: "stream", app: app}
-	cfg := hopperConfig{
-		BrokerURLs: target.URLs(), Queue: superStream, QueueType: config.QueueTypeStream, AppURL: app.URL(), MaxAttempts: maxAttempts,
-		Extra: fmt.Sprintf("queue:\n  stream: {consumer: %s, port: %d, storeEvery: 200ms, superStream: true, partitions: 3, singleActiveConsumer: true}\n",
-			consumer, rb.StreamPort()),
-	}
-	r.hopper = startHopper(t, superStream, cfg)
+	rb, r, ids, scripts, superStream := startStreamScenario(t, "super-stream", ", superStream: true, partitions: 3, singleActiveConsumer: true")
 	if rb.Series() < 4 {
 		waitfor.Until(t, time.Minute, "hopper exits", func() bool { return !r.hopper.running() })
 		r.hopper.mu.Lock()
@@ -109,7 +80,7 @@ func TestFaultSuperStream(t *testing.T) {
 	if err := r.hopper.waitEvent("STREAM_SUBSCRIBED", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	r.step("hopper reading super stream %s as %s (log %s)", superStream, consumer, r.hopper.logPath)
+	r.step("hopper reading super stream %s as %s (log %s)", superStream, streamConsumer, r.hopper.logPath)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -129,7 +100,7 @@ func TestFaultSuperStream(t *testing.T) {
 
 	var stored []string
 	for i := range 3 {
-		o := streamsrc.Options{Port: rb.StreamPort(), Stream: fmt.Sprintf("%s-%d", superStream, i), Consumer: consumer}
+		o := streamsrc.Options{Port: rb.StreamPort(), Stream: fmt.Sprintf("%s-%d", superStream, i), Consumer: streamConsumer}
 		off, ok, err := streamsrc.StoredOffset(o)
 		if err != nil || !ok {
 			t.Fatalf("stored offset of %s after the run: %d %t %v", o.Stream, off, ok, err)
@@ -165,4 +136,29 @@ func publishKilling(r *run, ids []string, publish func(chunk []string) publishSt
 		}
 	}
 	return mergePublished(pubs)
+}
+
+// streamConsumer is the consumer name hopper reads the scenarios' streams
+// as.
+const streamConsumer = "hopper"
+
+// startStreamScenario starts a broker with the stream plugin, the app with
+// the seeded scripts and hopper reading a new stream named after the
+// scenario, with streamKeys added to queue.stream.
+func startStreamScenario(t *testing.T, name, streamKeys string) (*testbroker.Broker, *run, []string, map[string]*script, string) {
+	t.Helper()
+	rb := testbroker.MustStartWith(t, testbroker.Options{Quiet: true, Streams: true})
+	useTarget(t, singleNode{rb})
+	seed := uint64(envInt(t, "HOPPER_FAULTS_SEED", 1))
+	ids := makeIDs(name, messageCount(t))
+	scripts := newScripts(ids, seed, maxAttempts)
+	app := startApp(t, scripts)
+	stream := fmt.Sprintf("faults.%s.%d", name, queueSeq.Add(1))
+	r := &run{t: t, name: name, q: queues{work: config.StreamQueue(stream, streamConsumer)}, began: time.Now(), queueType: "stream", app: app}
+	cfg := hopperConfig{
+		BrokerURLs: target.URLs(), Queue: stream, QueueType: config.QueueTypeStream, AppURL: app.URL(), MaxAttempts: maxAttempts,
+		Extra: fmt.Sprintf("queue:\n  stream: {consumer: %s, port: %d, storeEvery: 200ms%s}\n", streamConsumer, rb.StreamPort(), streamKeys),
+	}
+	r.hopper = startHopper(t, stream, cfg)
+	return rb, r, ids, scripts, stream
 }
