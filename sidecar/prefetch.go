@@ -49,6 +49,7 @@ func initialLimit(subs []*subscription) int {
 // raise it above the budget.
 func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subscription) {
 	type following struct {
+		follower
 		sub     *subscription
 		workers int
 	}
@@ -64,10 +65,11 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case now = <-t.C:
 		}
 		share := max(1, lim.Limit()/len(subs))
 		for i := range follow {
@@ -77,11 +79,48 @@ func followLimit(ctx context.Context, lim interface{ Limit() int }, subs []*subs
 				continue
 			}
 			want := f.sub.cfg.FollowPrefetch(share, f.workers)
-			if p, change := nextPrefetch(c.Requested(), want); change {
+			if p, change := f.next(c.Requested(), want, now); change {
 				c.SetPrefetch(p)
 			}
 		}
 	}
+}
+
+// shrinkAfter is how long the limit must ask for half the prefetch or less
+// before the prefetch comes down. The limit backs off on a single window of
+// slow answers, and on a machine whose cores are busy a fast app's latency
+// jumps for a moment now and then: followed at once, each jump cost a new
+// consumer and a stall while the smaller prefetch refilled (twelve consumers
+// in a 14 s drain of a happy backlog), where the limit was back within a
+// second. An app that really slows down keeps the limit low for longer,
+// and its deliveries are held back by the limit meanwhile, not by the
+// prefetch.
+const shrinkAfter = 2 * time.Second
+
+// follower decides one consumer's prefetch from the limit's share: up at
+// once when the share asks for half again as much, down only once it has
+// asked for half or less for shrinkAfter, and then to the most it asked for
+// in that time.
+type follower struct {
+	lowSince time.Time // zero: the share is not asking for less
+	lowPeak  int       // the most the share asked for since lowSince
+}
+
+func (f *follower) next(cur, want int, now time.Time) (int, bool) {
+	p, change := nextPrefetch(cur, want)
+	if !change || p >= cur {
+		f.lowSince = time.Time{}
+		return p, change
+	}
+	if f.lowSince.IsZero() {
+		f.lowSince, f.lowPeak = now, want
+	}
+	f.lowPeak = max(f.lowPeak, want)
+	if now.Sub(f.lowSince) < shrinkAfter {
+		return cur, false
+	}
+	f.lowSince = time.Time{}
+	return f.lowPeak, true
 }
 
 // prefetchBytes is the byte budget of the queue's consumer: the
