@@ -470,7 +470,10 @@ declares (topology.declare, RabbitMQ 3.13 or later); a super stream
 that exists is read with the partitions it has. Default 3.`,
 	"Stream.Port": `Port is the broker's stream protocol port (the rabbitmq_stream
 plugin's listener); host, user, password and virtual host are the
-first broker URL's. Default 5552.`,
+first broker URL's. With an amqps:// URL the stream is read over
+TLS with broker.tls, so the port must be the broker's TLS stream
+listener (stream.listeners.ssl, 5551 on RabbitMQ unless set).
+Default 5552.`,
 	"Stream.QueueType": `QueueType is the type of the subscription's own queue
 (<stream>.<consumer>), where retries come back: quorum or classic.
 Default quorum.`,

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +33,10 @@ type Stream struct {
 	Offset string `yaml:"offset"`
 	// Port is the broker's stream protocol port (the rabbitmq_stream
 	// plugin's listener); host, user, password and virtual host are the
-	// first broker URL's. Default 5552.
+	// first broker URL's. With an amqps:// URL the stream is read over
+	// TLS with broker.tls, so the port must be the broker's TLS stream
+	// listener (stream.listeners.ssl, 5551 on RabbitMQ unless set).
+	// Default 5552.
 	Port int `yaml:"port"`
 	// QueueType is the type of the subscription's own queue
 	// (<stream>.<consumer>), where retries come back: quorum or classic.
@@ -192,11 +194,6 @@ func validateStream(c *Config, add func(path, format string, a ...any)) {
 		add("queue.stream.consumer", "must not hold white space, got %q", s.Consumer)
 	} else if n := len(StreamQueue(c.Queue.Name, s.Consumer)); n > 200 {
 		add("queue.stream.consumer", "the subscription's queue name %s.%s is %d bytes: at most 200 leave room for its tier queue names", c.Queue.Name, s.Consumer, n)
-	}
-	for i, u := range c.Broker.URLs {
-		if pu, err := url.Parse(u); err == nil && pu.Scheme == "amqps" {
-			add(fmt.Sprintf("broker.urls[%d]", i), "a stream is read over plain TCP only for now: amqps is not supported with queue.type stream")
-		}
 	}
 	if _, err := s.Start(); err != nil {
 		add("queue.stream.offset", "%v", err)

@@ -85,7 +85,6 @@ topology:
 	}
 	mustContain(t, c.Validate(),
 		"queue.stream.consumer: required",
-		"broker.urls[0]: a stream is read over plain TCP only",
 		`queue.stream.offset: must be first, last, next, an offset or an RFC 3339 time, got "sometime"`,
 		"queue.stream.port: must be a TCP port",
 		`queue.stream.queueType: must be quorum or classic, got "stream"`,

@@ -2,16 +2,9 @@ package sidecar_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,51 +20,13 @@ import (
 
 // writeCerts makes a CA and a server certificate for localhost and writes
 // them as PEM files into dir.
-func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
+func writeCerts(t *testing.T, dir string) testbroker.Certs {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := testbroker.WriteCerts(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hopper test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
+	return c
 }
 
 // TestTLSWithCredentialFiles: Hopper connects over amqps:// with a private
@@ -79,27 +34,19 @@ func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 // files (the URL carries none), and delivers as usual.
 func TestTLSWithCredentialFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca, cert, key := writeCerts(t, dir)
+	certs := writeCerts(t, dir)
+	ca := certs.CA
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tlsPort := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	// The node may run under chroot, so it gets its certificates in its
-	// own directory rather than this test's.
-	files := map[string][]byte{}
-	for name, p := range map[string]string{"ca.pem": ca, "server.pem": cert, "server.key": key} {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[name] = data
+	files, sslConf, err := certs.Node()
+	if err != nil {
+		t.Fatal(err)
 	}
-	tb, err := testbroker.Start(testbroker.Options{Quiet: true, Files: files, ExtraConfig: fmt.Sprintf(
-		"listeners.ssl.default = 127.0.0.1:%d\nssl_options.cacertfile = {{dir}}/ca.pem\nssl_options.certfile = {{dir}}/server.pem\n"+
-			"ssl_options.keyfile = {{dir}}/server.key\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
-		tlsPort)})
+	tb, err := testbroker.Start(testbroker.Options{Quiet: true, Files: files, ExtraConfig: fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\n", tlsPort) + sslConf})
 	if err != nil {
 		t.Fatalf("start a TLS broker: %v", err)
 	}
@@ -127,9 +74,9 @@ func TestTLSWithCredentialFiles(t *testing.T) {
 	})
 
 	// A wrong CA must be refused, not silently accepted.
-	other, _, _ := writeCerts(t, t.TempDir())
+	other := writeCerts(t, t.TempDir())
 	bad := cfg
-	bad.Broker.TLS.CAFile = other
+	bad.Broker.TLS.CAFile = other.CA
 	bad.Broker.URLs = []string{fmt.Sprintf("amqps://localhost:%d/", tlsPort)}
 	if err := applyOnce(&bad); err == nil {
 		t.Fatal("connected with a CA that did not sign the server certificate")

@@ -216,14 +216,7 @@ func Inspect(o Options) (Status, error) {
 
 func connect(o Options) (*stream.Environment, error) {
 	quietClient()
-	env, err := stream.NewEnvironment(envOptions(o).SetMaxConsumersPerClient(1))
-	if err != nil {
-		if env != nil {
-			_ = env.Close() // the error says what went wrong
-		}
-		return nil, fmt.Errorf("connect to the stream listener %s:%d: %w", o.Host, o.Port, err)
-	}
-	return env, nil
+	return dial(o, envOptions(o).SetMaxConsumersPerClient(1))
 }
 
 func inspect(env *stream.Environment, o Options) (Status, error) {

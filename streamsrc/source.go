@@ -34,11 +34,14 @@ package streamsrc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +52,7 @@ import (
 
 	"github.com/hopper-sidecar/hopper/config"
 	"github.com/hopper-sidecar/hopper/internal/backoff"
+	"github.com/hopper-sidecar/hopper/internal/tlsfiles"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -61,6 +65,10 @@ type Options struct {
 	User     string
 	Password string
 	VHost    string
+	// TLS, when set, reaches the stream listener over TLS with it (the
+	// broker's TLS stream listener, 5551 by default on RabbitMQ). Default
+	// nil: plain TCP.
+	TLS *tls.Config
 	// Stream and Consumer name the stream and the reader; the broker
 	// stores the offset under Consumer. Required.
 	Stream, Consumer string
@@ -147,10 +155,23 @@ func ConfigOptions(c *config.Config, log *slog.Logger) (Options, error) {
 	if err != nil {
 		return Options{}, errors.New("broker.urls[0]: not a URL")
 	}
-	if u.Scheme != "amqp" {
-		return Options{}, fmt.Errorf("broker.urls[0]: a stream is read over plain TCP only for now, not %s", u.Scheme)
-	}
 	o.Host = u.Hostname()
+	if u.Scheme == "amqps" {
+		// The stream listener is reached as the AMQP one is: the same CA,
+		// client certificate and checks. A certificate is checked against
+		// the host dialled unless broker.tls.serverName names another;
+		// the client also dials the node that leads a stream, so the name
+		// must be one every node's certificate is valid for.
+		t := c.Broker.TLS
+		cfg, err := tlsfiles.Client(tlsfiles.Files{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify})
+		if err != nil {
+			return Options{}, fmt.Errorf("broker.tls: %w", err)
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName = o.Host
+		}
+		o.TLS = cfg
+	}
 	if u.User != nil {
 		o.User = u.User.Username()
 		o.Password, _ = u.User.Password()
@@ -619,9 +640,13 @@ func closeError(name string, ev stream.Event) error {
 // seconds to arrive (a backlog of 256-byte messages read at about 250
 // per second, against tens of thousands with the kernel's autotuning).
 func envOptions(o Options) *stream.EnvironmentOptions {
-	return stream.NewEnvironmentOptions().
+	eo := stream.NewEnvironmentOptions().
 		SetHost(o.Host).SetPort(o.Port).SetUser(o.User).SetPassword(o.Password).SetVHost(o.VHost).
 		SetReadBuffer(0).SetWriteBuffer(0)
+	if o.TLS != nil {
+		eo = eo.IsTLS(true).SetTLSConfig(o.TLS)
+	}
+	return eo
 }
 
 // environment is the connection to the stream listener, made again when
@@ -630,16 +655,37 @@ func (s *Source) environment() (*stream.Environment, error) {
 	if s.env != nil && !s.env.IsClosed() {
 		return s.env, nil
 	}
-	env, err := stream.NewEnvironment(envOptions(s.o).
+	env, err := dial(s.o, envOptions(s.o).
 		SetRequestedHeartbeat(s.o.Heartbeat).
 		SetMaxConsumersPerClient(1))
+	if err != nil {
+		return nil, err
+	}
+	s.env = env
+	return env, nil
+}
+
+// dial connects to the stream listener of o with eo. Over TLS it shakes
+// hands on a connection of its own first: the client starts its handshake
+// only with its first request, and a certificate it refuses then shows as
+// that request's 10 s timeout, not as what is wrong.
+func dial(o Options, eo *stream.EnvironmentOptions) (*stream.Environment, error) {
+	addr := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
+	if o.TLS != nil {
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: o.TLS}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("connect to the stream listener %s over TLS: %w", addr, err)
+		}
+		_ = c.Close() // only the handshake was wanted
+	}
+	env, err := stream.NewEnvironment(eo)
 	if err != nil {
 		if env != nil {
 			_ = env.Close() // the error says what went wrong
 		}
-		return nil, fmt.Errorf("connect to the stream listener %s:%d: %w", s.o.Host, s.o.Port, err)
+		return nil, fmt.Errorf("connect to the stream listener %s: %w", addr, err)
 	}
-	s.env = env
 	return env, nil
 }
 
@@ -836,12 +882,9 @@ func (s *Source) Paused() bool {
 func StoredOffset(o Options) (off int64, ok bool, err error) {
 	o.defaults()
 	quietClient()
-	env, err := stream.NewEnvironment(envOptions(o))
+	env, err := dial(o, envOptions(o))
 	if err != nil {
-		if env != nil {
-			_ = env.Close() // the error says what went wrong
-		}
-		return 0, false, fmt.Errorf("connect to the stream listener: %w", err)
+		return 0, false, err
 	}
 	defer env.Close()
 	off, err = env.QueryOffset(o.Consumer, o.Stream)
