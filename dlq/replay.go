@@ -101,10 +101,12 @@ type ReplayOptions struct {
 	ProgressEvery time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
-	// Rotate hands the messages not replayed back to a quorum DLQ; nil
-	// holds them for the caller's closing the source. With it a run that
-	// reaches Limit goes on rotating the rest of the messages present at
-	// start (kept: KeptLimit), so that the DLQ keeps its order.
+	// Rotate hands the messages not replayed back to a quorum DLQ: those
+	// it rotates at once, the rest held; nil holds them all for the
+	// caller's closing the source. When it rotates every message
+	// (Rotation.Whole) a run that reaches Limit goes on rotating the rest
+	// of the messages present at start (kept: KeptLimit), so that the DLQ
+	// keeps its order.
 	Rotate *Rotation
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the run).
@@ -444,7 +446,7 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		if taken >= r.o.Bound {
 			return EndDone, nil
 		}
-		if r.o.Limit > 0 && replaying >= r.o.Limit && r.o.Rotate == nil {
+		if r.o.Limit > 0 && replaying >= r.o.Limit && !r.o.Rotate.Whole() {
 			if inflight == 0 {
 				return EndLimit, nil
 			}
@@ -536,7 +538,7 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			// Handed back: held unacked until the source closes, or
 			// rotated now on a quorum DLQ (in the loop, so in order; after
 			// the moves in flight, which rotate their message if they fail).
-			if m != nil && r.o.Rotate != nil {
+			if m != nil && r.o.Rotate.Rotates(m) {
 				r.awaitMoves()
 				if err := r.o.Rotate.Keep(ctx, d, m); err != nil {
 					<-slots
