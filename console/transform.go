@@ -118,7 +118,7 @@ func (s *Server) firstOf(ctx context.Context, q *queueState, f dlq.Filter, n int
 				out = append(out, m.Clone())
 			}
 		}
-		if len(out) == n && !p.Rotate.Whole() {
+		if len(out) == n && p.Rotate == nil {
 			return errFound
 		}
 		return nil

@@ -28,10 +28,9 @@ type ExportOptions struct {
 	// Filter selects the messages exported; the others stay untouched.
 	Filter Filter
 	// Limit caps the messages exported (0: no cap). Reaching it ends the
-	// export, except where Rotate rotates every message (a quorum DLQ
-	// whose delivery limit is not known, see Rotation.Whole): there the
-	// rest of the messages present are still taken and rotated, so that
-	// the DLQ keeps its order; they count as skipped.
+	// export, except on a quorum DLQ (Rotate set), where the rest of the
+	// messages present are still taken and handed back, so that the DLQ
+	// keeps its order (see Rotation); they count as skipped.
 	Limit int
 	// Remove acks each exported message once its line is written and
 	// synced. Without it the DLQ is left exactly as it was.
@@ -132,7 +131,7 @@ func Export(ctx context.Context, src Source, w SyncWriter, o ExportOptions) (Exp
 	}
 	for res.Taken < o.Bound {
 		full := o.Limit > 0 && res.Exported+res.WouldExport >= o.Limit
-		if full && !o.Rotate.Whole() {
+		if full && o.Rotate == nil {
 			break // the rest stay where they are
 		}
 		if ctx.Err() != nil {

@@ -111,19 +111,16 @@ func counted(ids []string, counts []int64) []*msg.Message {
 
 // Under a known limit a pass rotates only the messages at the threshold:
 // their copies (without the count) go to the tail and the originals are
-// acked; the rest are held, left for the source's closing to return, and
-// the pass stops at its limit as on a classic DLQ.
+// acked; the rest are held, left for the source's closing to return. It
+// still takes every message present, those past its limit unshown.
 func TestBrowseRotatesOnlyNearTheLimit(t *testing.T) {
 	q := newFakeQueue(t, counted([]string{"a", "b", "c", "d", "e"}, []int64{0, 2, 1, 5, 0})...)
 	pub := newFakePub()
 	rot := &Rotation{Queue: "dlq", Pub: pub, Need: DeliveryLimit(3).Need()}
-	if rot.Whole() {
-		t.Fatal("a rotation under a known limit is not whole")
-	}
 	var shown []string
 	res, err := Browse(context.Background(), q, BrowseOptions{Limit: 4, Bound: 5, Rotate: rot},
 		func(m *msg.Message) error { shown = append(shown, m.MessageID); return nil })
-	if err != nil || res.Taken != 4 || !slices.Equal(shown, []string{"a", "b", "c", "d"}) {
+	if err != nil || res.Taken != 5 || !slices.Equal(shown, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("%+v %v shown %v", res, err, shown)
 	}
 	if got := pub.idsIn("dlq"); !slices.Equal(got, []string{"b", "d"}) {
@@ -137,8 +134,8 @@ func TestBrowseRotatesOnlyNearTheLimit(t *testing.T) {
 	q.mu.Lock()
 	held := len(q.taken)
 	q.mu.Unlock()
-	if held != 2 {
-		t.Errorf("%d messages held, want a and c", held)
+	if held != 3 {
+		t.Errorf("%d messages held, want a, c and e", held)
 	}
 	q.Close()
 	if got := q.ids(); !slices.Equal(got, []string{"a", "c", "e"}) {
@@ -163,14 +160,14 @@ func TestRotationHeldAfterFailureStops(t *testing.T) {
 	}
 }
 
-// Replay and export under a known limit stop at their --limit like on a
-// classic DLQ, rotating only what must be among what they kept.
-func TestReplayAndExportStopAtLimitUnderKnownLimit(t *testing.T) {
+// Export under a known limit takes every message present past its
+// --limit, rotating only what must be among what it keeps.
+func TestExportUnderKnownLimitRotatesOnlyNearIt(t *testing.T) {
 	q := newFakeQueue(t, counted([]string{"a", "b", "c", "d"}, []int64{0, 2, 0, 0})...)
 	pub := newFakePub()
 	rot := &Rotation{Queue: "dlq", Pub: pub, Need: DeliveryLimit(3).Need()}
 	res, err := Export(context.Background(), q, nil, ExportOptions{DLQ: "dlq", Bound: 4, Limit: 2, DryRun: true, Rotate: rot})
-	if err != nil || res.Taken != 2 || res.WouldExport != 2 {
+	if err != nil || res.Taken != 4 || res.WouldExport != 2 {
 		t.Fatalf("export: %+v %v", res, err)
 	}
 	if got := pub.idsIn("dlq"); !slices.Equal(got, []string{"b"}) {

@@ -103,10 +103,9 @@ type ReplayOptions struct {
 	Now func() time.Time
 	// Rotate hands the messages not replayed back to a quorum DLQ: those
 	// it rotates at once, the rest held; nil holds them all for the
-	// caller's closing the source. When it rotates every message
-	// (Rotation.Whole) a run that reaches Limit goes on rotating the rest
-	// of the messages present at start (kept: KeptLimit), so that the DLQ
-	// keeps its order.
+	// caller's closing the source. With it a run that reaches Limit goes
+	// on taking the rest of the messages present at start (kept:
+	// KeptLimit), so that the DLQ keeps its order (see Rotation).
 	Rotate *Rotation
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the run).
@@ -446,7 +445,7 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 		if taken >= r.o.Bound {
 			return EndDone, nil
 		}
-		if r.o.Limit > 0 && replaying >= r.o.Limit && !r.o.Rotate.Whole() {
+		if r.o.Limit > 0 && replaying >= r.o.Limit && r.o.Rotate == nil {
 			if inflight == 0 {
 				return EndLimit, nil
 			}

@@ -20,10 +20,10 @@ import (
 type BrowseOptions struct {
 	// Limit is the number of messages shown to fn.
 	Limit int
-	// Bound is the number of messages present at start. When Rotate
-	// rotates every message (Rotation.Whole) every one of them is taken
-	// and rotated, those past Limit without being shown, so that the DLQ
-	// ends in the order it had; none past it.
+	// Bound is the number of messages present at start. With Rotate every
+	// one of them is taken and handed back, those past Limit without being
+	// shown, so that the DLQ ends in the order it had (see Rotation); none
+	// past it.
 	Bound int
 	// Rotate hands messages back to a quorum DLQ: those it rotates at
 	// once, the rest held; nil holds them all for the caller's closing the
@@ -58,7 +58,7 @@ func Browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Messa
 func browse(ctx context.Context, src Source, o BrowseOptions, fn func(*msg.Message) error) (BrowseResult, error) {
 	var res BrowseResult
 	want := o.Limit
-	if o.Rotate.Whole() {
+	if o.Rotate != nil {
 		// Exactly the messages present: past them come the copies.
 		want = o.Bound
 	}

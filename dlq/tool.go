@@ -49,8 +49,8 @@ import (
 // only what it must: a message one more counted return could bring to the
 // delivery limit, which the operator gives the tools (DeliveryLimit;
 // policies cannot be read over AMQP). Without it every message handed
-// back is rotated, and a run takes every message present at start, so
-// that one full pass leaves the DLQ in its order.
+// back is rotated. Either way a run takes every message present at start,
+// so that one full pass leaves the DLQ in its order.
 //
 // A message the tool cannot process (a panic while reading its headers,
 // filtering or encoding it) is a bad message: reported, counted, handed
@@ -118,8 +118,17 @@ type Pass struct {
 // With Need set, Keep rotates only the messages Need names and holds the
 // others, as a classic DLQ's are held: they return when the source closes,
 // each spending at most one delivery (none where the source hands them
-// back with a basic.nack on RabbitMQ 4.x), and keep their place at the
-// head of the queue.
+// back with a basic.nack on RabbitMQ 4.x), back at the head of the queue
+// in their order.
+//
+// Either way a run over a quorum DLQ takes every message present at start,
+// those past its limit too. A rotated message goes to the tail, and only a
+// whole pass brings the DLQ back to its order. A returned one goes back
+// ahead of every message the queue never handed out, but behind those
+// returned before it and not taken again since: a run that returned only
+// the head of the DLQ just after one that returned all of it would move
+// that head behind the rest (peek -n 5 after stats did). Holding every
+// message puts them all back as they were.
 //
 // After the first failure Keep sends nothing more and returns it: the
 // tool stops. The copies already in flight are still settled by Flush, so
@@ -153,13 +162,6 @@ type Rotation struct {
 func (r *Rotation) Rotates(m *msg.Message) bool {
 	return r != nil && (r.Need == nil || r.Need(m))
 }
-
-// Whole tells whether every message handed back is rotated. Then a run
-// takes every message present, those past its limit too: a rotated
-// message goes to the tail, and only a whole pass brings the DLQ back to
-// its order. A run that holds what it does not rotate stops at its limit,
-// as on a classic DLQ: what it held goes back to the head in its order.
-func (r *Rotation) Whole() bool { return r != nil && r.Need == nil }
 
 // rotating is a copy in flight and the original it stands for.
 type rotating struct {

@@ -53,9 +53,8 @@ replayed --max-replays times already, not matching the filters, or whose
 publish failed stays in the DLQ, in its place. On a quorum DLQ those near
 its delivery limit (--delivery-limit; all of them without it) are rotated
 (a copy published to the DLQ, confirmed, then the original acked) so that
-the queue's delivery limit is not spent, and a run with --limit that
-rotates every message goes on rotating the rest of the messages present,
-keeping their order.
+the queue's delivery limit is not spent, and a run with --limit goes on
+taking the rest of the messages present, keeping their order.
 
 One run handles at most the messages present when it starts, each at most
 once: messages it does not move are held until the end, so a message that
