@@ -50,9 +50,10 @@ makes) and drops it past its delivery limit, which policies set and AMQP
 cannot read. So on a quorum DLQ a message one more return could bring to
 the limit is rotated instead: a copy published to the DLQ and confirmed,
 then the original acked. --delivery-limit N (or none) tells the tools the
-limit; without it every message is rotated, every message present at
-start once, so the DLQ ends in its order, and a tool killed mid-pass
-leaves the copies in flight beside their originals. replay and export
+limit; without it every message is rotated, and a tool killed mid-pass
+leaves the copies in flight beside their originals. Either way a run
+takes every message present at start once, so the DLQ ends in its order.
+replay and export
 --remove move a message (publish and confirm, or write and fsync) before
 acking it, so killing them at any moment loses nothing; at most the
 messages in flight end up in both places.`,
