@@ -443,7 +443,9 @@ func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
 }
 
 // Every tool SIGKILLed mid-pass over a quorum DLQ under a delivery-limit
-// policy of 2, then run to the end: each kill hands back what the pass held
+// policy of 2, not told the limit (so every message it hands back is
+// rotated; TestCLIQuorumDLQKilledReadsLeaveNoCopies has the tools told
+// it), then run to the end: each kill hands back what the pass held
 // (one return counted for each), the next full pass rotates every message
 // into a fresh copy whose count is 0, so no message ever reaches the limit
 // and every one is still there. On RabbitMQ 4.x a tool that took a quorum
