@@ -1,7 +1,17 @@
 package broker
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,79 +22,303 @@ import (
 )
 
 // Which ways of handing a message back to a quorum queue count against its
-// delivery limit, per release: on RabbitMQ 3.x every one does
-// (x-delivery-count); on 4.x every one counts in x-acquired-count, but
-// x-delivery-count, the one the limit reads, counts a basic.reject with
-// requeue and a return by a closed channel, and not a basic.nack with
-// requeue. Hopper never leans on the difference (a quorum give-back is a
-// republished copy on every release); this pins what the broker does.
+// delivery limit, per release, and when the broker drops the message: one
+// message under a delivery-limit policy of 2 is taken (by basic.get, or
+// pushed to a consumer) and handed back five times over, each way on its
+// own, and each take records the x-delivery-count and x-acquired-count it
+// sees. What the DLQ tools rely on (see the dlq package):
+//
+//   - on RabbitMQ 3.x every return counts, and the third return of the
+//     message (a count past 2) drops it;
+//   - on 4.x the same for a basic.reject with requeue and for a channel or
+//     connection that ends with the message unacked — closed, cut, or its
+//     process SIGKILLed — while a basic.nack with requeue is counted in
+//     x-acquired-count only, which the limit does not read: that message
+//     survives any number of them.
+//
+// So a tool that is killed spends one delivery of every message it held,
+// on every release; one that ends normally and returns with a nack spends
+// nothing on 4.x.
 func TestWhichReturnsCount(t *testing.T) {
 	needBroker(t)
 	four := rabbit.Series() >= 4
-	for _, tc := range []struct {
-		way          string
-		giveBack     func(ch *amqp.Channel, d amqp.Delivery) error
-		delivery     int64 // x-delivery-count after one return
-		deliveryOn3x int64
-	}{
-		{"nack requeue", func(_ *amqp.Channel, d amqp.Delivery) error { return d.Nack(false, true) }, 0, 1},
-		{"reject requeue", func(_ *amqp.Channel, d amqp.Delivery) error { return d.Reject(true) }, 1, 1},
-		{"channel closed", func(ch *amqp.Channel, _ amqp.Delivery) error { return ch.Close() }, 1, 1},
-	} {
-		t.Run(tc.way, func(t *testing.T) {
-			q := declareArgs(t, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(5)})
-			pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 1, ConfirmTimeout: 5 * time.Second})
-			defer pub.Close()
-			if err := pub.Publish(context.Background(), q, &msg.Message{MessageID: "m", Body: []byte("b")}); err != nil {
-				t.Fatal(err)
-			}
+	const limit, rounds = 2, 5
+	counted := []int64{0, 1, 2, -1, -1} // x-delivery-count seen by each take; -1: gone
+	free := []int64{0, 0, 0, 0, 0}
+	type way struct {
+		name     string
+		free4    bool // not counted on 4.x
+		giveBack func(t *testing.T, q string) amqp.Table
+	}
+	var ways []way
+	for _, consume := range []bool{false, true} {
+		how := "get"
+		if consume {
+			how = "consumer"
+		}
+		dial := func(t *testing.T) (*amqp.Connection, *amqp.Channel) {
 			conn, err := amqp.Dial(rabbit.URL())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
 			ch, err := conn.Channel()
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, ok, err := ch.Get(q, false) // autoAck=false
-			if err != nil || !ok {
-				t.Fatal(ok, err)
-			}
-			if err := tc.giveBack(ch, d); err != nil {
-				t.Fatal(err)
-			}
-			in, err := OpenInspector(context.Background(), opts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close()
-			var back *Delivery
-			waitfor.Until(t, 10*time.Second, "the message back in the queue", func() bool {
-				d, ok, err := in.Get(q)
+			return conn, ch
+		}
+		ways = append(ways,
+			way{how + ", channel closed", false, func(t *testing.T, q string) amqp.Table {
+				conn, ch := dial(t)
+				defer conn.Close()
+				d, _ := takeOne(t, ch, q, consume)
+				ch.Close() //nolint:errcheck // the give-back under test
+				return d.Headers
+			}},
+			way{how + ", connection closed", false, func(t *testing.T, q string) amqp.Table {
+				conn, ch := dial(t)
+				d, _ := takeOne(t, ch, q, consume)
+				conn.Close() //nolint:errcheck // the give-back under test
+				return d.Headers
+			}},
+			way{how + ", connection cut", false, func(t *testing.T, q string) amqp.Table {
+				var raw net.Conn
+				conn, err := amqp.DialConfig(rabbit.URL(), amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+					c, err := net.Dial(network, addr)
+					raw = c
+					return c, err
+				}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				back = d
-				return ok
-			})
-			m := back.Message()
-			dc, _ := m.Int(msg.HeaderDeliveryCount)
-			ac, hasAcquired := m.Int(msg.HeaderAcquiredCount)
-			want := tc.deliveryOn3x
-			if four {
-				want = tc.delivery
-				if !hasAcquired || ac != 1 {
-					t.Errorf("RabbitMQ %s: x-acquired-count %d (present %t), want 1", rabbit.Version(), ac, hasAcquired)
+				defer conn.Close()
+				ch, err := conn.Channel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, _ := takeOne(t, ch, q, consume)
+				raw.Close() // no close handshake, as when the process dies
+				return d.Headers
+			}},
+			way{how + ", basic.nack requeue", true, func(t *testing.T, q string) amqp.Table {
+				conn, ch := dial(t)
+				defer conn.Close()
+				d, stop := takeOne(t, ch, q, consume)
+				stop()
+				if err := ch.Nack(0, true, true); err != nil { // every delivery of the channel: multiple, requeue
+					t.Fatal(err)
+				}
+				awaitNoReader(t, q)
+				return d.Headers
+			}},
+			way{how + ", basic.reject requeue", false, func(t *testing.T, q string) amqp.Table {
+				conn, ch := dial(t)
+				defer conn.Close()
+				d, stop := takeOne(t, ch, q, consume)
+				stop()
+				if err := d.Reject(true); err != nil {
+					t.Fatal(err)
+				}
+				awaitNoReader(t, q)
+				return d.Headers
+			}},
+		)
+	}
+	ways = append(ways, way{"get, process SIGKILLed", false, func(t *testing.T, q string) amqp.Table {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReturnsHelperProcess$")
+		cmd.Env = append(os.Environ(), returnsHelperEnv+"="+rabbit.URL()+" "+q)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb strings.Builder
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait() //nolint:errcheck // killed
+		sc := bufio.NewScanner(stdout)
+		var h amqp.Table
+		if !sc.Scan() || json.Unmarshal(sc.Bytes(), &h) != nil {
+			cmd.Process.Kill() //nolint:errcheck // the helper failed
+			t.Fatalf("helper said %q\n%s", sc.Text(), errb.String())
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			if f, ok := v.(float64); ok {
+				h[k] = int64(f)
+			}
+		}
+		return h
+	}})
+	for _, w := range ways {
+		t.Run(w.name, func(t *testing.T) {
+			seen := giveBackRounds(t, limit, rounds, w.giveBack)
+			want := counted
+			if four && w.free4 {
+				want = free
+			}
+			var got []int64
+			for _, r := range seen {
+				got = append(got, r.delivery)
+			}
+			t.Logf("RabbitMQ %s: x-delivery-count seen by each take (-1: dropped): %v; x-acquired-count: %v", rabbit.Version(), got, acquired(seen))
+			if !slices.Equal(got, want) {
+				t.Errorf("RabbitMQ %s: x-delivery-count seen by each take %v, want %v", rabbit.Version(), got, want)
+			}
+			for i, r := range seen {
+				if r.delivery < 0 {
+					continue
+				}
+				switch {
+				case !four && r.hasAcquired:
+					t.Errorf("RabbitMQ %s: take %d has x-acquired-count %d", rabbit.Version(), i+1, r.acquired)
+				case four && i > 0 && (!r.hasAcquired || r.acquired != int64(i)):
+					t.Errorf("RabbitMQ %s: take %d: x-acquired-count %d (present %t), want %d", rabbit.Version(), i+1, r.acquired, r.hasAcquired, i)
 				}
 			}
-			if dc != want {
-				t.Errorf("RabbitMQ %s: x-delivery-count %d after one %s, want %d", rabbit.Version(), dc, tc.way, want)
-			}
-			if err := back.Ack(); err != nil {
-				t.Fatal(err)
-			}
 		})
+	}
+}
+
+// returnsHelperEnv makes the test binary a reader that takes one message
+// and waits to be killed (see TestReturnsHelperProcess).
+const returnsHelperEnv = "HOPPER_RETURNS_HELPER"
+
+// TestReturnsHelperProcess is not a test: run by TestWhichReturnsCount with
+// returnsHelperEnv set to "url queue", it takes one message of queue with
+// basic.get, writes its headers as JSON on standard output, and waits for
+// the SIGKILL that hands it back.
+func TestReturnsHelperProcess(t *testing.T) {
+	arg := os.Getenv(returnsHelperEnv)
+	if arg == "" {
+		t.Skip("a helper process of TestWhichReturnsCount")
+	}
+	url, queue, _ := strings.Cut(arg, " ")
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get(queue, false) // autoAck=false
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	line, err := json.Marshal(d.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(string(line))
+	select {} // until killed
+}
+
+// giveBackRound is what one take saw: the message's counts, or delivery
+// -1 when it was gone.
+type giveBackRound struct {
+	delivery, acquired int64
+	hasAcquired        bool
+}
+
+func acquired(rs []giveBackRound) []int64 {
+	var out []int64
+	for _, r := range rs {
+		out = append(out, r.acquired)
+	}
+	return out
+}
+
+// giveBackRounds puts one message in a fresh quorum queue under a
+// delivery-limit policy of limit and, rounds times, lets giveBack take it
+// and hand it back, recording what each take saw.
+func giveBackRounds(t *testing.T, limit, rounds int, giveBack func(t *testing.T, q string) amqp.Table) []giveBackRound {
+	t.Helper()
+	q := declareArgs(t, amqp.Table{"x-queue-type": "quorum"})
+	policy := fmt.Sprintf("dl-%d", queueSeq.Add(1))
+	if out, err := rabbit.Ctl("set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(q)+"$",
+		fmt.Sprintf(`{"delivery-limit":%d}`, limit)); err != nil {
+		t.Fatalf("set_policy: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { rabbit.Ctl("clear_policy", policy) }) //nolint:errcheck // the node is private to the test run
+	pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 1, ConfirmTimeout: 5 * time.Second})
+	defer pub.Close()
+	if err := pub.Publish(context.Background(), q, &msg.Message{MessageID: "m", Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := OpenInspector(context.Background(), opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var out []giveBackRound
+	for range rounds {
+		awaitNoReader(t, q)
+		ready, err := in.Depth(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ready == 0 {
+			out = append(out, giveBackRound{delivery: -1})
+			continue
+		}
+		h := giveBack(t, q)
+		r := giveBackRound{}
+		r.delivery, _ = msg.AsInt(h[msg.HeaderDeliveryCount])
+		r.acquired, r.hasAcquired = msg.AsInt(h[msg.HeaderAcquiredCount])
+		out = append(out, r)
+	}
+	return out
+}
+
+// awaitNoReader waits until q has no consumer: a quorum queue counts each
+// reader that holds messages as one (a basic.get's too) and drops it in
+// the same step as it takes back what the reader held.
+func awaitNoReader(t *testing.T, q string) {
+	t.Helper()
+	in, err := OpenInspector(context.Background(), opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	waitfor.Until(t, 20*time.Second, "no reader on "+q, func() bool {
+		n, err := in.Consumers(q)
+		return err == nil && n == 0
+	})
+}
+
+// takeOne takes the message of q, by basic.get or from a consumer; stop
+// cancels the consumer (so that a return does not come straight back to
+// it), and is a no-op for a get.
+func takeOne(t *testing.T, ch *amqp.Channel, q string, consume bool) (d amqp.Delivery, stop func()) {
+	t.Helper()
+	if !consume {
+		d, ok, err := ch.Get(q, false) // autoAck=false
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		return d, func() {}
+	}
+	if err := ch.Qos(1, 0, false); err != nil { // prefetchCount=1, prefetchSize=0, global=false
+		t.Fatal(err)
+	}
+	const tag = "returns-test"
+	ds, err := ch.Consume(q, tag, false, false, false, false, nil) // autoAck, exclusive, noLocal, noWait
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d = <-ds:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push within 10s")
+	}
+	return d, func() {
+		if err := ch.Cancel(tag, false); err != nil { // noWait=false
+			t.Fatal(err)
+		}
 	}
 }
 

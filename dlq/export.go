@@ -29,8 +29,8 @@ type ExportOptions struct {
 	Filter Filter
 	// Limit caps the messages exported (0: no cap). Reaching it ends the
 	// export, except on a quorum DLQ (Rotate set), where the rest of the
-	// messages present are still taken and rotated, so that the DLQ keeps
-	// its order; they count as skipped.
+	// messages present are still taken and handed back, so that the DLQ
+	// keeps its order (see Rotation); they count as skipped.
 	Limit int
 	// Remove acks each exported message once its line is written and
 	// synced. Without it the DLQ is left exactly as it was.
@@ -49,8 +49,9 @@ type ExportOptions struct {
 	// Progress, when set, is told the number of messages taken so far
 	// after each one.
 	Progress func(taken int)
-	// Rotate hands the messages not removed back to a quorum DLQ; nil
-	// holds them for the caller's closing the source.
+	// Rotate hands the messages not removed back to a quorum DLQ: those
+	// it rotates at once, the rest held; nil holds them all for the
+	// caller's closing the source.
 	Rotate *Rotation
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the pass).

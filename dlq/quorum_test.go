@@ -8,6 +8,7 @@ package dlq_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -66,12 +67,13 @@ func (e *env) exported(queue string) []*msg.Message {
 }
 
 // sameMessage compares what a copy must keep: body, properties, message
-// id and every header but the broker's delivery count.
+// id and every header but the broker's return counts.
 func sameMessage(t *testing.T, want, got *msg.Message) {
 	t.Helper()
 	norm := func(m *msg.Message) []byte {
 		c := m.Clone()
 		delete(c.Headers, msg.HeaderDeliveryCount)
+		delete(c.Headers, msg.HeaderAcquiredCount)
 		// Delivery fields, and the delivery mode every publish sets.
 		c.Redelivered, c.Exchange, c.RoutingKey, c.DeliveryMode = false, "", "", 0
 		line, err := dlq.MarshalLine(c, "")
@@ -248,7 +250,9 @@ func TestCLIOddHeadersNeverCrashTools(t *testing.T) {
 
 // A user who may read the DLQ but not publish cannot rotate: the tools
 // refuse before reading anything rather than return what they read, and
-// every message keeps its delivery count.
+// every message keeps its delivery count. Told the DLQ has no delivery
+// limit, stats reads it without publishing, returning what it read (free
+// on RabbitMQ 4.x, one delivery each on 3.x).
 func TestCLIQuorumDLQWithoutPublishPermissionRefuses(t *testing.T) {
 	e := newEnv(t)
 	qdlq := e.quorumDLQ(1)
@@ -276,14 +280,25 @@ func TestCLIQuorumDLQWithoutPublishPermissionRefuses(t *testing.T) {
 			t.Errorf("%v as a reader: %v\n%s", args, err, out)
 		}
 	}
+	// A DLQ said to have no delivery limit is read without publishing:
+	// nothing is rotated.
+	cmd := e.command("stats", "--dlq", qdlq, "--delivery-limit", "none")
+	cmd.Args[len(cmd.Args)-3] = url
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "depth") {
+		t.Errorf("stats --delivery-limit none as a reader: %v\n%s", err, out)
+	}
 	e.settled(qdlq)
 	got := e.drain(qdlq)
 	if !slices.Equal(ids(got), []string{"p0", "p1"}) {
 		t.Fatalf("DLQ holds %v", ids(got))
 	}
+	spent := int64(0)
+	if e.rb.Series() < 4 {
+		spent = 1
+	}
 	for _, m := range got {
-		if n, _ := m.Int(msg.HeaderDeliveryCount); n != 0 {
-			t.Errorf("message %s: delivery count %d spent", m.MessageID, n)
+		if n, _ := m.Int(msg.HeaderDeliveryCount); n != spent {
+			t.Errorf("RabbitMQ %s: message %s: delivery count %d, want %d", e.rb.Version(), m.MessageID, n, spent)
 		}
 	}
 }
@@ -428,7 +443,9 @@ func TestCLIQuorumDLQStatsSIGKILLLosesNothing(t *testing.T) {
 }
 
 // Every tool SIGKILLed mid-pass over a quorum DLQ under a delivery-limit
-// policy of 2, then run to the end: each kill hands back what the pass held
+// policy of 2, not told the limit (so every message it hands back is
+// rotated; TestCLIQuorumDLQKilledReadsLeaveNoCopies has the tools told
+// it), then run to the end: each kill hands back what the pass held
 // (one return counted for each), the next full pass rotates every message
 // into a fresh copy whose count is 0, so no message ever reaches the limit
 // and every one is still there. On RabbitMQ 4.x a tool that took a quorum
@@ -489,4 +506,134 @@ func TestCLIQuorumDLQToolsKilledUnderDeliveryLimit(t *testing.T) {
 		}
 	}
 	t.Logf("RabbitMQ %s: %d messages after 6 kills and 6 full passes, %d in twice", e.rb.Version(), len(seen), dups)
+}
+
+// With --delivery-limit the read-only tools hand back by returning every
+// message one more return cannot bring to the limit, and rotate the rest.
+// A tool that ends normally returns with a basic.nack, which RabbitMQ 4.x
+// does not count: there the messages keep a count of 0 however often they
+// are read. 3.x counts each such return, and rotates each message once its
+// count reaches the threshold (limit − 1), which starts its copy at 0
+// again. Either way nothing is lost, nothing doubled, the order kept.
+func TestCLIQuorumDLQDeliveryLimitReturnsInstead(t *testing.T) {
+	e := newEnv(t)
+	const limit, n = 3, 300
+	qdlq := e.quorumDLQ(limit)
+	var want []*msg.Message
+	for i := range n {
+		want = append(want, deadMsg("l"+strconv.Itoa(i), e.Work, "k", "max-attempts", 500, time.Hour))
+	}
+	e.fill(qdlq, want...)
+	dl := []string{"--delivery-limit", strconv.Itoa(limit)}
+	file := filepath.Join(t.TempDir(), "x.jsonl")
+	runs := [][]string{
+		{"stats", "--dlq", qdlq},
+		{"peek", "--dlq", qdlq, "-n", "5"},
+		{"export", "--dlq", qdlq, "--file", file, "--overwrite"},
+		{"stats", "--dlq", qdlq, "-o", "json"},
+		{"export", "--dlq", qdlq, "--file", file, "--overwrite", "--remove", "--header", "tenant=none"},
+		{"replay", "--dlq", qdlq, "--dry-run"},
+		{"replay", "--dlq", qdlq, "--original-queue", "elsewhere"},
+	}
+	for _, args := range runs {
+		e.ok(append(args, dl...)...)
+		e.settled(qdlq)
+	}
+	if n := e.depth(e.Work); n != 0 {
+		t.Errorf("a tool published %d message(s) to the work queue", n)
+	}
+	four := e.rb.Series() >= 4
+	got := e.drain(qdlq)
+	if !slices.Equal(ids(got), ids(want)) {
+		t.Fatalf("DLQ holds %d messages %v…, want %d in order", len(got), ids(got)[:min(len(got), 5)], n)
+	}
+	for i, m := range got {
+		sameMessage(t, want[i], m)
+		c, _ := m.Int(msg.HeaderDeliveryCount)
+		switch {
+		case c > limit-1:
+			t.Errorf("%s: x-delivery-count %d: returned at the threshold", m.MessageID, c)
+		case four && c != 0:
+			t.Errorf("RabbitMQ %s: %s: x-delivery-count %d, want 0 (a basic.nack is not counted)", e.rb.Version(), m.MessageID, c)
+		}
+	}
+}
+
+// The read-only tools SIGKILLed mid-pass over a quorum DLQ whose delivery
+// limit they are told: each kill leaves the DLQ with exactly the messages
+// it had — no copy beside an original, none lost — since every message a
+// pass held comes back from the kill itself, one delivery counted for it.
+// Returns go back to the head of a quorum queue, so the second killed pass
+// takes the first one's messages again, and brings some to
+// x-delivery-count 2, one short of the limit of 3. The whole pass after
+// the kills rotates those, its copies starting again at 0, and returns the
+// rest. No message ever reaches the limit, and the broker drops none.
+// (Without --delivery-limit, as before, every kill leaves the copies in
+// flight beside their originals.)
+func TestCLIQuorumDLQKilledReadsLeaveNoCopies(t *testing.T) {
+	e := newEnv(t)
+	const limit, n = 3, 10000
+	qdlq := e.quorumDLQ(limit)
+	e.fillFast(qdlq, "c", n, bytes.Repeat([]byte("x"), 64))
+	in, err := broker.OpenInspector(context.Background(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	dl := []string{"--dlq", qdlq, "--delivery-limit", strconv.Itoa(limit)}
+	for _, args := range [][]string{
+		{"export", "--file", filepath.Join(t.TempDir(), "x.jsonl")},
+		{"replay", "--dry-run"},
+	} {
+		cmd := e.command(append(args, dl...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.Until(t, 60*time.Second, args[0]+" reading the DLQ", func() bool {
+			c, err := in.Consumers(qdlq)
+			return err == nil && c > 0
+		})
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait() //nolint:errcheck // killed
+		waitfor.Until(t, 60*time.Second, "the killed tool's messages back", func() bool {
+			c, err := in.Consumers(qdlq)
+			return err == nil && c == 0
+		})
+		if d, err := in.Depth(qdlq); err != nil || d != n {
+			t.Fatalf("after %s was killed the DLQ holds %d messages (err %v), want exactly %d", args[0], d, err, n)
+		}
+	}
+	var st dlq.Stats
+	r := e.ok(append([]string{"stats", "-o", "json"}, dl...)...)
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("stats: %v\n%s", err, r.stdout)
+	}
+	if st.Scanned != n || st.MaxDeliveryCount != limit-1 {
+		t.Errorf("RabbitMQ %s: the pass after two kills scanned %d, max x-delivery-count %d; want %d and %d (both kills counted)",
+			e.rb.Version(), st.Scanned, st.MaxDeliveryCount, n, limit-1)
+	}
+	e.settled(qdlq)
+	seen := map[string]int{}
+	most := int64(0)
+	for _, m := range e.drain(qdlq) {
+		seen[m.MessageID]++
+		c, _ := m.Int(msg.HeaderDeliveryCount)
+		most = max(most, c)
+	}
+	for i := range n {
+		if c := seen["c"+strconv.Itoa(i)]; c != 1 {
+			t.Errorf("message c%d is in the DLQ %d times", i, c)
+		}
+	}
+	// The whole pass returned what it held: free on RabbitMQ 4.x, one
+	// delivery on 3.x; the messages at the threshold were rotated.
+	want := int64(limit - 2)
+	if e.rb.Series() < 4 {
+		want = limit - 1
+	}
+	if most > want {
+		t.Errorf("RabbitMQ %s: x-delivery-count up to %d after the whole pass, want at most %d", e.rb.Version(), most, want)
+	}
 }

@@ -101,10 +101,11 @@ type ReplayOptions struct {
 	ProgressEvery time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
-	// Rotate hands the messages not replayed back to a quorum DLQ; nil
-	// holds them for the caller's closing the source. With it a run that
-	// reaches Limit goes on rotating the rest of the messages present at
-	// start (kept: KeptLimit), so that the DLQ keeps its order.
+	// Rotate hands the messages not replayed back to a quorum DLQ: those
+	// it rotates at once, the rest held; nil holds them all for the
+	// caller's closing the source. With it a run that reaches Limit goes
+	// on taking the rest of the messages present at start (kept:
+	// KeptLimit), so that the DLQ keeps its order (see Rotation).
 	Rotate *Rotation
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the run).
@@ -536,7 +537,7 @@ func (r *replayer) loop(ctx context.Context, slots chan struct{}, workers *sync.
 			// Handed back: held unacked until the source closes, or
 			// rotated now on a quorum DLQ (in the loop, so in order; after
 			// the moves in flight, which rotate their message if they fail).
-			if m != nil && r.o.Rotate != nil {
+			if m != nil && r.o.Rotate.Rotates(m) {
 				r.awaitMoves()
 				if err := r.o.Rotate.Keep(ctx, d, m); err != nil {
 					<-slots

@@ -21,11 +21,13 @@ type BrowseOptions struct {
 	// Limit is the number of messages shown to fn.
 	Limit int
 	// Bound is the number of messages present at start. With Rotate every
-	// one of them is taken and rotated, those past Limit without being
-	// shown, so that the DLQ ends in the order it had; none past it.
+	// one of them is taken and handed back, those past Limit without being
+	// shown, so that the DLQ ends in the order it had (see Rotation); none
+	// past it.
 	Bound int
-	// Rotate hands messages back to a quorum DLQ; nil holds them for the
-	// caller's closing the source.
+	// Rotate hands messages back to a quorum DLQ: those it rotates at
+	// once, the rest held; nil holds them all for the caller's closing the
+	// source.
 	Rotate *Rotation
 	// OnBad, when set, is told about each bad message (n is its 1-based
 	// place in the pass).
@@ -40,10 +42,11 @@ type BrowseResult struct {
 }
 
 // Browse reads messages from src, oldest first, and calls fn with each of
-// the first o.Limit. It removes none: without o.Rotate it never settles
-// one, and the caller closes the source afterwards, which returns them all
-// to their places (order included, in a classic queue); with o.Rotate each
-// is rotated once fn is done with it. It stops early when the source has
+// the first o.Limit. It removes none: it settles only the messages
+// o.Rotate rotates, each once fn is done with it, and the caller closes
+// the source afterwards, which returns the others to their places (order
+// included, in a classic queue; at the head, in order, in a quorum one).
+// It stops early when the source has
 // nothing more ready. A panic in fn makes that message bad, not the run:
 // it is counted, reported and handed back like the others. An error from
 // fn ends the pass (after the message is handed back).
@@ -116,11 +119,11 @@ type Stats struct {
 	// (x-replay-count > 0): they failed again after a replay.
 	Replayed int `json:"replayed"`
 	// MaxDeliveryCount is the highest x-delivery-count seen. A quorum
-	// queue counts every return of a message, and drops or dead-letters
-	// one returned more often than the queue's delivery limit (20 by
-	// default on RabbitMQ 4.x, or a policy's): the DLQ tools rotate
-	// instead of returning, but other readers of the DLQ (or a connection
-	// lost mid-run) spend it, so operators must see it coming.
+	// queue counts returns of a message, and drops or dead-letters one
+	// returned more often than the queue's delivery limit (20 by default
+	// on RabbitMQ 4.x, or a policy's): the DLQ tools rotate a message
+	// before its count gets there, but other readers of the DLQ (or a
+	// tool killed mid-run) spend it, so operators must see it coming.
 	MaxDeliveryCount int `json:"maxDeliveryCount,omitempty"`
 	// Bad counts messages that could not be read (see the package doc);
 	// they are in Depth but in no other count.
@@ -207,7 +210,7 @@ func (s *Stats) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "bad\t%d\t(could not be read; left in the DLQ, see the warnings)\n", s.Bad)
 	}
 	if s.MaxDeliveryCount > 0 {
-		fmt.Fprintf(tw, "delivery count\tup to %d\t(a quorum DLQ counts every return of a message; past the queue's delivery limit — 20 by default on RabbitMQ 4.x, or a policy's — the broker drops it)\n", s.MaxDeliveryCount)
+		fmt.Fprintf(tw, "delivery count\tup to %d\t(a quorum DLQ counts returns of a message; past the queue's delivery limit — 20 by default on RabbitMQ 4.x, or a policy's — the broker drops it)\n", s.MaxDeliveryCount)
 	}
 	if s.Replayed > 0 {
 		fmt.Fprintf(tw, "replayed before\t%d\t(x-replay-count > 0: failed again after a replay)\n", s.Replayed)

@@ -21,8 +21,9 @@ import (
 //	taken ─(replayed: copy published and confirmed)→ acked: gone from the DLQ
 //	  │
 //	  └─(filtered out, kept, publish failed, dry run, browse)→ handed back:
-//	       classic DLQ: held unacked until the run ends, then returned in place
-//	       quorum DLQ:  rotated at once (see Rotation)
+//	       held unacked until the run ends, then returned in place;
+//	       on a quorum DLQ, a message near its delivery limit is
+//	       rotated at once instead (see Rotation)
 //
 // Holding instead of requeueing at once is what bounds a run: a requeued
 // message would be delivered again at the head of the queue and processed
@@ -30,16 +31,26 @@ import (
 // --remove, before its line is on disk), so killing a tool at any point
 // loses nothing: the broker takes back every unacked message.
 //
-// A quorum queue counts every return of a message — a nack with requeue,
-// or a channel closing with it unacked — in x-delivery-count, and drops or
-// dead-letters it once the count passes the queue's delivery limit (20 by
-// default on RabbitMQ 4.x, or whatever a policy sets). Handing messages
-// back by returning them would make each look at the DLQ spend part of
-// that budget, until a stats run deletes what it counts. So on a quorum
-// DLQ nothing is returned: each message handed back is rotated — an exact
-// copy published to the DLQ's tail, confirmed, then the original acked —
-// and a run takes every message present at start, so that one full pass
-// leaves the DLQ in its order.
+// A quorum queue counts returns of a message in x-delivery-count and
+// drops or dead-letters it once the count passes the queue's delivery
+// limit (20 by default on RabbitMQ 4.x for a queue declared without one,
+// or whatever an x-delivery-limit argument or a policy sets). Which
+// returns count differs by release: on 3.x every one; on 4.x a reject
+// with requeue and a channel or connection that ends with the message
+// unacked (closed, cut, or its process killed), but not a basic.nack with
+// requeue (see the broker package's TestWhichReturnsCount). A tool that
+// ends normally hands its messages back with that nack; a tool that is
+// killed cannot, and there every message it held spends one delivery.
+//
+// The alternative is rotating a message: an exact copy published to the
+// DLQ's tail, confirmed, then the original acked. It spends nothing, but
+// moves the message to the tail, and a tool killed between a copy's
+// confirm and its original's ack leaves both behind. So a tool rotates
+// only what it must: a message one more counted return could bring to the
+// delivery limit, which the operator gives the tools (DeliveryLimit;
+// policies cannot be read over AMQP). Without it every message handed
+// back is rotated. Either way a run takes every message present at start,
+// so that one full pass leaves the DLQ in its order.
 //
 // A message the tool cannot process (a panic while reading its headers,
 // filtering or encoding it) is a bad message: reported, counted, handed
@@ -104,6 +115,21 @@ type Pass struct {
 // *Rotation holds messages instead, for the caller's closing the source to
 // return them in place, which is what a classic queue does for free.
 //
+// With Need set, Keep rotates only the messages Need names and holds the
+// others, as a classic DLQ's are held: they return when the source closes,
+// each spending at most one delivery (none where the source hands them
+// back with a basic.nack on RabbitMQ 4.x), back at the head of the queue
+// in their order.
+//
+// Either way a run over a quorum DLQ takes every message present at start,
+// those past its limit too. A rotated message goes to the tail, and only a
+// whole pass brings the DLQ back to its order. A returned one goes back
+// ahead of every message the queue never handed out, but behind those
+// returned before it and not taken again since: a run that returned only
+// the head of the DLQ just after one that returned all of it would move
+// that head behind the rest (peek -n 5 after stats did). Holding every
+// message puts them all back as they were.
+//
 // After the first failure Keep sends nothing more and returns it: the
 // tool stops. The copies already in flight are still settled by Flush, so
 // that a confirmed copy does not leave its original behind as a duplicate.
@@ -115,6 +141,9 @@ type Rotation struct {
 	// (see Reparker), not to the tail it would wait a whole delay again at.
 	To  func(*msg.Message) string
 	Pub Sender
+	// Need, when set, tells which messages must be rotated (see
+	// DeliveryLimit.Need); the others are held. Nil rotates every one.
+	Need func(*msg.Message) bool
 	// Window is the number of copies awaiting their confirm at once.
 	// Default 16: when the tool ends, up to a window's originals are acked
 	// at once and the channel closed, and a quorum queue's channel sends at
@@ -127,6 +156,11 @@ type Rotation struct {
 	mu      sync.Mutex
 	pending []rotating
 	err     error
+}
+
+// Rotates tells whether Keep rotates m rather than holding it.
+func (r *Rotation) Rotates(m *msg.Message) bool {
+	return r != nil && (r.Need == nil || r.Need(m))
 }
 
 // rotating is a copy in flight and the original it stands for.
@@ -150,10 +184,11 @@ var ErrNotKept = errors.New("could not hand the message back to the quorum DLQ (
 var ErrRotates = errors.New("reading it rotates every message (each copied to the tail, confirmed, then the original acked), which changes the queue and holds it while the pass runs")
 
 // Keep hands d (whose message is m) back to the DLQ: nothing to do for a
-// nil Rotation; else the copy now, the ack once it is confirmed.
+// nil Rotation or a message it holds; else the copy now, the ack once it
+// is confirmed.
 func (r *Rotation) Keep(ctx context.Context, d Delivery, m *msg.Message) error {
-	if r == nil {
-		return nil
+	if !r.Rotates(m) {
+		return r.failed()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -176,6 +211,17 @@ func (r *Rotation) Keep(ctx context.Context, d Delivery, m *msg.Message) error {
 	for len(r.pending) >= window {
 		r.settleOldest()
 	}
+	return r.err
+}
+
+// failed is the rotation's first failure, if any: a held message after it
+// stops the run as a rotated one would.
+func (r *Rotation) failed() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.err
 }
 

@@ -1,7 +1,8 @@
 // Package dlqconn opens a DLQ on the broker the way every DLQ tool does —
-// the command-line tools and the console alike — so that a quorum DLQ is
-// always rotated rather than returned to, and a run that removes messages
-// always owns the DLQ exclusively.
+// the command-line tools and the console alike — so that a message of a
+// quorum DLQ is rotated rather than returned to it whenever its return
+// could cost it its place (see dlq.Rotation), and a run that removes
+// messages always owns the DLQ exclusively.
 package dlqconn
 
 import (
@@ -23,7 +24,12 @@ type Opener struct {
 	// ConfirmTimeout bounds the wait for each publish confirm (the
 	// config's broker.confirmTimeout).
 	ConfirmTimeout time.Duration
-	Log            *slog.Logger
+	// DeliveryLimit is the quorum DLQs' delivery limit as the operator
+	// knows it: the messages one more return could bring to it are
+	// rotated, the others held and returned when the pass closes. Unknown
+	// (the zero value) rotates every message.
+	DeliveryLimit dlq.DeliveryLimit
+	Log           *slog.Logger
 }
 
 func (o *Opener) log() *slog.Logger {
@@ -46,10 +52,12 @@ func (o *Opener) Depth(ctx context.Context, queue string) (int, error) {
 // Rotation tells how a tool hands the messages it does not remove back to
 // the DLQ: nil (hold them until the end, the broker returns them in place)
 // for a classic queue; a dlq.Rotation for a quorum queue, whose returns
-// would spend each message's delivery count. Rotating publishes to the
-// DLQ, so it is checked first that this user may publish there at all: a
-// tool that could not would have to return what it read, and it refuses
-// instead.
+// may spend each message's delivery count, rotating the messages
+// o.DeliveryLimit says must be (every one when it is unknown). Rotating
+// publishes to the DLQ, so it is checked first that this user may publish
+// there at all: a tool that could not would have to return what it read,
+// and it refuses instead. A DLQ without a limit rotates nothing, and needs
+// no publisher.
 func (o *Opener) Rotation(ctx context.Context, queue string) (*dlq.Rotation, func(), error) {
 	typ, err := o.queueType(ctx, queue)
 	if err != nil {
@@ -75,6 +83,9 @@ func (o *Opener) rotation(ctx context.Context, queue string, typ broker.QueueTyp
 	if typ == broker.Classic {
 		return nil, func() {}, nil
 	}
+	if o.DeliveryLimit == dlq.NoDeliveryLimit {
+		return &dlq.Rotation{Queue: queue, Need: o.DeliveryLimit.Need()}, func() {}, nil
+	}
 	pub := broker.NewPublisher(broker.PublisherOptions{
 		Options:        o.Opts,
 		Channels:       1,
@@ -95,24 +106,29 @@ func (o *Opener) rotation(ctx context.Context, queue string, typ broker.QueueTyp
 		if err == nil {
 			err = fmt.Errorf("queue %q exists", probe)
 		}
-		return nil, nil, fmt.Errorf("DLQ %q is a quorum queue, which counts every message handed back by returning it and drops it past the queue's delivery limit (20 by default on RabbitMQ 4.x, or a policy's delivery-limit); "+
-			"the DLQ tools therefore hand messages back by publishing a copy to the DLQ and acking the original, and publishing to it failed, so nothing was read: %w", queue, err)
+		return nil, nil, fmt.Errorf("DLQ %q is a quorum queue, which counts messages handed back by returning them and drops one past the queue's delivery limit (20 by default on RabbitMQ 4.x, or a policy's delivery-limit); "+
+			"the DLQ tools therefore hand back a message that could reach it by publishing a copy to the DLQ and acking the original, and publishing to it failed, so nothing was read (--delivery-limit none, for a DLQ without a limit, reads without publishing): %w", queue, err)
 	}
-	return &dlq.Rotation{Queue: queue, Pub: pub}, closePub, nil
+	return &dlq.Rotation{Queue: queue, Pub: pub, Need: o.DeliveryLimit.Need()}, closePub, nil
 }
 
 // Browse opens queue for reading without removing anything: on a classic
 // DLQ every message taken is handed back, in its place, when the pass is
-// closed; on a quorum DLQ each is rotated (see dlq.Rotation).
+// closed; on a quorum DLQ each message the pass's dlq.Rotation must rotate
+// is rotated, and the others are handed back as a classic DLQ's are.
 //
 // A classic DLQ is read with basic.get and every message held until the
 // end: closing returns them all in place, in one step the broker does for
 // free. A quorum DLQ is read through a consumer the broker fills ahead of
 // the pass (see browsePrefetch), since one basic.get round trip per message
-// bounded a scan at about 900 messages a second. What the broker pushed
-// past what the pass took (the pass's own copies, or dead letters that came
-// meanwhile) must not go back by closing either: Close stops the consumer
-// (broker.Exclusive.Stop) and rotates each of those too, then closes.
+// bounded a scan at about 900 messages a second; once the window is full
+// of held messages, the rest is read with basic.get. What the broker
+// pushed past what the pass took (the pass's own copies, or dead letters
+// that came meanwhile) must not go back by closing either: Close stops the
+// consumer (broker.Exclusive.Stop) and hands each of those back the same
+// way, then returns what is held with one basic.nack, which RabbitMQ 4.x
+// does not count against the delivery limit (3.x counts it, as every
+// return), and closes.
 func (o *Opener) Browse(ctx context.Context, queue string) (dlq.Pass, error) {
 	return o.browse(ctx, queue, true)
 }
@@ -143,7 +159,11 @@ func (o *Opener) BrowseParked(ctx context.Context, queue string, to func(*msg.Me
 	if typ == broker.Classic {
 		return o.browse(ctx, queue, true)
 	}
-	rot, closeRot, err := o.rotation(ctx, queue, typ)
+	// Every message is rotated, whatever the delivery limit: the copy is
+	// what moves it to where its due time puts it now.
+	every := *o
+	every.DeliveryLimit = dlq.UnknownDeliveryLimit
+	rot, closeRot, err := every.rotation(ctx, queue, typ)
 	if err != nil {
 		return dlq.Pass{}, err
 	}

@@ -43,13 +43,19 @@ used; it may be left out when there is only one.
   console  web console: failure groups, messages, replay/edit/transform/export/purge
 
 stats, peek and export read messages without removing them: each is taken
-unacked and handed back when the command ends, in its place. On a quorum
-DLQ, which counts every message handed back that way and drops it past its
-delivery limit, each is rotated instead: a copy published to the DLQ and
-confirmed, then the original acked, every message present at start once,
-so the DLQ ends in its order. replay and
-export --remove move a message (publish and confirm, or write and fsync)
-before acking it, so killing them at any moment loses nothing; at most the
+unacked and handed back when the command ends, in its place. A quorum DLQ
+counts returns of a message (RabbitMQ 3.x every one; 4.x not the one a
+tool that ends normally makes, but the one a killed tool's connection
+makes) and drops it past its delivery limit, which policies set and AMQP
+cannot read. So on a quorum DLQ a message one more return could bring to
+the limit is rotated instead: a copy published to the DLQ and confirmed,
+then the original acked. --delivery-limit N (or none) tells the tools the
+limit; without it every message is rotated, and a tool killed mid-pass
+leaves the copies in flight beside their originals. Either way a run
+takes every message present at start once, so the DLQ ends in its order.
+replay and export
+--remove move a message (publish and confirm, or write and fsync) before
+acking it, so killing them at any moment loses nothing; at most the
 messages in flight end up in both places.`,
 	}
 	cmd.AddCommand(newDLQStatsCmd(), newDLQPeekCmd(), newDLQReplayCmd(), newDLQExportCmd(), newDLQImportCmd(), newDLQPurgeCmd(), newDLQConsoleCmd())
@@ -57,10 +63,12 @@ messages in flight end up in both places.`,
 }
 
 // dlqFlags are the flags every dlq subcommand has: the config ones, and
-// --dlq to name the queue directly.
+// --dlq to name the queue directly; and, for the tools that read the DLQ,
+// --delivery-limit (registerLimit).
 type dlqFlags struct {
-	cf   configFlags
-	name string
+	cf    configFlags
+	name  string
+	limit dlq.DeliveryLimit
 }
 
 func (f *dlqFlags) register(fs *pflag.FlagSet) {
@@ -69,12 +77,50 @@ func (f *dlqFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "dlq", "", "DLQ to work on (default: the DLQ of queue.name, or of the subscription --queue picks, from topology.dlq)")
 }
 
+// registerLimit adds --delivery-limit, for a tool that hands back
+// messages it read.
+func (f *dlqFlags) registerLimit(fs *pflag.FlagSet) {
+	fs.Var(limitValue{&f.limit}, "delivery-limit", deliveryLimitHelp)
+}
+
+// deliveryLimitHelp explains --delivery-limit: policies cannot be read
+// over AMQP, so without it every message of a quorum DLQ is rotated.
+const deliveryLimitHelp = "the quorum DLQ's delivery limit, as its policy or x-delivery-limit sets it (a count, or none): " +
+	"a message one more return would bring to it (x-delivery-count >= N-1) is rotated (copied to the tail, then acked), " +
+	"the others are handed back in place as on a classic DLQ; default unknown, which rotates every message (policies cannot be read over AMQP)"
+
+// limitValue is --delivery-limit as a flag value.
+type limitValue struct{ l *dlq.DeliveryLimit }
+
+func (v limitValue) String() string {
+	if v.l == nil {
+		return ""
+	}
+	return v.l.String()
+}
+
+func (v limitValue) Set(s string) error {
+	l, err := dlq.ParseDeliveryLimit(s)
+	if err != nil {
+		return err
+	}
+	if l == dlq.UnknownDeliveryLimit {
+		return fmt.Errorf("delivery limit %q: want a count of at least 1, or none", s)
+	}
+	*v.l = l
+	return nil
+}
+
+func (limitValue) Type() string { return "N|none" }
+
 // target is what a dlq subcommand works with.
 type target struct {
 	cfg  config.Config
 	dlq  string
 	log  *slog.Logger
 	opts broker.Options
+	// limit is the DLQ's delivery limit as --delivery-limit gives it.
+	limit dlq.DeliveryLimit
 	// partitioned are the config's partitioned work queues: a message
 	// dead-lettered from one of their partitions is replayed through the
 	// partitions exchange.
@@ -121,7 +167,7 @@ func (f *dlqFlags) load(cmd *cobra.Command, role string) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &target{cfg: cfg, dlq: f.name, partitioned: map[string]bool{}}
+	t := &target{cfg: cfg, dlq: f.name, limit: f.limit, partitioned: map[string]bool{}}
 	for _, e := range cfg.SubscriptionConfigs() {
 		if e.Topology.Partitions.On() {
 			t.partitioned[e.Queue.Name] = true
@@ -197,12 +243,12 @@ func (t *target) explain(err error) error {
 
 // opener opens the DLQ on the config's broker, as every DLQ tool does.
 func (t *target) opener() *dlqconn.Opener {
-	return &dlqconn.Opener{Opts: t.opts, ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(), Log: t.log}
+	return &dlqconn.Opener{Opts: t.opts, ConfirmTimeout: t.cfg.Broker.ConfirmTimeout.D(), DeliveryLimit: t.limit, Log: t.log}
 }
 
-// browse opens the DLQ for reading without removing anything: on a classic
-// DLQ every message taken is handed back, in its place, when close is
-// called; on a quorum DLQ the tool rotates each (see dlq.Rotation), through
+// browse opens the DLQ for reading without removing anything: every
+// message taken is handed back, in its place, when close is called, except
+// on a quorum DLQ those the tool must rotate (see dlq.Rotation), through
 // rot.
 func (t *target) browse(ctx context.Context) (src dlq.Source, depth int, rot *dlq.Rotation, closeFn func(), err error) {
 	p, err := t.opener().Browse(ctx, t.dlq)

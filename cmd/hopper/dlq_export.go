@@ -157,6 +157,7 @@ the output (and export without --remove first when in doubt).`,
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerLimit(cmd.Flags())
 	ff.register(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&file, "file", "", "file to write (JSON Lines); - for standard output")

@@ -22,9 +22,11 @@ func newDLQPeekCmd() *cobra.Command {
 		Short: "Show the first N messages (headers, body preview) without removing them",
 		Long: `Shows the first N messages of the DLQ. The body is shown as text when it is
 valid UTF-8 and printable, else as a hex dump. Nothing is removed: the
-messages are handed back in their places (on a quorum DLQ every message is
-rotated, those past N unshown, so the order holds: see hopper dlq --help). --output json writes each message
-as one line of the export format.`,
+messages are handed back in their places (on a quorum DLQ every message
+is taken, those past N unshown, so the order holds; those near its
+delivery limit, or all without --delivery-limit, are rotated: see hopper
+dlq --help). --output json writes each message as one line of the export
+format.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "json" && output != "text" {
@@ -75,6 +77,7 @@ as one line of the export format.`,
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerLimit(cmd.Flags())
 	cmd.Flags().IntVarP(&n, "count", "n", 10, "number of messages to show")
 	cmd.Flags().IntVar(&bodyBytes, "body-bytes", 512, "largest body preview, in bytes")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")

@@ -50,10 +50,11 @@ routing key). The destination is checked to exist before anything moves.
 Each copy is published persistent and mandatory, confirmed by the broker,
 and only then is the original acked. A message without a known destination,
 replayed --max-replays times already, not matching the filters, or whose
-publish failed stays in the DLQ, in its place. On a quorum DLQ those are
-rotated (a copy published to the DLQ, confirmed, then the original acked)
-so that the queue's delivery limit is not spent, and a run with --limit
-goes on rotating the rest of the messages present, keeping their order.
+publish failed stays in the DLQ, in its place. On a quorum DLQ those near
+its delivery limit (--delivery-limit; all of them without it) are rotated
+(a copy published to the DLQ, confirmed, then the original acked) so that
+the queue's delivery limit is not spent, and a run with --limit goes on
+taking the rest of the messages present, keeping their order.
 
 One run handles at most the messages present when it starts, each at most
 once: messages it does not move are held until the end, so a message that
@@ -236,6 +237,7 @@ DLQ: run it again; 69 when the broker cannot be reached; 64 for a bad flag.`,
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerLimit(cmd.Flags())
 	ff.register(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&o.To, "to", "", "destination queue for every message (default: each message's x-original-queue)")

@@ -17,7 +17,8 @@ func newDLQStatsCmd() *cobra.Command {
 		Short: "Depth, counts by original queue, reason and status, oldest and newest age",
 		Long: `Reads every message present without acking it (basic.get on a classic DLQ, a
 consumer on a quorum one) and hands them all back when done, so the DLQ is left
-as it was, order included (a quorum DLQ's are rotated: see hopper dlq --help).
+as it was, order included (on a quorum DLQ the messages near its delivery
+limit, or all without --delivery-limit, are rotated: see hopper dlq --help).
 Ages come from x-dead-letter-time, else the AMQP timestamp.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,6 +50,7 @@ Ages come from x-dead-letter-time, else the AMQP timestamp.`,
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerLimit(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "text (or table) or json")
 	return cmd
 }
