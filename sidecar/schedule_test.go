@@ -98,13 +98,21 @@ func publishScheduled(r *running, prefix string, delays []time.Duration) []sched
 // late after it; it logs each lateness and returns them sorted.
 func awaitOnTime(t *testing.T, app *clockApp, msgs []scheduled, early, late time.Duration, within time.Duration) []time.Duration {
 	t.Helper()
+	var missing []string
+	defer func() {
+		if t.Failed() && len(missing) > 0 {
+			t.Logf("not delivered when the wait ended: %v (due %s … %s)", missing,
+				msgs[0].due.Format("15:04:05.000"), msgs[len(msgs)-1].due.Format("15:04:05.000"))
+		}
+	}()
 	waitfor.Until(t, within, "every scheduled message delivered", func() bool {
+		missing = missing[:0]
 		for _, m := range msgs {
 			if _, ok := app.at(m.id); !ok {
-				return false
+				missing = append(missing, m.id)
 			}
 		}
-		return true
+		return len(missing) == 0
 	})
 	var offs []time.Duration
 	for _, m := range msgs {
