@@ -186,7 +186,8 @@ docker-check:
 ## unordered, with 1000 and 16 ordering keys, and one key against consumer.ordered (the
 ## "bench: keyed" lines); `--paths stream` (never by default) drains a --stream-n backlog
 ## (200,000) from a RabbitMQ stream with a hand-written stream-client loop, Hopper per message
-## and Hopper in batches (the "bench: stream" and "stream-batch" lines);
+## and Hopper in batches (the "bench: stream" and "stream-batch" lines; with --raw-contract
+## also the loop sending the contract's request headers, the "contract: stream" lines);
 ## quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
 ## and BENCHFLAGS="--n 20000 --runs 1 --paths fair" (or --paths batch)
 BENCHFLAGS ?=

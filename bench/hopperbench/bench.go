@@ -102,8 +102,8 @@ func benchMain(args []string) int {
 	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
 	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
 	fs.BoolVar(&o.rawSigned, "raw-signed", false, "on the signed path, also drain with the raw loop unsigned and signing every request itself (standard library HMAC, the same three headers), interleaved run by run; the signed-raw: line")
-	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), interleaved run by run; Hopper against it is the contract: lines")
-	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults and batch paths; its figures against the same raw runs are the baseline: lines")
+	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), and on the stream path with the stream loop sending those request headers, interleaved run by run; Hopper against it is the contract: lines")
+	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults, batch and stream paths; its figures against the same raw runs are the baseline: lines")
 	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, child logs)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
@@ -524,9 +524,12 @@ func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag strin
 		argv = []string{e.self, "raw-worker", "--floor", strconv.Itoa(n), "--every", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + floorPath,
 			"--prefetch", strconv.Itoa(e.o.batchPrefetch)}
-	case "rawstream":
+	case "rawstream", "rawstreamc":
 		argv = []string{e.self, "stream-worker", "--port", strconv.Itoa(e.b.StreamPort()), "--stream", plan.Stream.Name,
 			"--app", e.app.url + appPath, "--prefetch", strconv.Itoa(e.o.prefetch), "--workers", strconv.Itoa(e.o.workers)}
+		if kind == "rawstreamc" {
+			argv = append(argv, "--contract", "--queue", plan.Work.Name)
+		}
 	case "rawbatch":
 		argv = []string{e.self, "raw-worker", "--batch", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
