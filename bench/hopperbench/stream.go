@@ -240,6 +240,16 @@ func streamWorkerMain(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// As raw-worker: HOPPERBENCH_RAW_PROFILE=DIR writes the loop's CPU
+	// profile and allocation counts there.
+	if dir := os.Getenv("HOPPERBENCH_RAW_PROFILE"); dir != "" {
+		done, err := profileRaw(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "stream-worker: profile:", err)
+			return 1
+		}
+		defer done()
+	}
 	sw := &streamWorker{appURL: *appURL, timeout: *timeout, client: newRawClient(*workers, *timeout)}
 	post := sw.post
 	if *contract {
@@ -305,6 +315,7 @@ func runStreamWorker(ctx context.Context, port int, name, consumer string, prefe
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
 			for it := range items {
+				rawHandled.Add(1)
 				post(req, resp, it)
 				mu.Lock()
 				delete(inFlight, it.off)
