@@ -250,6 +250,9 @@ type Source struct {
 	// loop. stopped is closed then.
 	stopping bool
 	stopped  chan struct{}
+	// halted is whether pauses holds a reason or stopping is set, for
+	// hand to read without the lock.
+	halted atomic.Bool
 	// gen is the subscription now reading: a message from an earlier
 	// one (still being dispatched by the client after a reconnect) is
 	// not read, since the new subscription reads it again.
@@ -683,17 +686,33 @@ func (s *Source) onMessage(gen uint64, p *part, off int64, m *amqp.Message) {
 	// Room first: the loop holds no more unsettled deliveries of the
 	// stream than the prefetch (and its bytes), so handing one over never
 	// blocks.
-	d := &Delivery{m: fromStream(m, p.name, off), offset: off, src: s, stream: p.name, offsets: tracker}
-	if !s.held.take(len(d.m.Body), s.stopped) {
+	r := &received{}
+	fromStream(&r.m, m, p.value, off)
+	r.d = Delivery{m: &r.m, offset: off, src: s, stream: p.name, offsets: tracker}
+	if !s.held.take(len(r.m.Body)) {
 		return // read, never handed: it stays unsettled
 	}
-	s.hand(d)
+	s.hand(&r.d)
+}
+
+// received is a delivery and its message, made together: one allocation
+// for each message read rather than two.
+type received struct {
+	d Delivery
+	m msg.Message
 }
 
 // hand waits while reading is paused, then hands d, which is counted in
 // held, to the loop; once reading stops it returns without: d stays
 // unsettled.
 func (s *Source) hand(d *Delivery) {
+	if !s.halted.Load() {
+		// Neither paused nor stopping: no lock to take. A pause or a stop
+		// that comes meanwhile finds this delivery handed, as it would had
+		// it come a moment later; stop waits for the handing to return.
+		s.handle(d)
+		return
+	}
 	for {
 		s.mu.Lock()
 		if s.stopping {
@@ -740,9 +759,11 @@ func (s *Source) stop() {
 	s.mu.Lock()
 	if !s.stopping {
 		s.stopping = true
+		s.halted.Store(true)
 		close(s.stopped)
 		close(s.wake)
 		s.wake = make(chan struct{})
+		s.held.stop()
 	}
 	s.mu.Unlock()
 	s.handing.Wait()
@@ -799,6 +820,7 @@ func (s *Source) PauseFor(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pauses[reason] = true
+	s.halted.Store(true)
 }
 
 // ResumeFor lifts the pause for reason.
@@ -809,6 +831,7 @@ func (s *Source) ResumeFor(reason string) {
 		return
 	}
 	delete(s.pauses, reason)
+	s.halted.Store(s.stopping || len(s.pauses) > 0)
 	close(s.wake)
 	s.wake = make(chan struct{})
 }
