@@ -514,9 +514,23 @@ func (a *Client) head(req *fasthttp.Request, contentType string, bodyLen int) He
 			len("User-Agent") + len(a.client.Name) + 4 +
 			len("Host") + len(u.Host()) + 4 +
 			len("Content-Type") + len(contentType) + 4 +
-			len("Content-Length") + len(itoa(bodyLen)) + 4 +
+			len("Content-Length") + digits(bodyLen) + 4 +
 			2,
 	}
+}
+
+// digits is the length of n written in decimal, counted rather than
+// written: a length over 99 written out would allocate its text for
+// every request.
+func digits(n int) int {
+	d := 1
+	if n < 0 {
+		d, n = 2, -n
+	}
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // traceHeaders collects the trace context the propagator writes, for

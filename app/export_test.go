@@ -22,3 +22,6 @@ func (a *Client) WaitingForConn() int64 { return a.waiting.Load() }
 
 // ForwardedName is forwardedName, for the tests.
 var ForwardedName = forwardedName
+
+// Digits is digits, for the tests.
+var Digits = digits

@@ -585,3 +585,11 @@ func TestForwardedNames(t *testing.T) {
 		}
 	}
 }
+
+func TestDigits(t *testing.T) {
+	for _, n := range []int{0, 7, 9, 10, 99, 100, 256, 65535, 1 << 20, -1, -10, -256} {
+		if got, want := app.Digits(n), len(strconv.Itoa(n)); got != want {
+			t.Errorf("digits(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
