@@ -1,6 +1,9 @@
 package streamsrc
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // budget bounds what the loop holds of a stream's deliveries, unsettled:
 // a number, as a queue's prefetch does, and bytes of bodies, as
@@ -22,11 +25,14 @@ type budget struct {
 	freed   sync.Cond
 	waiting int
 	stopped bool
+	// count is maxN, for reading without the lock.
+	count atomic.Int64
 }
 
 func newBudget(maxN, maxBytes int) *budget {
 	b := &budget{maxN: maxN, maxBytes: maxBytes}
 	b.freed.L = &b.mu
+	b.count.Store(int64(maxN))
 	return b
 }
 

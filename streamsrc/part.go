@@ -29,6 +29,10 @@ type part struct {
 	// save stores an offset for the consumer name on this stream; nil
 	// while the stream is not subscribed.
 	save func(int64) error
+	// ahead gives the credits of the subscription to this stream; nil
+	// while it is not subscribed, or subscribed through a super stream
+	// consumer, whose credits the client gives.
+	ahead *readAhead
 	// lastSeen is the stream's last committed chunk and its last message
 	// when last read.
 	lastSeen struct{ committed, last int64 }

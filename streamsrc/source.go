@@ -92,7 +92,8 @@ type Options struct {
 	RedeliverAfter time.Duration
 	// Prefetch bounds the deliveries handed to the loop and not settled
 	// yet, as a queue's prefetch does: the loop's hand-off queue must hold
-	// that many, so that handing one over never blocks. Default 50.
+	// that many, so that handing one over never blocks. The stream client
+	// reads about as many ahead (see readAhead). Default 50.
 	Prefetch int
 	// SingleActive subscribes as a single active consumer: of the
 	// readers with this consumer name (the replicas of one app), the
@@ -492,7 +493,7 @@ func (s *Source) session(ctx context.Context) error {
 			unsubscribe := s.unsubscribe
 			s.unsubscribe = nil
 			for _, p := range s.parts {
-				p.save = nil
+				p.save, p.ahead = nil, nil
 			}
 			s.mu.Unlock()
 			// The streams still subscribed are read again with the rest.
@@ -504,6 +505,28 @@ func (s *Source) session(ctx context.Context) error {
 			return err
 		case <-tick.C:
 			s.store()
+			s.refill()
+		}
+	}
+}
+
+// refill gives a credit to each subscription that has waited on the
+// client for a chunk for a whole StoreEvery while its stream holds
+// messages it has not read (see readAhead.refill).
+func (s *Source) refill() {
+	quiet := time.Now().Add(-s.o.StoreEvery)
+	for _, p := range s.partList() {
+		s.mu.Lock()
+		ahead, tracker := p.ahead, p.offsets
+		s.mu.Unlock()
+		if ahead == nil || !p.active.Load() {
+			continue
+		}
+		next, read := tracker.Next()
+		pos := p.pos.Load()
+		if ahead.refill(quiet, read && pos != nil && pos.Last >= next) {
+			s.logFor(p).Warn("the stream client waited for a chunk it had no credit for; gave it one",
+				"event", "STREAM_CREDIT_REFILLED", "next", next, "last", pos.Last)
 		}
 	}
 }
@@ -570,7 +593,8 @@ func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- 
 			_ = unsubscribe() // the error says why
 			return nil, err
 		}
-		opts := stream.NewConsumerOptions().
+		ahead := newReadAhead(s.held)
+		opts := consumerOptions().
 			SetConsumerName(s.o.Consumer).
 			SetManualCommit().
 			SetOffset(spec).
@@ -586,7 +610,9 @@ func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- 
 			p.active.Store(true)
 		}
 		cons, err := env.NewConsumer(p.name, func(cc stream.ConsumerContext, m *amqp.Message) {
+			ahead.seen(cc, bodySize(m))
 			s.onMessage(gen, p, cc.Consumer.GetOffset(), m)
+			ahead.handed()
 		}, opts)
 		if err != nil {
 			_ = unsubscribe() // the error says why
@@ -596,8 +622,9 @@ func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- 
 			return nil, fmt.Errorf("subscribe to %s: %w", p.name, err)
 		}
 		consumers = append(consumers, cons)
+		ahead.attach(cons)
 		s.mu.Lock()
-		p.save = cons.StoreCustomOffset
+		p.save, p.ahead = cons.StoreCustomOffset, ahead
 		s.mu.Unlock()
 		go func(closed stream.ChannelClose) {
 			ev := <-closed
@@ -790,7 +817,7 @@ func (s *Source) Close() error {
 	stored := map[string]int64{}
 	for _, p := range s.parts {
 		stored[p.name] = p.stored
-		p.save = nil
+		p.save, p.ahead = nil, nil
 	}
 	s.mu.Unlock()
 	s.connected.Store(false)
