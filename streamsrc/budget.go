@@ -36,6 +36,21 @@ func newBudget(maxN, maxBytes int) *budget {
 	return b
 }
 
+// setCount makes n the bound on the number of deliveries. A lower bound
+// lets what is held already stay; it only keeps more from being taken.
+func (b *budget) setCount(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n == b.maxN {
+		return
+	}
+	if n > b.maxN && b.waiting > 0 {
+		b.freed.Broadcast()
+	}
+	b.maxN = n
+	b.count.Store(int64(n))
+}
+
 // take waits until a delivery of size bytes fits, and counts it; it
 // returns false, counting nothing, once stop was called.
 func (b *budget) take(size int) bool {

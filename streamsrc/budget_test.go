@@ -48,3 +48,30 @@ func TestBudgetBoundsCountAndBytes(t *testing.T) {
 		t.Fatalf("held %d after a stopped take, want 3", n)
 	}
 }
+
+// A bound set lower keeps what is held and takes no more until the count
+// is under it; set higher, it lets a waiting delivery in.
+func TestBudgetCountFollows(t *testing.T) {
+	b := newBudget(4, 0)
+	for range 3 {
+		if !b.take(1) {
+			t.Fatal("a delivery within the bound did not fit")
+		}
+	}
+	b.setCount(2)
+	took := make(chan bool, 1)
+	go func() { took <- b.take(1) }()
+	b.give(1)
+	select {
+	case <-took:
+		t.Fatal("a delivery fit with 2 held and a bound of 2")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.setCount(3)
+	if !<-took {
+		t.Fatal("take returned false once the bound was raised")
+	}
+	if n, _ := b.held(); n != 3 {
+		t.Fatalf("held %d, want 3", n)
+	}
+}

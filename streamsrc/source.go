@@ -95,6 +95,14 @@ type Options struct {
 	// that many, so that handing one over never blocks. The stream client
 	// reads about as many ahead (see readAhead). Default 50.
 	Prefetch int
+	// Follow, when set, is the bound to hold now, at most Prefetch: the
+	// prefetch of a queue whose consumer follows the app's concurrency
+	// limit. It is looked up every FollowEvery while subscribed. A stream
+	// has no consumer to register again for a new bound, so it follows
+	// every change. Default nil: Prefetch throughout.
+	Follow func() int
+	// FollowEvery is how often Follow is looked up. Default 100ms.
+	FollowEvery time.Duration
 	// SingleActive subscribes as a single active consumer: of the
 	// readers with this consumer name (the replicas of one app), the
 	// broker delivers to one at a time and promotes another when it goes
@@ -209,6 +217,9 @@ func (o *Options) defaults() {
 	}
 	if o.Prefetch <= 0 {
 		o.Prefetch = 50
+	}
+	if o.FollowEvery <= 0 {
+		o.FollowEvery = 100 * time.Millisecond
 	}
 	if o.Partitions <= 0 {
 		o.Partitions = 3
@@ -458,6 +469,9 @@ func (s *Source) session(ctx context.Context) error {
 	} else if err := s.declare(env); err != nil {
 		return err
 	}
+	if s.o.Follow != nil {
+		s.follow()
+	}
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
@@ -480,6 +494,12 @@ func (s *Source) session(ctx context.Context) error {
 	s.connected.Store(true)
 	tick := time.NewTicker(s.o.StoreEvery)
 	defer tick.Stop()
+	var follow <-chan time.Time
+	if s.o.Follow != nil {
+		t := time.NewTicker(s.o.FollowEvery)
+		defer t.Stop()
+		follow = t.C
+	}
 	watching, unwatch := context.WithCancel(ctx)
 	defer unwatch()
 	go s.watch(watching, env)
@@ -506,8 +526,16 @@ func (s *Source) session(ctx context.Context) error {
 		case <-tick.C:
 			s.store()
 			s.refill()
+		case <-follow:
+			s.follow()
 		}
 	}
+}
+
+// follow sets the bound on what the loop holds to what Options.Follow
+// says now.
+func (s *Source) follow() {
+	s.held.setCount(min(max(s.o.Follow(), 1), s.o.Prefetch))
 }
 
 // refill gives a credit to each subscription that has waited on the
