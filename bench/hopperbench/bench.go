@@ -1029,9 +1029,9 @@ func (e *env) bench() (*report, error) {
 // logRun reports one drain on standard error as it ends; who names the
 // consumer (raw, hopper, or a setting of Hopper's).
 func logRun(path, who string, run, runs int, res runResult) {
-	logf("%-8s %-8s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k",
+	logf("%-8s %-8s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k, app cpu %.2fs/100k",
 		path, who, run, runs, res.rate, res.n, res.elapsed.Round(time.Millisecond), res.publish.Round(time.Millisecond),
-		per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n))
+		per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n), per100k(res.appCPU, res.n))
 	logf("      other processes on the machine used %.2f cores during the run (load %s)", res.others, loadAvg())
 }
 

@@ -169,14 +169,28 @@ func (e *env) deleteStream(name string) {
 func (rep *report) printStream(w io.Writer, o *options) {
 	fmt.Fprintf(w, "stream: a backlog of %d messages of %d B in a stream, drained from its first offset; rawstream, rawstreamc, hopper and base at prefetch/workers %d/%d, hopper-batch and base-batch %d per request at %d/%d\n",
 		o.streamN, o.size, o.prefetch, o.workers, o.batchSize, o.batchPrefetch, o.batchWorkers)
-	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %8s %8s\n", "form", "median/s", "min/s", "max/s", "cpu_s/100k", "rss_MiB", "anon_MiB")
+	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %10s %10s %8s %8s\n", "form", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "anon_MiB")
 	for _, who := range streamWho {
 		runs := rep.stream[who]
 		if len(runs) == 0 {
 			continue
 		}
 		r := summarize(rates(runs))
-		fmt.Fprintf(w, "%-13s %9.0f %9.0f %9.0f %10.2f %8.1f %8.1f\n", who, r.med, r.min, r.max, consumerCPU(runs), maxHWM(runs), maxAnon(runs))
+		fmt.Fprintf(w, "%-13s %9.0f %9.0f %9.0f %10.2f %10.2f %10.2f %8.1f %8.1f\n", who, r.med, r.min, r.max, consumerCPU(runs),
+			summarize(cpus(runs, func(r runResult) time.Duration { return r.broker })).med,
+			summarize(cpus(runs, func(r runResult) time.Duration { return r.appCPU })).med, maxHWM(runs), maxAnon(runs))
+	}
+	// As on the raw paths: when the machine is CPU-bound, the rate is the
+	// cores over the CPU per message of everything on the path, which
+	// does not depend on how busy the rest of the machine was in each run.
+	total := func(who string) float64 {
+		return summarize(cpus(rep.stream[who], func(r runResult) time.Duration { return r.cpu + r.broker + r.appCPU })).med
+	}
+	for _, who := range []string{"rawstreamc", "hopper", "base"} {
+		if len(rep.stream[who]) > 0 {
+			fmt.Fprintf(w, "cpu-bound model: consumer+broker+app %.2f (rawstream) vs %.2f (%s) cpu_s/100k -> ratio %.3f\n",
+				total("rawstream"), total(who), who, total("rawstream")/total(who))
+		}
 	}
 	fmt.Fprintln(w)
 }
