@@ -186,7 +186,10 @@ docker-check:
 ## unordered, with 1000 and 16 ordering keys, and one key against consumer.ordered (the
 ## "bench: keyed" lines); `--paths stream` (never by default) drains a --stream-n backlog
 ## (200,000) from a RabbitMQ stream with a hand-written stream-client loop, Hopper per message
-## and Hopper in batches (the "bench: stream" and "stream-batch" lines);
+## and Hopper in batches (the "bench: stream" and "stream-batch" lines; with --raw-contract
+## also the loop sending the contract's request headers, the "contract: stream" lines);
+## `--paths stream-defaults` (never by default) compares the peak RSS of a stream and a queue
+## subscription at Hopper's defaults on the same backlog (the "bench: stream-defaults" line);
 ## quick forms: make bench BENCHFLAGS="--n 20000 --runs 1"
 ## and BENCHFLAGS="--n 20000 --runs 1 --paths fair" (or --paths batch)
 BENCHFLAGS ?=

@@ -43,7 +43,7 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 	defer fasthttp.ReleaseResponse(resp)
 
 	n := r.Len()
-	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := a.opts.Tracer.Start(ctx, "POST", clientSpan)
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(a.spanAttrs...)

@@ -74,6 +74,10 @@ type Client struct {
 	client   *fasthttp.Client
 	template bool
 	urlAttr  string
+	// tracing is false when opts.Tracer records nothing: a request then
+	// starts no span, whose context and options would each be made for
+	// every message only to be dropped.
+	tracing bool
 	// spanAttrs are the CLIENT span's fixed attributes: method, URL and
 	// the app's address.
 	spanAttrs []attribute.KeyValue
@@ -133,8 +137,9 @@ func NewClient(o ClientOptions) *Client {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("hopper")
 	}
+	_, off := o.Tracer.(noop.Tracer)
 	a := &Client{opts: o, client: c, template: strings.Contains(o.URL, "{"), urlAttr: redact.URL(o.URL),
-		slots: make(chan struct{}, o.MaxConns)}
+		tracing: !off, slots: make(chan struct{}, o.MaxConns)}
 	for _, u := range o.QueueURLs {
 		a.template = a.template || strings.Contains(u, "{")
 	}
@@ -175,6 +180,9 @@ type connSet struct {
 type trackedConn struct {
 	net.Conn
 	set *connSet
+	// raw is the connection's descriptor access, for peeking; nil when
+	// it has none.
+	raw syscall.RawConn
 	// answered is set when the app has sent bytes since the last request
 	// was written: the next write starts a request on a connection that
 	// sat idle in the pool, which the app may have closed meanwhile.
@@ -202,7 +210,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 // never sent again on Hopper's own initiative.
 func (c *trackedConn) Write(p []byte) (int, error) {
 	if c.answered.Swap(false) {
-		if peerClosed(c.Conn) {
+		if peerClosed(c.raw) {
 			return 0, errStaleConn
 		}
 	}
@@ -217,7 +225,7 @@ func (c *trackedConn) Close() error {
 }
 
 func (s *connSet) track(conn net.Conn) net.Conn {
-	tc := &trackedConn{Conn: conn, set: s}
+	tc := &trackedConn{Conn: conn, set: s, raw: rawConn(conn)}
 	s.mu.Lock()
 	if s.m == nil {
 		s.m = map[*trackedConn]struct{}{}
@@ -242,7 +250,7 @@ func (s *connSet) anyClosedByApp() bool {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		if peerGone(c.Conn) {
+		if peerGone(c.raw) {
 			return true
 		}
 	}
@@ -284,10 +292,13 @@ func (a *Client) Deliver(ctx context.Context, m *msg.Message, in msg.Info) retry
 	creds, head := a.prepare(req, m, in)
 	// The CLIENT span's context goes to the app as traceparent, so the app's
 	// own spans join the message's trace.
-	ctx, span := a.opts.Tracer.Start(ctx, "POST", trace.WithSpanKind(trace.SpanKindClient))
-	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(a.spanAttrs...)
+	span := noopSpan
+	if a.tracing {
+		ctx, span = a.opts.Tracer.Start(ctx, "POST", clientSpan)
+		defer span.End()
+		if span.IsRecording() {
+			span.SetAttributes(a.spanAttrs...)
+		}
 	}
 	a.addHeaders(ctx, req, m, in, head)
 	creds.authenticate(req)
@@ -326,13 +337,33 @@ func (a *Client) addHeaders(ctx context.Context, req *fasthttp.Request, m *msg.M
 	if a.opts.CloudEvents {
 		extra = CloudEventHeaders(extra, m, in)
 	}
-	propagator.Inject(ctx, &extra)
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		// The propagator writes nothing for a context without a span
+		// context (tracing off), and handing it extra would move extra to
+		// the heap for every request.
+		extra = injectTrace(ctx, extra)
+	}
 	hdrs, om := a.opts.Limits.Build(make([]Header, 0, 24), m, in, extra, head)
 	a.countOmitted(om)
+	// Build returns each name once, and none the request has already
+	// (Content-Type, Host, User-Agent, Content-Length): adding them spares
+	// the search Set makes through the headers set before for each one.
 	for _, h := range hdrs {
-		req.Header.Set(h.Name, h.Value)
+		req.Header.Add(h.Name, h.Value)
 	}
 }
+
+// injectTrace appends the trace context of ctx to extra.
+func injectTrace(ctx context.Context, extra traceHeaders) traceHeaders {
+	propagator.Inject(ctx, &extra)
+	return extra
+}
+
+// clientSpan is the option of every CLIENT span, made once.
+var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
+
+// noopSpan is the span of a request when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // exchange sends a request built by Deliver or DeliverBatch and classifies
 // what happened, recording it on the CLIENT span.
@@ -373,7 +404,9 @@ func (a *Client) exchange(ctx context.Context, span trace.Span, req *fasthttp.Re
 	}
 	// A body over the limit does not undo the status: the app answered.
 	o := retry.Outcome{Kind: retry.Response, Status: resp.StatusCode()}
-	span.SetAttributes(semconv.HTTPResponseStatusCode(o.Status))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(o.Status))
+	}
 	if o.Status >= 500 {
 		// The HTTP client conventions: a 5xx is an error of the call, and
 		// error.type is its status code.
@@ -448,7 +481,11 @@ func (a *Client) watching(ctx context.Context, done <-chan struct{}) bool {
 	if w := a.watched.Load(); w != nil {
 		return *w == done
 	}
-	if !a.watched.CompareAndSwap(nil, &done) {
+	// A pointer of its own, made only here: taking done's address would
+	// move done to the heap on every call.
+	w := new(<-chan struct{})
+	*w = done
+	if !a.watched.CompareAndSwap(nil, w) {
 		return *a.watched.Load() == done
 	}
 	context.AfterFunc(ctx, a.cutOff(ctx))
@@ -477,9 +514,23 @@ func (a *Client) head(req *fasthttp.Request, contentType string, bodyLen int) He
 			len("User-Agent") + len(a.client.Name) + 4 +
 			len("Host") + len(u.Host()) + 4 +
 			len("Content-Type") + len(contentType) + 4 +
-			len("Content-Length") + len(itoa(bodyLen)) + 4 +
+			len("Content-Length") + digits(bodyLen) + 4 +
 			2,
 	}
+}
+
+// digits is the length of n written in decimal, counted rather than
+// written: a length over 99 written out would allocate its text for
+// every request.
+func digits(n int) int {
+	d := 1
+	if n < 0 {
+		d, n = 2, -n
+	}
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // traceHeaders collects the trace context the propagator writes, for

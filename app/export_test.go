@@ -19,3 +19,9 @@ func (a *Client) BuildRequest(req *fasthttp.Request, m *msg.Message, in msg.Info
 
 // WaitingForConn is the number of requests waiting for a connection.
 func (a *Client) WaitingForConn() int64 { return a.waiting.Load() }
+
+// ForwardedName is forwardedName, for the tests.
+var ForwardedName = forwardedName
+
+// Digits is digits, for the tests.
+var Digits = digits

@@ -224,7 +224,7 @@ extras:
 		}
 		// Unlike Hopper's own headers, an empty application header is
 		// forwarded: its presence may mean something to the app.
-		dst = append(dst, Header{Name: HdrHeaderPrefix + k, Value: s})
+		dst = append(dst, Header{Name: forwardedName(k), Value: s})
 	}
 	app := dst[first:]
 	n, over := fit(app, l.MaxHeaders-count, l.MaxHeaderBytes-size)
@@ -244,6 +244,37 @@ extras:
 		dst = append(dst, Header{Name: HdrHeadersOmitted, Value: strconv.Itoa(o.Total())})
 	}
 	return dst, o
+}
+
+// forwardedName is the request header name of the application header k.
+// The headers Hopper writes itself come with nearly every message of a
+// stream (its name and offset) or a retry (its history): their names are
+// constants, where joining the prefix to the name would allocate for
+// each one of each request.
+func forwardedName(k string) string {
+	switch k {
+	case msg.HeaderStream:
+		return HdrHeaderPrefix + msg.HeaderStream
+	case msg.HeaderStreamOffset:
+		return HdrHeaderPrefix + msg.HeaderStreamOffset
+	case msg.HeaderRetryCount:
+		return HdrHeaderPrefix + msg.HeaderRetryCount
+	case msg.HeaderRequeueCount:
+		return HdrHeaderPrefix + msg.HeaderRequeueCount
+	case msg.HeaderFirstFailureTime:
+		return HdrHeaderPrefix + msg.HeaderFirstFailureTime
+	case msg.HeaderLastFailureTime:
+		return HdrHeaderPrefix + msg.HeaderLastFailureTime
+	case msg.HeaderLastStatusCode:
+		return HdrHeaderPrefix + msg.HeaderLastStatusCode
+	case msg.HeaderOriginalExchange:
+		return HdrHeaderPrefix + msg.HeaderOriginalExchange
+	case msg.HeaderOriginalRoutingKey:
+		return HdrHeaderPrefix + msg.HeaderOriginalRoutingKey
+	case msg.HeaderOriginalQueue:
+		return HdrHeaderPrefix + msg.HeaderOriginalQueue
+	}
+	return HdrHeaderPrefix + k
 }
 
 // Which bound fit stopped at.

@@ -573,3 +573,23 @@ func TestCloudEventIDFromContent(t *testing.T) {
 		t.Errorf("with a message id: %q, want it", got)
 	}
 }
+
+// The names of the headers Hopper writes itself are forwarded as any
+// other application header's.
+func TestForwardedNames(t *testing.T) {
+	for _, k := range []string{msg.HeaderStream, msg.HeaderStreamOffset, msg.HeaderRetryCount, msg.HeaderRequeueCount,
+		msg.HeaderFirstFailureTime, msg.HeaderLastFailureTime, msg.HeaderLastStatusCode, msg.HeaderOriginalExchange,
+		msg.HeaderOriginalRoutingKey, msg.HeaderOriginalQueue, "tenant"} {
+		if got, want := app.ForwardedName(k), app.HdrHeaderPrefix+k; got != want {
+			t.Errorf("forwarded name of %s = %q, want %q", k, got, want)
+		}
+	}
+}
+
+func TestDigits(t *testing.T) {
+	for _, n := range []int{0, 7, 9, 10, 99, 100, 256, 65535, 1 << 20, -1, -10, -256} {
+		if got, want := app.Digits(n), len(strconv.Itoa(n)); got != want {
+			t.Errorf("digits(%d) = %d, want %d", n, got, want)
+		}
+	}
+}

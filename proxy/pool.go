@@ -51,21 +51,28 @@ func (w *pool) spawn(j job) bool {
 	if !w.crew.claim(&w.p.wg) {
 		return false
 	}
-	go func() {
-		defer w.p.wg.Done()
-		for {
-			w.run(w.ctx, j)
-			select {
-			case j = <-w.hand:
-			case next, ok := <-w.work:
-				if !ok {
-					return
-				}
-				j = next
-			}
-		}
-	}()
+	go w.worker(j)
 	return true
+}
+
+// worker runs j, then each job handed to it, until work is closed. It is
+// a method of its own, not a closure in spawn: a closure that takes each
+// next job into j would move j to the heap for every call of spawn, and
+// spawn is called for every delivery that finds no worker waiting, also
+// when every worker runs already and it starts none.
+func (w *pool) worker(j job) {
+	defer w.p.wg.Done()
+	for {
+		w.run(w.ctx, j)
+		select {
+		case j = <-w.hand:
+		case next, ok := <-w.work:
+			if !ok {
+				return
+			}
+			j = next
+		}
+	}
 }
 
 // crew counts the workers started, up to max, and up to what cap returns

@@ -730,6 +730,22 @@ func (s *Sidecar) newSources() error {
 		// its queue's (see newLoop).
 		o.Prefetch = sub.maxPrefetch()
 		o.PrefetchBytes = sub.prefetchBytes()
+		if _, workers, follow := sub.cfg.Concurrency(); follow {
+			// As a queue's prefetch follows the limit (followLimit), so
+			// does what the stream reader hands over, and with it what
+			// the stream client reads ahead. Held at the most the limit
+			// could ask for (1,024 messages at the defaults, where a
+			// queue's prefetch starts at 64), a stream read at the
+			// defaults took more memory than a queue for no speed.
+			o.Follow = func() int {
+				lim := s.limiter.Load()
+				if lim == nil {
+					return o.Prefetch
+				}
+				return sub.cfg.FollowPrefetch(max(1, lim.Limit()/len(s.subs)), workers)
+			}
+			o.FollowEvery = followEvery
+		}
 		sub.src.Store(streamsrc.New(o))
 	}
 	return nil

@@ -24,14 +24,14 @@ const (
 )
 
 // fromStream turns a message read from stream at offset into Hopper's
-// message. Application properties become headers; so do the message
+// message, out. Application properties become headers; so do the message
 // annotations whose names start with x-, which is where RabbitMQ 4 keeps
 // the x- headers of a message published over AMQP 0.9.1. The stream's
-// name and the offset are written as headers of their own (msg.HeaderStream,
-// msg.HeaderStreamOffset), so that every copy made of the message says
-// which entry of the stream it is.
-func fromStream(m *amqp.Message, stream string, offset int64) *msg.Message {
-	out := &msg.Message{Headers: make(map[string]any, len(m.ApplicationProperties)+4)}
+// name (a string, boxed once by the caller) and the offset are written as
+// headers of their own (msg.HeaderStream, msg.HeaderStreamOffset), so that
+// every copy made of the message says which entry of the stream it is.
+func fromStream(out *msg.Message, m *amqp.Message, stream any, offset int64) {
+	out.Headers = make(map[string]any, len(m.ApplicationProperties)+4)
 	for k, v := range m.Annotations {
 		// Annotation keys are AMQP symbols, which the client decodes as
 		// strings.
@@ -86,7 +86,6 @@ func fromStream(m *amqp.Message, stream string, offset int64) *msg.Message {
 	out.Body = body(m)
 	out.Headers[msg.HeaderStream] = stream
 	out.Headers[msg.HeaderStreamOffset] = offset
-	return out
 }
 
 // header keeps a value Hopper's headers can hold as it is, and writes the

@@ -16,6 +16,10 @@ import (
 // the Source's mu unless atomic.
 type part struct {
 	name string
+	// value is name as a header value, made once: every message read
+	// carries it (msg.HeaderStream), and boxing the string for each one
+	// would allocate each time.
+	value any
 	// offsets follows what was read from the stream since reading it
 	// last started: a single active consumer starts afresh, after the
 	// offset stored then, each time it is promoted.
@@ -25,6 +29,10 @@ type part struct {
 	// save stores an offset for the consumer name on this stream; nil
 	// while the stream is not subscribed.
 	save func(int64) error
+	// ahead gives the credits of the subscription to this stream; nil
+	// while it is not subscribed, or subscribed through a super stream
+	// consumer, whose credits the client gives.
+	ahead *readAhead
 	// lastSeen is the stream's last committed chunk and its last message
 	// when last read.
 	lastSeen struct{ committed, last int64 }
@@ -35,7 +43,7 @@ type part struct {
 }
 
 func newPart(name string) *part {
-	return &part{name: name, offsets: NewOffsets(), stored: -1, lastSeen: struct{ committed, last int64 }{-1, -1}}
+	return &part{name: name, value: name, offsets: NewOffsets(), stored: -1, lastSeen: struct{ committed, last int64 }{-1, -1}}
 }
 
 // partNamed returns the part of the stream called name, made when the

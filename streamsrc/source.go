@@ -100,8 +100,17 @@ type Options struct {
 	RedeliverAfter time.Duration
 	// Prefetch bounds the deliveries handed to the loop and not settled
 	// yet, as a queue's prefetch does: the loop's hand-off queue must hold
-	// that many, so that handing one over never blocks. Default 50.
+	// that many, so that handing one over never blocks. The stream client
+	// reads about as many ahead (see readAhead). Default 50.
 	Prefetch int
+	// Follow, when set, is the bound to hold now, at most Prefetch: the
+	// prefetch of a queue whose consumer follows the app's concurrency
+	// limit. It is looked up every FollowEvery while subscribed. A stream
+	// has no consumer to register again for a new bound, so it follows
+	// every change. Default nil: Prefetch throughout.
+	Follow func() int
+	// FollowEvery is how often Follow is looked up. Default 100ms.
+	FollowEvery time.Duration
 	// SingleActive subscribes as a single active consumer: of the
 	// readers with this consumer name (the replicas of one app), the
 	// broker delivers to one at a time and promotes another when it goes
@@ -230,6 +239,9 @@ func (o *Options) defaults() {
 	if o.Prefetch <= 0 {
 		o.Prefetch = 50
 	}
+	if o.FollowEvery <= 0 {
+		o.FollowEvery = 100 * time.Millisecond
+	}
 	if o.Partitions <= 0 {
 		o.Partitions = 3
 	}
@@ -271,6 +283,9 @@ type Source struct {
 	// loop. stopped is closed then.
 	stopping bool
 	stopped  chan struct{}
+	// halted is whether pauses holds a reason or stopping is set, for
+	// hand to read without the lock.
+	halted atomic.Bool
 	// gen is the subscription now reading: a message from an earlier
 	// one (still being dispatched by the client after a reconnect) is
 	// not read, since the new subscription reads it again.
@@ -475,6 +490,9 @@ func (s *Source) session(ctx context.Context) error {
 	} else if err := s.declare(env); err != nil {
 		return err
 	}
+	if s.o.Follow != nil {
+		s.follow()
+	}
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
@@ -497,6 +515,12 @@ func (s *Source) session(ctx context.Context) error {
 	s.connected.Store(true)
 	tick := time.NewTicker(s.o.StoreEvery)
 	defer tick.Stop()
+	var follow <-chan time.Time
+	if s.o.Follow != nil {
+		t := time.NewTicker(s.o.FollowEvery)
+		defer t.Stop()
+		follow = t.C
+	}
 	watching, unwatch := context.WithCancel(ctx)
 	defer unwatch()
 	go s.watch(watching, env)
@@ -510,7 +534,7 @@ func (s *Source) session(ctx context.Context) error {
 			unsubscribe := s.unsubscribe
 			s.unsubscribe = nil
 			for _, p := range s.parts {
-				p.save = nil
+				p.save, p.ahead = nil, nil
 			}
 			s.mu.Unlock()
 			// The streams still subscribed are read again with the rest.
@@ -522,6 +546,36 @@ func (s *Source) session(ctx context.Context) error {
 			return err
 		case <-tick.C:
 			s.store()
+			s.refill()
+		case <-follow:
+			s.follow()
+		}
+	}
+}
+
+// follow sets the bound on what the loop holds to what Options.Follow
+// says now.
+func (s *Source) follow() {
+	s.held.setCount(min(max(s.o.Follow(), 1), s.o.Prefetch))
+}
+
+// refill gives a credit to each subscription that has waited on the
+// client for a chunk for a whole StoreEvery while its stream holds
+// messages it has not read (see readAhead.refill).
+func (s *Source) refill() {
+	quiet := time.Now().Add(-s.o.StoreEvery)
+	for _, p := range s.partList() {
+		s.mu.Lock()
+		ahead, tracker := p.ahead, p.offsets
+		s.mu.Unlock()
+		if ahead == nil || !p.active.Load() {
+			continue
+		}
+		next, read := tracker.Next()
+		pos := p.pos.Load()
+		if ahead.refill(quiet, read && pos != nil && pos.Last >= next) {
+			s.logFor(p).Warn("the stream client waited for a chunk it had no credit for; gave it one",
+				"event", "STREAM_CREDIT_REFILLED", "next", next, "last", pos.Last)
 		}
 	}
 }
@@ -588,7 +642,8 @@ func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- 
 			_ = unsubscribe() // the error says why
 			return nil, err
 		}
-		opts := stream.NewConsumerOptions().
+		ahead := newReadAhead(s.held)
+		opts := consumerOptions().
 			SetConsumerName(s.o.Consumer).
 			SetManualCommit().
 			SetOffset(spec).
@@ -604,7 +659,9 @@ func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- 
 			p.active.Store(true)
 		}
 		cons, err := env.NewConsumer(p.name, func(cc stream.ConsumerContext, m *amqp.Message) {
+			ahead.seen(cc, bodySize(m))
 			s.onMessage(gen, p, cc.Consumer.GetOffset(), m)
+			ahead.handed()
 		}, opts)
 		if err != nil {
 			_ = unsubscribe() // the error says why
@@ -614,8 +671,9 @@ func (s *Source) subscribeEach(env *stream.Environment, gen uint64, lost chan<- 
 			return nil, fmt.Errorf("subscribe to %s: %w", p.name, err)
 		}
 		consumers = append(consumers, cons)
+		ahead.attach(cons)
 		s.mu.Lock()
-		p.save = cons.StoreCustomOffset
+		p.save, p.ahead = cons.StoreCustomOffset, ahead
 		s.mu.Unlock()
 		go func(closed stream.ChannelClose) {
 			ev := <-closed
@@ -729,17 +787,33 @@ func (s *Source) onMessage(gen uint64, p *part, off int64, m *amqp.Message) {
 	// Room first: the loop holds no more unsettled deliveries of the
 	// stream than the prefetch (and its bytes), so handing one over never
 	// blocks.
-	d := &Delivery{m: fromStream(m, p.name, off), offset: off, src: s, stream: p.name, offsets: tracker}
-	if !s.held.take(len(d.m.Body), s.stopped) {
+	r := &received{}
+	fromStream(&r.m, m, p.value, off)
+	r.d = Delivery{m: &r.m, offset: off, src: s, stream: p.name, offsets: tracker}
+	if !s.held.take(len(r.m.Body)) {
 		return // read, never handed: it stays unsettled
 	}
-	s.hand(d)
+	s.hand(&r.d)
+}
+
+// received is a delivery and its message, made together: one allocation
+// for each message read rather than two.
+type received struct {
+	d Delivery
+	m msg.Message
 }
 
 // hand waits while reading is paused, then hands d, which is counted in
 // held, to the loop; once reading stops it returns without: d stays
 // unsettled.
 func (s *Source) hand(d *Delivery) {
+	if !s.halted.Load() {
+		// Neither paused nor stopping: no lock to take. A pause or a stop
+		// that comes meanwhile finds this delivery handed, as it would had
+		// it come a moment later; stop waits for the handing to return.
+		s.handle(d)
+		return
+	}
 	for {
 		s.mu.Lock()
 		if s.stopping {
@@ -786,9 +860,11 @@ func (s *Source) stop() {
 	s.mu.Lock()
 	if !s.stopping {
 		s.stopping = true
+		s.halted.Store(true)
 		close(s.stopped)
 		close(s.wake)
 		s.wake = make(chan struct{})
+		s.held.stop()
 	}
 	s.mu.Unlock()
 	s.handing.Wait()
@@ -815,7 +891,7 @@ func (s *Source) Close() error {
 	stored := map[string]int64{}
 	for _, p := range s.parts {
 		stored[p.name] = p.stored
-		p.save = nil
+		p.save, p.ahead = nil, nil
 	}
 	s.mu.Unlock()
 	s.connected.Store(false)
@@ -845,6 +921,7 @@ func (s *Source) PauseFor(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pauses[reason] = true
+	s.halted.Store(true)
 }
 
 // ResumeFor lifts the pause for reason.
@@ -855,6 +932,7 @@ func (s *Source) ResumeFor(reason string) {
 		return
 	}
 	delete(s.pauses, reason)
+	s.halted.Store(s.stopping || len(s.pauses) > 0)
 	close(s.wake)
 	s.wake = make(chan struct{})
 }

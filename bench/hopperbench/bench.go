@@ -84,7 +84,7 @@ func benchMain(args []string) int {
 	fs.IntVar(&o.prefetch, "prefetch", 200, "AMQP prefetch, both consumers")
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries, both consumers")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves, both consumers")
-	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named), signed (the happy backlog, Hopper unsigned against Hopper signing every request with a Standard Webhooks secret; never run unless named), stream (a --stream-n backlog in a RabbitMQ stream, answered 200: a hand-written stream-client loop against Hopper with a stream subscription, per message and in batches; never run unless named); fair, slow, big, batch, deep, keyed, partitions, routes, signed and stream alone skip the latency test")
+	paths := fs.String("paths", "happy,retry,dlq,fair,defaults,slow,big,batch", "throughput paths: happy (200), retry (503 once, then 200), dlq (400), fair (a healthy queue alone and beside a poison queue, one Hopper), defaults (happy, Hopper without consumer keys), slow (200 after 20ms, Hopper at its defaults and at fixed settings), big (1 MiB messages the app holds 1s each, Hopper at its defaults: memory), batch (happy backlog, --batch-size messages per request: Hopper against the raw loop, the broker's floor, a raw batching loop, and with every 10th message answered 503 once), deep (a --deep-n backlog, a million by default: the raw loop, Hopper per message and in batches, the rate sampled every 10s; never run unless named), keyed (200 after 1ms, Hopper unordered against 1000 and 16 ordering keys, and one key against consumer.ordered; never run unless named), partitions (a keyed backlog answered 200 after 20ms, ordered per partition, through the consistent-hash exchange: 4 partitions against 1, with one and with two Hopper processes; never run unless named), routes (a happy backlog of JSON messages, Hopper plain against Hopper with 8 routes over a header and a body field; never run unless named), signed (the happy backlog, Hopper unsigned against Hopper signing every request with a Standard Webhooks secret; never run unless named), stream (a --stream-n backlog in a RabbitMQ stream, answered 200: a hand-written stream-client loop against Hopper with a stream subscription, per message and in batches; never run unless named), stream-defaults (Hopper at its defaults on a --stream-n backlog in a stream and on the same backlog in a queue: peak RSS; never run unless named); fair, slow, big, batch, deep, keyed, partitions, routes, signed, stream and stream-defaults alone skip the latency test")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request (Hopper's consumer.batch.maxMessages, the raw batching loop's batch, the floor's acks)")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch of Hopper and the raw batching loop (shared by its channels), and the floor's")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight, Hopper and the raw batching loop")
@@ -102,8 +102,8 @@ func benchMain(args []string) int {
 	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
 	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
 	fs.BoolVar(&o.rawSigned, "raw-signed", false, "on the signed path, also drain with the raw loop unsigned and signing every request itself (standard library HMAC, the same three headers), interleaved run by run; the signed-raw: line")
-	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), interleaved run by run; Hopper against it is the contract: lines")
-	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults and batch paths; its figures against the same raw runs are the baseline: lines")
+	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), and on the stream path with the stream loop sending those request headers, interleaved run by run; Hopper against it is the contract: lines")
+	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults, batch and stream paths; its figures against the same raw runs are the baseline: lines")
 	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, child logs)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 3 when a target is missed")
@@ -203,7 +203,7 @@ func setup(o *options) (*env, error) {
 	// notices the plugin.
 	// The stream path needs the stream plugin and its listener.
 	if e.b, err = testbroker.Start(testbroker.Options{Quiet: true, Plugins: []string{"rabbitmq_consistent_hash_exchange"},
-		Streams: slices.Contains(o.paths, "stream")}); err != nil {
+		Streams: slices.Contains(o.paths, "stream") || slices.Contains(o.paths, "stream-defaults")}); err != nil {
 		return e, fmt.Errorf("start RabbitMQ: %w\n%s", err, testbroker.InstallHint)
 	}
 	e.url = e.b.URL()
@@ -524,9 +524,12 @@ func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag strin
 		argv = []string{e.self, "raw-worker", "--floor", strconv.Itoa(n), "--every", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + floorPath,
 			"--prefetch", strconv.Itoa(e.o.batchPrefetch)}
-	case "rawstream":
+	case "rawstream", "rawstreamc":
 		argv = []string{e.self, "stream-worker", "--port", strconv.Itoa(e.b.StreamPort()), "--stream", plan.Stream.Name,
 			"--app", e.app.url + appPath, "--prefetch", strconv.Itoa(e.o.prefetch), "--workers", strconv.Itoa(e.o.workers)}
+		if kind == "rawstreamc" {
+			argv = append(argv, "--contract", "--queue", plan.Work.Name)
+		}
 	case "rawbatch":
 		argv = []string{e.self, "raw-worker", "--batch", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
@@ -595,7 +598,7 @@ func (o *options) shortBacklog() int {
 // path with another Hopper config, slow the happy path on slowPath.
 func pathMode(p string) (mode, error) {
 	switch p {
-	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes", "signed", "stream":
+	case "defaults", "slow", "big", "deep", "keyed", "partitions", "routes", "signed", "stream", "stream-defaults":
 		return modeOK, nil
 	case "retry-classic":
 		return modeRetry, nil
@@ -890,6 +893,8 @@ type report struct {
 	keyed map[string][]runResult
 	// stream path: per form (streamWho)
 	stream map[string][]runResult
+	// stream-defaults path: per form (streamDefaultsWho)
+	streamDefaults map[string][]runResult
 	// routes path: plain or routed (routesWho) → runs
 	routes map[string][]runResult
 	// signed path: plain or signed (signedWho) → runs
@@ -905,7 +910,7 @@ type report struct {
 func (o *options) rawPaths() []string {
 	var out []string
 	for _, p := range o.paths {
-		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" && p != "signed" && p != "stream" {
+		if p != "fair" && p != "slow" && p != "big" && p != "batch" && p != "deep" && p != "keyed" && p != "partitions" && p != "routes" && p != "signed" && p != "stream" && p != "stream-defaults" {
 			out = append(out, p)
 		}
 	}
@@ -945,6 +950,12 @@ func (e *env) bench() (*report, error) {
 		case "stream":
 			var err error
 			if rep.stream, err = e.streaming(); err != nil {
+				return nil, err
+			}
+			continue
+		case "stream-defaults":
+			var err error
+			if rep.streamDefaults, err = e.streamDefaults(); err != nil {
 				return nil, err
 			}
 			continue
@@ -1018,9 +1029,9 @@ func (e *env) bench() (*report, error) {
 // logRun reports one drain on standard error as it ends; who names the
 // consumer (raw, hopper, or a setting of Hopper's).
 func logRun(path, who string, run, runs int, res runResult) {
-	logf("%-8s %-8s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k",
+	logf("%-8s %-8s run %d/%d: %8.0f msg/s (%d msgs in %s; backlog published in %s), cpu %.2fs/100k, rss %.1f MiB, broker cpu %.2fs/100k, app cpu %.2fs/100k",
 		path, who, run, runs, res.rate, res.n, res.elapsed.Round(time.Millisecond), res.publish.Round(time.Millisecond),
-		per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n))
+		per100k(res.cpu, res.n), float64(res.hwmKB)/1024, per100k(res.broker, res.n), per100k(res.appCPU, res.n))
 	logf("      other processes on the machine used %.2f cores during the run (load %s)", res.others, loadAvg())
 }
 
@@ -1159,6 +1170,9 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	if len(rep.stream) > 0 {
 		rep.printStream(w, o)
 	}
+	if len(rep.streamDefaults) > 0 {
+		rep.printStreamDefaults(w, o)
+	}
 	if len(rep.keyed) > 0 {
 		rep.printKeyed(w, o)
 	}
@@ -1243,6 +1257,8 @@ func (rep *report) pathLines() []string {
 			out = append(out, rep.keyedLines()...)
 		case "stream":
 			out = append(out, rep.streamLines()...)
+		case "stream-defaults":
+			out = append(out, rep.streamDefaultsLines()...)
 		case "routes":
 			out = append(out, rep.routesLine())
 		case "signed":

@@ -52,7 +52,7 @@ func profileMain(args []string) int {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent deliveries")
 	fs.IntVar(&o.pubChannels, "publish-channels", 8, "confirm channels for moves")
 	fs.DurationVar(&o.tier, "tier", 100*time.Millisecond, "the one delay tier")
-	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules), signed (happy, every request signed with a Standard Webhooks secret), stream (the backlog in a RabbitMQ stream, read by a stream subscription) or batch (--batch-size messages per request)")
+	pathName := fs.String("path", "happy", "happy, retry, dlq, defaults (happy, Hopper without consumer keys), routes (the routes path's JSON backlog and rules), signed (happy, every request signed with a Standard Webhooks secret), stream (the backlog in a RabbitMQ stream, read by a stream subscription), stream-defaults (the same, Hopper without consumer keys) or batch (--batch-size messages per request)")
 	fs.IntVar(&o.batchSize, "batch-size", 32, "batch path: messages per request")
 	fs.IntVar(&o.batchPrefetch, "batch-prefetch", 256, "batch path: prefetch")
 	fs.IntVar(&o.batchWorkers, "batch-workers", 8, "batch path: batch requests in flight")
@@ -64,10 +64,10 @@ func profileMain(args []string) int {
 	mutexFrac := fs.Int("mutexprofilefraction", 0, "runtime.SetMutexProfileFraction; >0 writes mutex.pprof")
 	_ = fs.Parse(args)
 	runtime.MemProfileRate = *memRate
-	defaults := *pathName == "defaults"
+	defaults := *pathName == "defaults" || *pathName == "stream-defaults"
 	routed := *pathName == "routes"
 	signed := *pathName == "signed"
-	streamed := *pathName == "stream"
+	streamed := *pathName == "stream" || *pathName == "stream-defaults"
 	m, err := parseMode(*pathName)
 	if defaults || routed || signed || streamed {
 		m, err = modeOK, nil
@@ -155,6 +155,10 @@ func profileInProcess(o *options, m mode, defaults, routed, signed, streamed boo
 	if streamed {
 		label = "stream"
 		sp.tag, sp.stream = "profile-stream", true
+		if defaults {
+			label = "stream-defaults"
+			sp.consumer = consumerSetting{}
+		}
 	}
 	cfgPath, plan, err := e.prepare(sp)
 	if err != nil {

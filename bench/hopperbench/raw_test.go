@@ -5,10 +5,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	samqp "github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/valyala/fasthttp"
 
+	happ "github.com/hopper-sidecar/hopper/app"
 	"github.com/hopper-sidecar/hopper/msg"
 )
 
@@ -64,5 +67,34 @@ func TestRawSignerSignsTheTestVector(t *testing.T) {
 		if got := string(req.Header.Peek(name)); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// The stream loop's contract form sends what Hopper sends for a message
+// read from a stream: its identity, the subscription's queue, and the
+// stream and offset it was read at as application headers.
+func TestStreamContractHeaders(t *testing.T) {
+	sm := &samqp.Message{Data: [][]byte{[]byte("body")}, ApplicationProperties: map[string]any{"tenant": "a"},
+		Properties: &samqp.MessageProperties{MessageID: "m-5", ContentType: "application/json"}}
+	m := contractMessage(sm, "orders", 5)
+	hs, omitted := happ.BuildHeaders(nil, m, msg.Read(m, "orders.bench", "", time.Now()))
+	got := map[string]string{}
+	for _, h := range hs {
+		got[h.Name] = h.Value
+	}
+	for name, want := range map[string]string{
+		"Hopper-Message-Id":             "m-5",
+		"Hopper-Queue":                  "orders.bench",
+		"Hopper-Attempt":                "1",
+		"Hopper-Header-tenant":          "a",
+		"Hopper-Header-x-stream":        "orders",
+		"Hopper-Header-x-stream-offset": "5",
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %q, want %q (headers %v)", name, got[name], want, got)
+		}
+	}
+	if omitted != 0 || string(m.Body) != "body" || m.ContentType != "application/json" {
+		t.Errorf("omitted %d, body %q, content type %q", omitted, m.Body, m.ContentType)
 	}
 }
