@@ -630,7 +630,15 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 			if c.opts.Priority != 0 {
 				args = amqp.Table{"x-priority": int32(c.opts.Priority)}
 			}
-			d, err := s.ch.ConsumeWithContext(ctx, c.opts.Queue, tag,
+			// Consume, not ConsumeWithContext: the client starts a
+			// goroutine per consumer that waits for the context or the
+			// channel's close, and a cancelled consumer does not end it.
+			// With a prefetch that follows the limit this loop replaces
+			// its consumer again and again on one channel, and each
+			// replacement would leave a goroutine behind for as long as
+			// the channel lives. The loop cancels its consumer itself
+			// when ctx ends (stop).
+			d, err := s.ch.Consume(c.opts.Queue, tag,
 				false, // autoAck
 				false, // exclusive
 				false, // noLocal

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -210,6 +212,7 @@ func profileInProcess(o *options, m mode, defaults, routed, signed, streamed boo
 	}
 	st := sc.Stats()
 	mem := watchMemory()
+	limits := watchLimit(sc.ConcurrencyLimit)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	if err := writeProfile("allocs", filepath.Join(out, "allocs-before.pprof")); err != nil {
@@ -241,6 +244,7 @@ func profileInProcess(o *options, m mode, defaults, routed, signed, streamed boo
 	elapsed := time.Since(t0)
 	pprof.StopCPUProfile()
 	peak := mem.stop()
+	limits.end()
 	cpu1, _ := procCPU(os.Getpid())
 	runtime.ReadMemStats(&ms1)
 	if err := writeProfile("allocs", filepath.Join(out, "allocs-after.pprof")); err != nil {
@@ -254,6 +258,9 @@ func profileInProcess(o *options, m mode, defaults, routed, signed, streamed boo
 	if err := writeProfile("heap", filepath.Join(out, "heap-end.pprof")); err != nil {
 		return err
 	}
+	if err := writeGoroutines(filepath.Join(out, "goroutines.txt")); err != nil {
+		return err
+	}
 	n := float64(o.n)
 	fmt.Printf("profile: path=%s n=%d elapsed=%s rate=%.0f/s cpu_s/100k=%.2f allocs/msg=%.1f bytes/msg=%.0f gcs=%d gc_cpu_fraction=%.3f heap_inuse_mb=%.1f sys_mb=%.1f\n",
 		label, o.n, elapsed.Round(time.Millisecond), n/elapsed.Seconds(), per100k(cpu1-cpu0, o.n),
@@ -263,8 +270,62 @@ func profileInProcess(o *options, m mode, defaults, routed, signed, streamed boo
 		fmt.Printf("profile: %d batch requests, %.1f messages each\n", b, float64(st.BatchedMessages.Load())/float64(b))
 	}
 	peak.print(os.Stdout)
-	fmt.Printf("profiles in %s: cpu.pprof allocs-before.pprof allocs-after.pprof heap-end.pprof (binary: %s)\n", out, self)
+	limits.print(os.Stdout)
+	fmt.Printf("profiles in %s: cpu.pprof allocs-before.pprof allocs-after.pprof heap-end.pprof goroutines.txt (binary: %s)\n", out, self)
 	return nil
+}
+
+// limitTrace samples the concurrency limit every 100 ms while a drain
+// runs: where the limit went says how many workers and how large a
+// prefetch the defaults kept.
+type limitTrace struct {
+	stop chan struct{}
+	done chan []int
+	got  []int
+}
+
+func watchLimit(limit func() int) *limitTrace {
+	t := &limitTrace{stop: make(chan struct{}), done: make(chan []int, 1)}
+	go func() {
+		var seen []int
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.stop:
+				t.done <- seen
+				return
+			case <-tick.C:
+				seen = append(seen, limit())
+			}
+		}
+	}()
+	return t
+}
+
+// end stops sampling.
+func (t *limitTrace) end() {
+	close(t.stop)
+	t.got = <-t.done
+}
+
+func (t *limitTrace) print(w io.Writer) {
+	if len(t.got) == 0 || t.got[len(t.got)-1] == 0 {
+		return
+	}
+	fmt.Fprintf(w, "concurrency limit every 100ms: max %d, last %d: %v\n", slices.Max(t.got), t.got[len(t.got)-1], t.got)
+}
+
+// writeGoroutines writes the goroutines left once the drain is done,
+// grouped by stack: the workers and connections a setting keeps for
+// the next backlog.
+func writeGoroutines(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("goroutine").WriteTo(f, 1)
 }
 
 func writeProfile(name, path string) error {
