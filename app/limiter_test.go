@@ -32,10 +32,16 @@ type sim struct {
 	reject   retry.Outcome
 	answer   func(n int) retry.Outcome // status of the n-th served request
 	now      time.Duration
+	// fifo, when set, makes the app one server taking fifo per request
+	// in arrival order, whatever serve and capacity say: its throughput
+	// is fixed, and each request more at once only waits longer.
+	fifo     time.Duration
+	lastDone time.Duration
 	busy     int
 	pending  []simReq
 	served   int
 	n        int
+	clocked  bool
 }
 
 type simReq struct {
@@ -51,7 +57,12 @@ func (s *sim) fill(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := simReq{start: s.now}
-		if s.capacity == 0 || s.busy < s.capacity {
+		if s.fifo > 0 {
+			s.busy++
+			s.n++
+			s.lastDone = max(s.now, s.lastDone) + s.fifo
+			r.done, r.counted, r.out = s.lastDone, true, ok200
+		} else if s.capacity == 0 || s.busy < s.capacity {
 			s.busy++
 			s.n++
 			r.done, r.counted, r.out = s.now+s.serve, true, ok200
@@ -68,6 +79,13 @@ func (s *sim) fill(t *testing.T) {
 // run advances virtual time by d, and reports the mean limit over it.
 func (s *sim) run(t *testing.T, d time.Duration) float64 {
 	t.Helper()
+	if s.l.o.Now == nil || !s.clocked {
+		// The limiter times the rise of the usual latency on the
+		// simulation's clock.
+		epoch := time.Unix(0, 0)
+		s.l.o.Now = func() time.Time { return epoch.Add(s.now) }
+		s.clocked = true
+	}
 	end := s.now + d
 	var area float64
 	s.fill(t)
@@ -159,6 +177,30 @@ func TestLimiterLatency(t *testing.T) {
 	s.run(t, 2*time.Second)
 	if s.l.Limit() >= 32 {
 		t.Fatalf("limit %d while latency rose 200x, want it lower", s.l.Limit())
+	}
+	// The slowdown lasts: it becomes the app's usual latency, and the
+	// limit grows back.
+	s.run(t, 5*baseRise)
+	if s.l.Limit() != 32 {
+		t.Fatalf("limit %d after %s at the new latency, want 32 again", s.l.Limit(), 5*baseRise)
+	}
+}
+
+// An app that serves one request at a time (a fixed throughput): more
+// requests at once only queue at it. The limit must stay near where
+// requests wait about the latency slack, not climb to Max because each
+// step of queueing passes for the app's usual latency, and throughput
+// must stay what the app can do.
+func TestLimiterStaysOutOfTheAppsQueue(t *testing.T) {
+	s := &sim{l: NewLimiter(nil, LimiterOptions{Max: 512, Initial: 32}), fifo: time.Millisecond}
+	s.run(t, 10*time.Second) // settle
+	s.served = 0
+	mean := s.run(t, 30*time.Second)
+	if mean > 12 {
+		t.Errorf("mean limit %.1f in front of an app that serves one request at a time in 1 ms; want about the 3 ms slack's worth (≤ 12)", mean)
+	}
+	if ratio := float64(s.served) / 30000; ratio < 0.95 {
+		t.Errorf("served %.3f of the app's 1,000 requests/s", ratio)
 	}
 }
 

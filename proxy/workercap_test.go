@@ -140,3 +140,55 @@ func TestWorkerCapLeavesOutWaitingWorkers(t *testing.T) {
 		t.Fatal("shutdown did not finish")
 	}
 }
+
+// TestWorkersLeaveWhenTheCapFalls: workers started under a higher cap
+// leave as they finish once the cap has come down, to the cap and no
+// further, and the deliveries after that are still delivered and acked
+// by those left.
+func TestWorkersLeaveWhenTheCapFalls(t *testing.T) {
+	base, _, j := newTestProxy(t, retry.Outcome{}, nil)
+	app := &gatedApp{arrived: make(chan struct{}, 16), release: make(chan struct{})}
+	var limit atomic.Int64
+	limit.Store(4)
+	o := base.o
+	o.App = app
+	o.Workers = 8
+	o.Queue = 16
+	o.WorkerCap = func() int { return int(limit.Load()) }
+	p := New(o)
+	pl := p.disp.(*pool)
+	p.Start(context.Background())
+	for range 4 {
+		p.Handle(&fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	}
+	for range 4 {
+		<-app.arrived
+	}
+	if n := pl.crew.running.Load(); n != 4 {
+		t.Fatalf("%d workers for 4 deliveries under a cap of 4, want 4", n)
+	}
+	limit.Store(2)
+	close(app.release)
+	waitfor.Until(t, 10*time.Second, "the workers down to the cap of 2", func() bool { return pl.crew.running.Load() == 2 })
+	for range 3 {
+		p.Handle(&fakeDelivery{m: msgWith(nil), j: j, alive: true})
+	}
+	for range 3 {
+		<-app.arrived
+	}
+	if !p.Shutdown(context.Background()) {
+		t.Fatal("shutdown did not finish in flight deliveries")
+	}
+	if n := pl.crew.running.Load(); n > 2 {
+		t.Errorf("%d workers ran under a cap of 2", n)
+	}
+	acks := 0
+	for _, e := range j.all() {
+		if e == "ack" {
+			acks++
+		}
+	}
+	if acks != 7 {
+		t.Fatalf("%d acks, want 7: %v", acks, j.all())
+	}
+}
