@@ -64,9 +64,6 @@ func (w *pool) worker(j job) {
 	defer w.p.wg.Done()
 	for {
 		w.run(w.ctx, j)
-		if w.crew.retire() {
-			return
-		}
 		select {
 		case j = <-w.hand:
 		case next, ok := <-w.work:
@@ -79,34 +76,11 @@ func (w *pool) worker(j job) {
 }
 
 // crew counts the workers started, up to max, and up to what cap returns
-// at the time when it is set (Options.WorkerCap). When cap falls below the
-// workers running, each worker that finishes a job leaves until they fit
-// again: a limit that rose for a moment and came back down would
-// otherwise keep a worker, and the stack its requests grew, for every step
-// it ever reached.
+// at the time when it is set (Options.WorkerCap).
 type crew struct {
 	max     int64
 	cap     func() int
 	running atomic.Int64
-}
-
-// retire counts a worker out, and says so, when more run than cap
-// allows; the worker must then end. The last worker never leaves: cap is
-// at least 1.
-func (c *crew) retire() bool {
-	if c.cap == nil {
-		return false
-	}
-	limit := min(c.max, int64(max(1, c.cap())))
-	for {
-		n := c.running.Load()
-		if n <= limit {
-			return false
-		}
-		if c.running.CompareAndSwap(n, n-1) {
-			return true
-		}
-	}
 }
 
 // claim counts a new worker in, and in wg, unless max (or cap's bound)

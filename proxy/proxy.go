@@ -123,8 +123,8 @@ type Options struct {
 	// at the time, at most Workers: the concurrency limit in front of the
 	// app. A delivery that would only wait for a slot at the app then
 	// waits in the hand-off buffer, not as a worker of its own parked on
-	// the limit with a stack grown by the deliveries before. Workers beyond a
-	// fallen cap leave as they finish their jobs. Only for workers that hold nothing away
+	// the limit with a stack grown by the deliveries before. Workers that
+	// run stay when the cap falls. Only for workers that hold nothing away
 	// from the app (no in-place holds, keys or batches). Default nil: Workers.
 	WorkerCap func() int
 	// Queue is the hand-off buffer between the consumer and the workers; at
