@@ -86,7 +86,7 @@ type Limiter struct {
 	nwait   int
 	fast    float64   // latency, quickly smoothed (seconds)
 	base    float64   // the app's usual latency: follows drops at once, rises over baseRise
-	baseAt  time.Time // when base was last moved
+	baseAt  time.Time // the last answer's: base rises by the time since, when few requests were at the app
 }
 
 // NewLimiter wraps next.

@@ -57,15 +57,14 @@ func (s *sim) fill(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := simReq{start: s.now}
-		if s.fifo > 0 {
-			s.busy++
-			s.n++
-			s.lastDone = max(s.now, s.lastDone) + s.fifo
-			r.done, r.counted, r.out = s.lastDone, true, ok200
-		} else if s.capacity == 0 || s.busy < s.capacity {
+		if s.fifo > 0 || s.capacity == 0 || s.busy < s.capacity {
 			s.busy++
 			s.n++
 			r.done, r.counted, r.out = s.now+s.serve, true, ok200
+			if s.fifo > 0 {
+				s.lastDone = max(s.now, s.lastDone) + s.fifo
+				r.done = s.lastDone
+			}
 			if s.answer != nil {
 				r.out = s.answer(s.n)
 			}
@@ -79,7 +78,7 @@ func (s *sim) fill(t *testing.T) {
 // run advances virtual time by d, and reports the mean limit over it.
 func (s *sim) run(t *testing.T, d time.Duration) float64 {
 	t.Helper()
-	if s.l.o.Now == nil || !s.clocked {
+	if !s.clocked {
 		// The limiter times the rise of the usual latency on the
 		// simulation's clock.
 		epoch := time.Unix(0, 0)
