@@ -25,17 +25,9 @@ func TestConsumerPriorityReachesTheBroker(t *testing.T) {
 	}
 	var lines []string
 	waitfor.Until(t, 30*time.Second, "two consumers registered", func() bool {
-		out, err := rabbit.Ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "arguments")
-		if err != nil {
-			return false
-		}
-		lines = nil
-		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, q+"\t") {
-				lines = append(lines, l)
-			}
-		}
-		return len(lines) == 2
+		var ok bool
+		lines, ok = consumersOf(q, "arguments")
+		return ok && len(lines) == 2
 	})
 	var with, without int
 	for _, l := range lines {
@@ -49,4 +41,20 @@ func TestConsumerPriorityReachesTheBroker(t *testing.T) {
 	if with != 1 || without != 1 {
 		t.Errorf("consumers of %s: %q; want one with x-priority 734 and one with none", q, lines)
 	}
+}
+
+// consumersOf lists the consumers the broker has for queue q, a line each:
+// the queue's name, then the columns asked for, tab-separated. ok is false
+// when rabbitmqctl could not be asked.
+func consumersOf(q string, columns ...string) (lines []string, ok bool) {
+	out, err := rabbit.Ctl(append([]string{"list_consumers", "-q", "--no-table-headers", "queue_name"}, columns...)...)
+	if err != nil {
+		return nil, false
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, q+"\t") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	return lines, true
 }

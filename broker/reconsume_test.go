@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,19 +28,9 @@ func TestPrefetchChangesLeaveNoGoroutineBehind(t *testing.T) {
 	// running waits until the queue's only consumer has prefetch p.
 	running := func(p int) {
 		t.Helper()
-		var lines []string
 		waitfor.Until(t, 30*time.Second, "one consumer of "+q+" with prefetch "+strconv.Itoa(p), func() bool {
-			out, err := rabbit.Ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "prefetch_count")
-			if err != nil {
-				return false
-			}
-			lines = nil
-			for _, l := range strings.Split(out, "\n") {
-				if strings.HasPrefix(l, q+"\t") {
-					lines = append(lines, strings.TrimSpace(l))
-				}
-			}
-			return len(lines) == 1 && lines[0] == q+"\t"+strconv.Itoa(p)
+			lines, ok := consumersOf(q, "prefetch_count")
+			return ok && len(lines) == 1 && lines[0] == q+"\t"+strconv.Itoa(p)
 		})
 	}
 	running(20)
