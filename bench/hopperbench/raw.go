@@ -69,8 +69,9 @@ func rawWorkerMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// For comparing profiles: HOPPERBENCH_RAW_PROFILE=DIR writes the raw
-	// loop's CPU profile and allocation counts there.
-	if dir := os.Getenv("HOPPERBENCH_RAW_PROFILE"); dir != "" {
+	// loop's CPU profile and allocation counts there (not the floor's: it
+	// counts no handled deliveries).
+	if dir := os.Getenv("HOPPERBENCH_RAW_PROFILE"); dir != "" && *floorN == 0 {
 		done, err := profileRaw(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "raw-worker: profile:", err)
