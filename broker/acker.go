@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,29 +34,58 @@ type acker struct {
 	maxBatch int
 	maxWait  time.Duration
 
-	mu      sync.Mutex
-	order   []uint64        // registered, in arrival order, front may be settled
-	settled map[uint64]bool // settled tags still in order
-	pending []pendingAck    // acked, not sent, ascending tags
-	err     error           // first send error: the channel is gone
+	mu sync.Mutex
+	// order holds the registered tags in arrival order (ascending), done
+	// beside it whether each is settled; the front may be settled.
+	// settled counts the settled ones still in order. Slices rather than
+	// a map: settling is a search in order and a write, with nothing to
+	// allocate or hash for each message.
+	order   []uint64
+	done    []bool
+	settled int
+	pending []pendingAck // acked, not sent, ascending tags
+	// base is the time pendingAck.at counts from: the first ack's.
+	base time.Time
+	err  error // first send error: the channel is gone
 	// wake, when set, is told of the next settle (see heldOver).
 	wake chan<- struct{}
 }
 
+// pendingAck is an ack not sent yet and when it was made, as time since
+// the acker's base: a time.Time holds a pointer, and moving one in the
+// pending list would cost the collector's write barriers on every ack.
 type pendingAck struct {
 	tag uint64
-	at  time.Time
+	at  time.Duration
 }
 
 func newAcker(ch settler) *acker {
-	return &acker{ch: ch, maxBatch: 64, maxWait: 50 * time.Millisecond, settled: map[uint64]bool{}}
+	return &acker{ch: ch, maxBatch: 64, maxWait: 50 * time.Millisecond}
 }
 
 // register records a delivery as outstanding, in arrival order.
 func (a *acker) register(tag uint64) {
 	a.mu.Lock()
 	a.order = append(a.order, tag)
+	a.done = append(a.done, false)
 	a.mu.Unlock()
+}
+
+// settleLocked marks tag settled in order. A tag never registered (or
+// already taken off the front) is not outstanding: nothing to mark.
+func (a *acker) settleLocked(tag uint64) {
+	if i, found := slices.BinarySearch(a.order, tag); found && !a.done[i] {
+		a.done[i] = true
+		a.settled++
+	}
+}
+
+// since is now as a pendingAck's time.
+func (a *acker) since(now time.Time) time.Duration {
+	if a.base.IsZero() {
+		a.base = now
+	}
+	return now.Sub(a.base)
 }
 
 // ack settles a delivery; the ack goes out with the next flush.
@@ -65,16 +95,14 @@ func (a *acker) ack(tag uint64, now time.Time) error {
 	if a.err != nil {
 		return a.err
 	}
-	a.settled[tag] = true
+	a.settleLocked(tag)
 	a.notifyLocked()
 	// Keep pending sorted: acks mostly arrive in order.
 	i := len(a.pending)
 	for i > 0 && a.pending[i-1].tag > tag {
 		i--
 	}
-	a.pending = append(a.pending, pendingAck{})
-	copy(a.pending[i+1:], a.pending[i:])
-	a.pending[i] = pendingAck{tag: tag, at: now}
+	a.pending = slices.Insert(a.pending, i, pendingAck{tag: tag, at: a.since(now)})
 	if len(a.pending) >= a.maxBatch {
 		// Only a multiple-ack of at least maxBatch: acks held behind an
 		// outstanding delivery are aged by the periodic flush. While many
@@ -96,7 +124,7 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 		a.err = err
 		return err
 	}
-	a.settled[tag] = true
+	a.settleLocked(tag)
 	a.notifyLocked()
 	return nil
 }
@@ -108,7 +136,7 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 func (a *acker) heldOver(most int, wake chan<- struct{}) (held int, over bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	held = len(a.order) - len(a.settled)
+	held = len(a.order) - a.settled
 	if held > most {
 		a.wake = wake
 		return held, true
@@ -125,6 +153,18 @@ func (a *acker) notifyLocked() {
 	default:
 	}
 	a.wake = nil
+}
+
+// sendReady sends one multiple-ack for every pending ack below the oldest
+// outstanding delivery, however few; acks above it keep waiting.
+func (a *acker) sendReady() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	a.sendMultipleLocked(1)
+	return a.err
 }
 
 // flush sends what can be sent; all=true sends every pending ack (before the
@@ -146,8 +186,9 @@ func (a *acker) flushLocked(now time.Time, all bool) {
 	}
 	// Acks waiting behind a slow or held delivery: one by one once old.
 	kept := a.pending[:0]
+	at := a.since(now)
 	for _, p := range a.pending {
-		if all || now.Sub(p.at) >= a.maxWait {
+		if all || at-p.at >= a.maxWait {
 			if err := a.ch.Ack(p.tag, false); err != nil { // multiple=false
 				a.err = err
 				return
@@ -163,9 +204,12 @@ func (a *acker) flushLocked(now time.Time, all bool) {
 // outstanding delivery, when they are at least least.
 func (a *acker) sendMultipleLocked(least int) {
 	// The oldest outstanding delivery bounds a multiple-ack.
-	for len(a.order) > 0 && a.settled[a.order[0]] {
-		delete(a.settled, a.order[0])
-		a.order = a.order[1:]
+	front := 0
+	for front < len(a.order) && a.done[front] {
+		front++
+	}
+	if front > 0 {
+		a.order, a.done, a.settled = a.order[front:], a.done[front:], a.settled-front
 	}
 	if len(a.pending) == 0 {
 		return

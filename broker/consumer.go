@@ -78,6 +78,22 @@ func (d *Delivery) Ack() error {
 	return nil
 }
 
+// SendAcks puts on the wire the acks of the delivery's channel that wait
+// to be coalesced and may go now: those below its oldest delivery not yet
+// settled. A caller that settles deliveries in groups (a batch) calls it
+// once a group is settled, so that the group's acks go as one frame at
+// once rather than waiting for more acks or for the next periodic flush,
+// the messages of the group counting against the prefetch all that time.
+func (d *Delivery) SendAcks() error {
+	if d.s.dead.Load() || d.s.acker == nil {
+		return nil
+	}
+	if err := d.s.acker.sendReady(); err != nil {
+		return fmt.Errorf("send acks: %w", err)
+	}
+	return nil
+}
+
 // Nack rejects the delivery on its own channel; requeue puts it back.
 func (d *Delivery) Nack(requeue bool) error {
 	if d.s.dead.Load() {
@@ -583,7 +599,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 		for d := range deliveries {
 			if handOver {
 				s.acker.register(d.DeliveryTag)
-				handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+				handle(newDelivery(&d, s))
 			} else {
 				left = append(left, d)
 			}
@@ -721,7 +737,7 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				c.opts.logger().Info("single active consumer: this consumer is the active one", "event", "CONSUMER_ACTIVE",
 					"queue", c.opts.Queue, "consumer_tag", tag)
 			}
-			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+			handle(newDelivery(&d, s))
 		}
 	}
 }
@@ -747,7 +763,7 @@ func (c *Consumer) giveBack(s *session, ds []amqp.Delivery) {
 	back := make([]*Delivery, len(ds))
 	for i := range ds {
 		s.acker.register(ds[i].DeliveryTag)
-		back[i] = &Delivery{m: fromDelivery(&ds[i]), tag: ds[i].DeliveryTag, s: s}
+		back[i] = newDelivery(&ds[i], s)
 	}
 	if !c.opts.Quorum || c.opts.Publisher == nil {
 		for _, d := range back {
@@ -819,7 +835,7 @@ func (c *Consumer) reconsume(ctx context.Context, s *session, tag string, delive
 	if *deliveries != nil {
 		for d := range *deliveries {
 			s.acker.register(d.DeliveryTag)
-			handle(&Delivery{m: fromDelivery(&d), tag: d.DeliveryTag, s: s})
+			handle(newDelivery(&d, s))
 		}
 		*deliveries = nil
 	}

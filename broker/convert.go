@@ -16,9 +16,17 @@ import (
 // table of a message that went through a delay tier (x-death is a list of
 // tables) cost more allocations than the rest of its receipt.
 func fromDelivery(d *amqp.Delivery) *msg.Message {
+	m := new(msg.Message)
+	readDelivery(m, d)
+	return m
+}
+
+// readDelivery fills m from d, as fromDelivery does, for a caller that
+// allocates the message together with what holds it.
+func readDelivery(m *msg.Message, d *amqp.Delivery) {
 	h := fromTable(d.Headers)
 	delete(h, headerPublishID) // the publisher's own bookkeeping
-	return &msg.Message{
+	*m = msg.Message{
 		Exchange:        d.Exchange,
 		RoutingKey:      d.RoutingKey,
 		Redelivered:     d.Redelivered,
@@ -37,6 +45,19 @@ func fromDelivery(d *amqp.Delivery) *msg.Message {
 		AppID:           d.AppId,
 		Body:            d.Body,
 	}
+}
+
+// newDelivery is d as the consumer hands it over, on session s: the
+// delivery and its message in one allocation, the one every message
+// received costs the consumer.
+func newDelivery(d *amqp.Delivery, s *session) *Delivery {
+	r := &struct {
+		Delivery
+		m msg.Message
+	}{}
+	readDelivery(&r.m, d)
+	r.Delivery = Delivery{m: &r.m, tag: d.DeliveryTag, s: s}
+	return &r.Delivery
 }
 
 // toPublishing builds the copy Hopper publishes when it moves a message:

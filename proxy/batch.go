@@ -92,9 +92,13 @@ func (h *owner) handOver(d *member) *member {
 // from then on (also while it filled and waited for a worker), and its
 // holds (an in-place retry, a split) are bounded from there.
 func (b *batcher) deliver(ctx context.Context, ds []Delivery, since time.Time) {
+	// The members in one array: one allocation per batch, not one per
+	// message.
+	all := make([]member, len(ds))
 	ms := make([]*member, len(ds))
 	for i, d := range ds {
-		ms[i] = &member{Delivery: d, ordered: b.p.o.InPlace, since: since}
+		all[i] = member{Delivery: d, ordered: b.p.o.InPlace, since: since}
+		ms[i] = &all[i]
 	}
 	h := b.own(ctx, ms, since, true)
 	defer h.recover()
@@ -123,11 +127,23 @@ func (h *owner) deliverRun(ds []*member) {
 	p := h.b.p
 	p.inFlight(len(ds))
 	defer p.inFlight(-len(ds))
+	defer sendAcks(ds[len(ds)-1])
 	if p.o.InPlace {
 		h.deliverOrdered(ds)
 		return
 	}
 	h.deliverSplit(ds, false)
+}
+
+// sendAcks has the acks of d's channel that may go, go now: a run's
+// messages are settled together, and their acks would otherwise wait to
+// be coalesced with later ones, holding the prefetch the next batches are
+// gathered from. Moves handed on are acked later, by their own
+// goroutines, and their acks wait as single deliveries' do.
+func sendAcks(d *member) {
+	if s, ok := d.Delivery.(interface{ SendAcks() error }); ok {
+		_ = s.SendAcks() // a channel gone: the broker redelivers, as for any ack lost with it
+	}
 }
 
 // deliverSplit delivers ds in one request and settles each message from
@@ -215,12 +231,14 @@ func (h *owner) deliverOnce(ds []*member, splitting bool) ([]*entry, batchVerdic
 	p := h.b.p
 	bo := backoff.Backoff{Min: max(p.o.UnavailableBackoff/8, minUnavailableHold), Max: max(p.o.UnavailableBackoff, minUnavailableHold)}
 	for {
-		var es []*entry
-		for _, d := range ds {
+		// The attempts in one array, one allocation per request.
+		at := make([]entry, len(ds))
+		es := make([]*entry, 0, len(ds))
+		for i, d := range ds {
 			if d.settled.Load() || h.b.channelLost(d) {
 				continue
 			}
-			if e := p.openAttempt(h.ctx, d, h.since, d.ordered, nil); e != nil {
+			if e := p.openAttempt(h.ctx, d, h.since, d.ordered, nil, &at[i]); e != nil {
 				es = append(es, e)
 			}
 		}

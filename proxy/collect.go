@@ -65,6 +65,9 @@ func (c *collector) collect(ctx context.Context) {
 			// Deliveries come in the order they were received: the first
 			// is the one unacked longest.
 			cur.since = j.since
+			// Room for a full batch at once (most batches of a busy queue
+			// fill), rather than growing it message by message.
+			cur.ds = make([]Delivery, 0, min(c.p.o.Batch.MaxMessages, maxBatchRoom))
 			if c.p.o.BatchWait > 0 {
 				timer = time.NewTimer(c.p.o.BatchWait)
 				expired = timer.C
@@ -153,6 +156,10 @@ func (c *collector) collect(ctx context.Context) {
 		}
 	}
 }
+
+// maxBatchRoom bounds the room a batch is started with: a batch of up to
+// the most messages a batch may hold grows as it fills.
+const maxBatchRoom = 128
 
 // gathered is a batch as the collector hands it to a worker: its
 // deliveries, in the order received, and when the first of them was

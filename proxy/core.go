@@ -92,7 +92,7 @@ func (p *Loop) safeHistory(m *msg.Message) (in msg.Info) {
 func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered bool, rt *routing) bool {
 	p.inFlight(1)
 	defer p.inFlight(-1)
-	e := p.openAttempt(ctx, d, since, ordered, rt)
+	e := p.openAttempt(ctx, d, since, ordered, rt, nil)
 	if e == nil {
 		return false
 	}
@@ -107,12 +107,14 @@ func (p *Loop) attempt(ctx context.Context, d Delivery, since time.Time, ordered
 // the batch makes. It returns nil when d is not to be sent: its channel
 // died or Hopper is shutting down (given back), or it is settled at once,
 // in its turn: left out by its route's filter (rt; nil in a batch, which
-// routes do not combine with), or past its deadline.
-func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time, ordered bool, rt *routing) *entry {
+// routes do not combine with), or past its deadline. The attempt is
+// written into at when it is set (a batch keeps its attempts in one
+// array), else into an entry of its own.
+func (p *Loop) openAttempt(ctx context.Context, d Delivery, since time.Time, ordered bool, rt *routing, at *entry) *entry {
 	if !p.ready(ctx, d) {
 		return nil
 	}
-	e := p.begin(ctx, d, rt)
+	e := p.begin(ctx, d, rt, at)
 	e.ordered = ordered
 	var v verdict
 	switch {
@@ -167,10 +169,14 @@ type entry struct {
 // attempt's CONSUMER span, parented on the context the message carries
 // (the publisher's, or the previous attempt's move), takes the route
 // decision (rt; nil in a batch, which routes do not combine with) and
-// selects the policy: the route's own when it has one.
-func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing) *entry {
+// selects the policy: the route's own when it has one. The attempt is
+// written into e when it is set, else into a new entry.
+func (p *Loop) begin(ctx context.Context, d Delivery, rt *routing, e *entry) *entry {
 	m := d.Message()
-	e := &entry{d: d, m: m, now: p.o.Now()}
+	if e == nil {
+		e = new(entry)
+	}
+	*e = entry{d: d, m: m, now: p.o.Now()}
 	e.in, e.st = p.history(m, e.now)
 	if p.tracing {
 		e.ctx = propagator.Extract(ctx, headerCarrier(m.Headers))
