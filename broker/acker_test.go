@@ -158,3 +158,33 @@ func TestAckerWaitsBehindSlowDelivery(t *testing.T) {
 		t.Fatalf("sent %v", w.sent)
 	}
 }
+
+// TestAckerSendsReadyAcksOnRequest: a group's acks go out as one
+// multiple-ack when the caller says the group is settled, however few,
+// while acks above a delivery still outstanding keep waiting.
+func TestAckerSendsReadyAcksOnRequest(t *testing.T) {
+	w := newWire()
+	a := newAcker(w)
+	now := time.Unix(0, 0)
+	for tag := uint64(1); tag <= 6; tag++ {
+		w.deliver(tag)
+		a.register(tag)
+	}
+	for _, tag := range []uint64{1, 2, 3, 5, 6} { // 4 still at the app
+		if err := a.ack(tag, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(w.sent) != 0 {
+		t.Fatalf("sent %v before asked, with fewer acks than maxBatch", w.sent)
+	}
+	if err := a.sendReady(); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.sent) != 1 || w.sent[0] != "ack 3 true" || !w.unacked[4] || !w.unacked[5] {
+		t.Fatalf("sent %v, want one multiple-ack up to 3", w.sent)
+	}
+	if held, _ := a.heldOver(10, nil); held != 1 {
+		t.Fatalf("held %d, want 1 (delivery 4)", held)
+	}
+}

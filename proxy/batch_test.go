@@ -240,3 +240,29 @@ func TestBatchMoveDoesNotKeepWorker(t *testing.T) {
 		t.Errorf("journal %v: want m1 acked, m0 given back", got)
 	}
 }
+
+// flushingDelivery is a fake delivery whose channel coalesces acks: it
+// records when it is asked to send the acks that may go.
+type flushingDelivery struct{ fakeDelivery }
+
+func (d *flushingDelivery) SendAcks() error { d.j.add("send-acks"); return nil }
+
+// TestBatchSendsAcksOnceSettled: once a batch's messages are acked, the
+// batch asks their channel to send its acks then, not at its next
+// periodic flush: until the acks are on the wire the messages count
+// against the prefetch the next batches are gathered from.
+func TestBatchSendsAcksOnceSettled(t *testing.T) {
+	app := &batchApp{answer: func(ids []string) batch.Answer {
+		return each(ids, retry.Outcome{Kind: retry.Response, Status: 200})
+	}}
+	p, pub := newBatchLoop(t, app, 4, time.Hour)
+	j := pub.j
+	for i := range 4 {
+		p.Handle(&flushingDelivery{fakeDelivery{m: &msg.Message{MessageID: "m" + string(rune('0'+i)), Headers: map[string]any{}}, j: j, alive: true}})
+	}
+	waitfor.Until(t, 10*time.Second, "the batch's acks sent", func() bool { return slices.Contains(j.all(), "send-acks") })
+	log := j.all()
+	if want := []string{"ack", "ack", "ack", "ack", "send-acks"}; !slices.Equal(log, want) {
+		t.Fatalf("journal %v, want %v: the acks, then one request to send them", log, want)
+	}
+}
