@@ -17,12 +17,16 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
 
+	happ "github.com/hopper-sidecar/hopper/app"
+	hbatch "github.com/hopper-sidecar/hopper/batch"
 	"github.com/hopper-sidecar/hopper/config"
+	"github.com/hopper-sidecar/hopper/msg"
 )
 
 // The batch path asks what delivering many messages per request buys, on
 // the happy path's backlog and app. Each run drains the backlog five
-// times (six with --baseline-bin), in turn:
+// times (one more with --raw-contract, one more with --baseline-bin), in
+// turn:
 //
 //   - raw: the happy path's raw worker, one POST per message, at --prefetch
 //     and --workers: what a consumer gets without batching;
@@ -43,7 +47,19 @@ import (
 //   - rawbatch: `hopperbench raw-worker --batch`, a hand-written batching
 //     loop: on each of --batch-workers channels, take --batch-size
 //     deliveries, POST them as one JSON envelope, multiple-ack after the
-//     2xx;
+//     2xx. Its envelope carries only what the bench app reads (entry id,
+//     message id, attempt, content type, body);
+//   - rawbatchc (--raw-contract): the same loop sending, per batch, the
+//     envelope Hopper's contract has (raw-worker --batch --contract, see
+//     contractBatch): every entry with the headers a request of its own
+//     would carry, built by Hopper's own functions, and the request
+//     headers of Hopper's batch request, and nothing else of Hopper. Its
+//     envelope is larger than rawbatch's (by about a third with 256-byte
+//     bodies: six headers an entry instead of two), and the app parses
+//     all of it on the same cores: against rawbatch it tells what the
+//     contract's envelope costs a loop and its app, and against it Hopper
+//     is held to what its contract requires rather than to a loop that
+//     sends less;
 //   - hopper: Hopper with consumer.batch.maxMessages = --batch-size at
 //     --batch-prefetch and --batch-workers, the app acking every entry with
 //     an empty 200;
@@ -71,7 +87,15 @@ import (
 //
 //	baseline: batch size=S base=R/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z anon_mb=A
 //
-// is the batch line of the baseline binary in the same run.
+// is the batch line of the baseline binary in the same run. With
+// --raw-contract, the line
+//
+//	contract: batch size=S hopper=R1/s rawbatchc=R6/s ratio=X cpu_ratio=C raw_cpu_ratio=D rawbatchc_ratio=Y
+//
+// (and, with --baseline-bin, the same line with base= for hopper=) has
+// ratio = hopper/rawbatchc and rawbatchc_ratio = rawbatchc/rawbatch, of
+// medians, cpu_ratio = Hopper's CPU per message over rawbatchc's and
+// raw_cpu_ratio = rawbatchc's over rawbatch's.
 
 const (
 	// batchRetryEvery: on the batch-retry run, the messages whose id ends
@@ -84,8 +108,9 @@ const (
 )
 
 // batchWho are the batch path's consumers, in the order each run drains;
-// base (--baseline-bin) drains after hopper when it is set.
-var batchWho = []string{"raw", "floor", "rawbatch", "hopper", "base", "hopper-retry"}
+// rawbatchc (--raw-contract) drains after rawbatch and base
+// (--baseline-bin) after hopper, when they are set.
+var batchWho = []string{"raw", "floor", "rawbatch", "rawbatchc", "hopper", "base", "hopper-retry"}
 
 // batchEnvelope is the body of a batch request: the fields the app reads.
 type batchEnvelope struct {
@@ -267,6 +292,61 @@ func appendEnvelope(b []byte, ds []amqp.Delivery) []byte {
 	return append(b, "]}"...)
 }
 
+// contractBatch builds the body of a batch request as Hopper's contract
+// has it, with the functions Hopper builds it with: each entry's id
+// (batch.IDs over app.CloudEventID), the headers a request of its own
+// would carry (app.BuildHeaders on the message as Hopper's consumer hands
+// it over and msg.Read), its content type and its body, written by
+// batch.AppendJSON. What it leaves out is the rest of Hopper: breaker,
+// limiter, acker, spans, metrics. Against it, Hopper's CPU per message is
+// what Hopper costs beyond the envelope its contract requires, and the app
+// parses the same envelope from both.
+//
+// Hopper cleans an entry's content type and the Hopper-Queue value and
+// cuts them at 512 bytes; app.SanitizeValue cleans them the same way and
+// cuts at 4096. AMQP carries a content type and a queue name in at most
+// 255 bytes, so the two give the same value for every delivery.
+//
+// Its storage is kept from one batch to the next, as Hopper keeps its
+// entry headers' and body's.
+type contractBatch struct {
+	queue   string
+	msgs    []*msg.Message
+	infos   []msg.Info
+	entries []hbatch.Entry
+	fields  []happ.Header
+}
+
+// appendEnvelope appends the envelope of ds to dst, read as at now.
+func (c *contractBatch) appendEnvelope(dst []byte, ds []amqp.Delivery, now time.Time) []byte {
+	c.msgs, c.infos = c.msgs[:0], c.infos[:0]
+	for i := range ds {
+		m := deliveryMessage(&ds[i])
+		c.msgs = append(c.msgs, m)
+		c.infos = append(c.infos, msg.Read(m, c.queue, "", now))
+	}
+	ids := hbatch.IDs(len(ds), func(i int) string { return happ.CloudEventID(c.msgs[i], c.infos[i]) })
+	// One backing array for every entry's headers, as Hopper has it: an
+	// entry's are a full slice of it, which a later append that moves the
+	// array leaves as it is.
+	c.fields, c.entries = c.fields[:0], c.entries[:0]
+	for i, m := range c.msgs {
+		start := len(c.fields)
+		c.fields, _ = happ.BuildHeaders(c.fields, m, c.infos[i])
+		c.entries = append(c.entries, hbatch.Entry{ID: ids[i], Fields: c.fields[start:len(c.fields):len(c.fields)],
+			ContentType: happ.SanitizeValue(m.ContentType), Body: m.Body})
+	}
+	return hbatch.AppendJSON(dst, c.entries)
+}
+
+// setHeaders sets the request headers Hopper's batch request carries
+// besides its content type: the number of entries and the queue they came
+// from (every entry's msg.Info names the work queue).
+func (c *contractBatch) setHeaders(req *fasthttp.Request, n int) {
+	req.Header.Set(happ.HdrBatchSize, strconv.Itoa(n))
+	req.Header.Set(happ.HdrQueue, happ.SanitizeValue(c.queue))
+}
+
 // runRawBatch is the hand-written batching loop: workers channels on one
 // connection, each consuming at prefetch/workers (at least size), taking
 // up to size deliveries (waiting at most rawBatchWait for a batch to
@@ -319,10 +399,15 @@ func runRawBatch(ctx context.Context, url, queue string, prefetch, workers, size
 	return nil
 }
 
-// batchLoop is one channel's loop of the raw batching worker.
+// batchLoop is one channel's loop of the raw batching worker; with
+// --contract, each channel builds its bodies in a contractBatch of its own.
 func (w *rawWorker) batchLoop(deliveries <-chan amqp.Delivery, size int) {
 	batch := make([]amqp.Delivery, 0, size)
 	var body []byte
+	var cb *contractBatch
+	if w.contract {
+		cb = &contractBatch{queue: w.queue}
+	}
 	timer := time.NewTimer(rawBatchWait)
 	timer.Stop()
 	for d := range deliveries {
@@ -341,22 +426,28 @@ func (w *rawWorker) batchLoop(deliveries <-chan amqp.Delivery, size int) {
 			}
 		}
 		timer.Stop()
-		body = w.postBatch(body[:0], batch)
+		body = w.postBatch(body[:0], batch, cb)
 	}
 }
 
-// postBatch POSTs one batch and settles it; it returns the body buffer for
-// reuse.
-func (w *rawWorker) postBatch(body []byte, batch []amqp.Delivery) []byte {
+// postBatch POSTs one batch, its body built by cb when set (else the small
+// envelope of appendEnvelope), and settles it; it returns the body buffer
+// for reuse.
+func (w *rawWorker) postBatch(body []byte, batch []amqp.Delivery, cb *contractBatch) []byte {
 	rawHandled.Add(int64(len(batch)))
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	body = appendEnvelope(body, batch)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(w.appURL)
 	req.Header.SetContentType("application/json")
+	if cb != nil {
+		body = cb.appendEnvelope(body, batch, time.Now())
+		cb.setHeaders(req, len(batch))
+	} else {
+		body = appendEnvelope(body, batch)
+	}
 	req.SetBodyRaw(body)
 	err := w.client.DoTimeout(req, resp, w.timeout)
 	last := &batch[len(batch)-1]
@@ -459,7 +550,7 @@ func (e *env) batching() (map[string][]runResult, error) {
 	out := map[string][]runResult{}
 	for run := 1; run <= e.o.runs; run++ {
 		for _, who := range batchWho {
-			if who == "base" && e.baseBin == "" {
+			if who == "base" && e.baseBin == "" || who == "rawbatchc" && !e.o.rawContract {
 				continue
 			}
 			tag := fmt.Sprintf("bench-batch-%s-%d", who, run)
@@ -467,7 +558,7 @@ func (e *env) batching() (map[string][]runResult, error) {
 			switch who {
 			case "raw":
 				s = e.newSpec(tag, "raw", modeOK)
-			case "floor", "rawbatch":
+			case "floor", "rawbatch", "rawbatchc":
 				// Hopper's config only declares their topology.
 				s = e.newSpec(tag, who, modeBatch)
 				s.consumer = consumerSetting{prefetch: e.o.batchPrefetch, workers: e.o.batchWorkers}
@@ -530,8 +621,12 @@ func (rep *report) printBatch(w io.Writer, o *options) {
 	if o.batchWait > 0 {
 		wait = config.FormatDuration(o.batchWait)
 	}
-	fmt.Fprintf(w, "rawbatch and hopper at prefetch %d/workers %d (batch requests in flight), hopper's maxWait %s; hopper-retry: every %dth message answered 503 once, %s tier\n",
-		o.batchPrefetch, o.batchWorkers, wait, batchRetryEvery, config.FormatDuration(o.tier))
+	loops := "rawbatch"
+	if len(rep.batch["rawbatchc"]) > 0 {
+		loops = "rawbatch (its own envelope), rawbatchc (the contract's envelope)"
+	}
+	fmt.Fprintf(w, "%s and hopper at prefetch %d/workers %d (batch requests in flight), hopper's maxWait %s; hopper-retry: every %dth message answered 503 once, %s tier\n",
+		loops, o.batchPrefetch, o.batchWorkers, wait, batchRetryEvery, config.FormatDuration(o.tier))
 	fmt.Fprintf(w, "%-13s %9s %9s %9s %10s %10s %10s %8s %8s %9s %8s\n", "client", "median/s", "min/s", "max/s", "cpu_s/100k", "broker_cpu", "app_cpu", "rss_MiB", "anon_MiB", "per_req", "others")
 	for _, who := range batchWho {
 		rs := rep.batch[who]
@@ -556,8 +651,41 @@ func (rep *report) printBatch(w io.Writer, o *options) {
 			maxHWM(rs), maxAnon(rs), per, summarize(others).med)
 	}
 	f := rep.batchFigures()
-	fmt.Fprintf(w, "batch  hopper/raw %.3f, hopper/floor %.3f, hopper/rawbatch %.3f, retry/happy %.3f, cpu ratio (hopper/raw per message) %.2f\n\n",
-		f.hopper/f.raw, f.hopper/f.floor, f.hopper/f.rawbatch, f.retry/f.hopper, f.cpuRatio)
+	contract := ""
+	if rc := rep.batch["rawbatchc"]; len(rc) > 0 {
+		c := summarize(rates(rc)).med
+		contract = fmt.Sprintf(", hopper/rawbatchc %.3f, cpu ratio (hopper/rawbatchc per message) %.2f",
+			f.hopper/c, consumerCPU(rep.batch["hopper"])/consumerCPU(rc))
+	}
+	fmt.Fprintf(w, "batch  hopper/raw %.3f, hopper/floor %.3f, hopper/rawbatch %.3f, retry/happy %.3f, cpu ratio (hopper/raw per message) %.2f%s\n\n",
+		f.hopper/f.raw, f.hopper/f.floor, f.hopper/f.rawbatch, f.retry/f.hopper, f.cpuRatio, contract)
+}
+
+// contractBatchLines are the batch path's lines of --raw-contract: Hopper
+// (and the baseline, when it ran) against the batching loop sending the
+// contract's envelope, rawbatchc (ratio of the rates, cpu_ratio of the CPU
+// per message: what Hopper costs beyond the envelope), and that loop
+// against the plain one (raw_cpu_ratio, rawbatchc_ratio: what the
+// contract's envelope costs a loop, its own building and the app's
+// parsing on the same cores).
+func (rep *report) contractBatchLines() []string {
+	rc := rep.batch["rawbatchc"]
+	if len(rc) == 0 {
+		return nil
+	}
+	plain := rep.batch["rawbatch"]
+	c, p := summarize(rates(rc)).med, summarize(rates(plain)).med
+	var out []string
+	for _, who := range []string{"hopper", "base"} {
+		runs := rep.batch[who]
+		if len(runs) == 0 {
+			continue
+		}
+		h := summarize(rates(runs)).med
+		out = append(out, fmt.Sprintf("contract: batch size=%d %s=%.0f/s rawbatchc=%.0f/s ratio=%.3f cpu_ratio=%.2f raw_cpu_ratio=%.2f rawbatchc_ratio=%.3f",
+			rep.o.batchSize, who, h, c, h/c, consumerCPU(runs)/consumerCPU(rc), consumerCPU(rc)/consumerCPU(plain), c/p))
+	}
+	return out
 }
 
 // batchLines are the batch path's summary lines.

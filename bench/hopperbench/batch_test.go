@@ -1,14 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+
+	happ "github.com/hopper-sidecar/hopper/app"
+	hbatch "github.com/hopper-sidecar/hopper/batch"
+	"github.com/hopper-sidecar/hopper/msg"
 )
 
 // deliveries are n messages m-<first>… as the backlog holds them.
@@ -214,5 +225,103 @@ func TestBatchAppStopsTheRunOnABrokenEnvelope(t *testing.T) {
 				t.Errorf("answer %d, broken %v (%q), final %d; want 400, broken saying %q, 0", st, isClosed(r.broken), r.brokenWhy, r.final.Load(), tc.why)
 			}
 		})
+	}
+}
+
+// hoppersBatch is the batch request Hopper's app client sends for ds, read
+// from queue at now: its body and its headers, as an app receives them.
+func hoppersBatch(t *testing.T, ds []amqp.Delivery, queue string, now time.Time) ([]byte, http.Header) {
+	t.Helper()
+	var body []byte
+	var hdr http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ = io.ReadAll(r.Body)
+		hdr = r.Header.Clone()
+	}))
+	defer srv.Close()
+	c := happ.NewClient(happ.ClientOptions{URL: srv.URL, Timeout: 5 * time.Second})
+	r := &hbatch.Request{Messages: make([]*msg.Message, len(ds)), Infos: make([]msg.Info, len(ds)), Traces: make([]trace.SpanContext, len(ds))}
+	for i := range ds {
+		r.Messages[i] = deliveryMessage(&ds[i])
+		r.Infos[i] = msg.Read(r.Messages[i], queue, "", now)
+	}
+	if a := c.DeliverBatch(context.Background(), r); a.Unread != nil || len(a.Entries) != len(ds) {
+		t.Fatalf("Hopper's batch request: %d outcomes, unread %v", len(a.Entries), a.Unread)
+	}
+	return body, hdr
+}
+
+// The contract loop sends, for the same deliveries, the batch request
+// Hopper sends: the same body byte for byte (entry ids made unique or
+// derived from the content, every header a request of its own would
+// carry, a deadline from an expiration, content types cleaned, JSON
+// bodies as data) and the same batch headers; its storage, kept from one
+// batch to the next, leaves nothing of the first batch in the second. The
+// bench app takes the body.
+func TestContractEnvelopeIsHoppers(t *testing.T) {
+	const queue = "orders.bench"
+	now := time.Now()
+	ds := []amqp.Delivery{
+		{MessageId: "m-1", ContentType: "application/octet-stream", Exchange: "ex", RoutingKey: "orders", Body: body(64),
+			Headers: amqp.Table{"tenant": "a", "x-retry-count": int32(2), "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		{MessageId: "m-1", ContentType: "application/json", CorrelationId: "c-9", Type: "order.created", AppId: "shop",
+			Timestamp: time.Unix(1700000000, 0), Redelivered: true, Body: []byte(`{"a":[1,2]}`)},
+		{ContentType: "text/plain\x01", RoutingKey: "orders", Body: []byte("no id"),
+			Headers: amqp.Table{"x-death": []any{amqp.Table{"queue": "orders.retry", "reason": "expired", "count": int64(1)}}}},
+		{MessageId: "m-4", Expiration: "60000", Body: []byte("no content type")},
+	}
+	cb := &contractBatch{queue: queue}
+	var buf []byte
+	for _, batch := range [][]amqp.Delivery{ds, ds[2:]} {
+		want, hdr := hoppersBatch(t, batch, queue, now)
+		buf = cb.appendEnvelope(buf[:0], batch, now)
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("batch of %d: contract envelope\n%s\nHopper's\n%s", len(batch), buf, want)
+		}
+		req := fasthttp.AcquireRequest()
+		cb.setHeaders(req, len(batch))
+		for _, name := range []string{happ.HdrBatchSize, happ.HdrQueue} {
+			if got := string(req.Header.Peek(name)); got != hdr.Get(name) || got == "" {
+				t.Errorf("batch of %d: %s = %q, Hopper's %q", len(batch), name, got, hdr.Get(name))
+			}
+		}
+		fasthttp.ReleaseRequest(req)
+		if ct := hdr.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Hopper's batch content type %q, the loop's application/json", ct)
+		}
+	}
+	// Hopper's own headers, the forwarded application header and trace
+	// context are in the envelope, as Hopper builds them.
+	var env struct {
+		Entries []struct {
+			ID      string            `json:"id"`
+			Headers map[string]string `json:"headers"`
+		} `json:"entries"`
+	}
+	buf = cb.appendEnvelope(buf[:0], ds, now)
+	if err := json.Unmarshal(buf, &env); err != nil || len(env.Entries) != len(ds) {
+		t.Fatalf("envelope %s: %d entries (%v)", buf, len(env.Entries), err)
+	}
+	if env.Entries[3].Headers["Hopper-Deadline"] == "" {
+		t.Errorf("entry 3: no Hopper-Deadline from its expiration: %v", env.Entries[3].Headers)
+	}
+	for name, want := range map[string]string{
+		"Hopper-Message-Id": "m-1", "Hopper-Attempt": "3", "Hopper-Queue": queue, "Hopper-Routing-Key": "orders",
+		"Hopper-Exchange": "ex", "Hopper-Header-tenant": "a", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+	} {
+		if got := env.Entries[0].Headers[name]; got != want {
+			t.Errorf("entry 0: %s = %q, want %q", name, got, want)
+		}
+	}
+	if env.Entries[1].ID != "m-1#2" || env.Entries[2].ID == "" {
+		t.Errorf("entry ids %q, %q: want m-1#2 and one derived from the content", env.Entries[1].ID, env.Entries[2].ID)
+	}
+	// The bench app wants every entry's Hopper-Message-Id, which Hopper
+	// sends for a message that has an id (every one of the backlog's).
+	withIDs := []amqp.Delivery{ds[0], ds[1], ds[3]}
+	a, r := newTestApp(modeBatch, int64(len(withIDs)))
+	buf = cb.appendEnvelope(buf[:0], withIDs, now)
+	if st, b := post(a, "application/json", buf); st != fasthttp.StatusOK || b != "" || r.entries.Load() != int64(len(withIDs)) {
+		t.Errorf("bench app answered %d %q with %d entries (broken: %q), want an empty 200 for %d", st, b, r.entries.Load(), r.brokenWhy, len(withIDs))
 	}
 }

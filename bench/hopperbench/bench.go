@@ -44,7 +44,10 @@ type options struct {
 	baselineBin string
 	// rawContract adds, on the paths that compare Hopper with the raw
 	// loop, the raw loop carrying the contract's headers (raw-worker
-	// --contract): the `contract:` lines.
+	// --contract), on the batch path the batching loop sending the
+	// contract's batch envelope (rawbatchc) and on the stream path the
+	// stream loop sending the contract's headers (rawstreamc): the
+	// `contract:` lines.
 	rawContract bool
 	// rawSigned adds, on the signed path, the raw loop unsigned and
 	// signing each request itself (raw-worker --sign-secret).
@@ -102,7 +105,7 @@ func benchMain(args []string) int {
 	fs.DurationVar(&o.latSegment, "lat-segment", time.Second, "latency test, alternate mode: segment length")
 	fs.StringVar(&o.hopperBin, "hopper-bin", "", "Hopper binary to use (default: go build ./cmd/hopper)")
 	fs.BoolVar(&o.rawSigned, "raw-signed", false, "on the signed path, also drain with the raw loop unsigned and signing every request itself (standard library HMAC, the same three headers), interleaved run by run; the signed-raw: line")
-	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), and on the stream path with the stream loop sending those request headers, interleaved run by run; Hopper against it is the contract: lines")
+	fs.BoolVar(&o.rawContract, "raw-contract", false, "on the happy, retry, dlq and defaults paths, also drain with the raw loop carrying the request and copy headers Hopper's contract has, built by Hopper's own header functions (and nothing else of Hopper), on the batch path with the batching loop sending the envelope Hopper's batch request has (every entry with those request headers, and Hopper's batch request headers), and on the stream path with the stream loop sending those request headers, interleaved run by run; Hopper against it is the contract: lines")
 	fs.StringVar(&o.baselineBin, "baseline-bin", "", "a second Hopper binary (for example the build before a change) drained beside hopper, interleaved run by run, on the happy, retry, dlq, defaults, batch and stream paths; its figures against the same raw runs are the baseline: lines")
 	fs.StringVar(&o.workDir, "workdir", "", "directory for configs and logs (default: a temporary one)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, child logs)")
@@ -511,8 +514,9 @@ func (e *env) depth(name string) (int, error) {
 }
 
 // startConsumer starts hopper (or the baseline), the raw worker, the raw
-// batching loop or the floor on queue; n is the backlog, which only the
-// floor needs (it has no app to count for it).
+// batching loop (plain or with the contract's envelope) or the floor on
+// queue; n is the backlog, which only the floor needs (it has no app to
+// count for it).
 func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag string, n int) (*child, error) {
 	var argv []string
 	switch kind {
@@ -530,10 +534,14 @@ func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag strin
 		if kind == "rawstreamc" {
 			argv = append(argv, "--contract", "--queue", plan.Work.Name)
 		}
-	case "rawbatch":
+	case "rawbatch", "rawbatchc":
 		argv = []string{e.self, "raw-worker", "--batch", strconv.Itoa(e.o.batchSize),
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
 			"--prefetch", strconv.Itoa(e.o.batchPrefetch), "--workers", strconv.Itoa(e.o.batchWorkers)}
+		if kind == "rawbatchc" {
+			// --queue is the work queue: the one the contract's headers name.
+			argv = append(argv, "--contract")
+		}
 	default:
 		argv = []string{e.self, "raw-worker",
 			"--broker", e.url, "--queue", plan.Work.Name, "--app", e.app.url + appPath,
@@ -1295,7 +1303,8 @@ func (rep *report) rawPathLine(p string) string {
 // contractLines are the figures of --raw-contract: per raw path, the raw
 // loop carrying the contract's headers (rawc=) against the plain raw loop
 // (raw_cpu_ratio, what the headers cost a loop) and Hopper against it
-// (ratio, cpu_ratio: what Hopper costs beyond them).
+// (ratio, cpu_ratio: what Hopper costs beyond them); then the batch
+// path's, in the same shape (see contractBatchLines).
 func (rep *report) contractLines() []string {
 	var out []string
 	for _, p := range rep.o.rawPaths() {
@@ -1308,6 +1317,7 @@ func (rep *report) contractLines() []string {
 		out = append(out, fmt.Sprintf("contract: %s hopper=%.0f/s rawc=%.0f/s ratio=%.3f cpu_ratio=%.2f raw_cpu_ratio=%.2f",
 			p, h, c, h/c, consumerCPU(byKind["hopper"])/consumerCPU(rc), consumerCPU(rc)/consumerCPU(byKind["raw"])))
 	}
+	out = append(out, rep.contractBatchLines()...)
 	return out
 }
 

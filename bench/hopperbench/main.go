@@ -84,7 +84,8 @@
 // The batch path measures batch delivery (see batch.go) on the happy
 // path's backlog and app: the raw worker, the broker's floor (a process of
 // its own, no app, one multiple-ack per --batch-size deliveries, measured
-// as Hopper is), a hand-written batching loop
+// as Hopper is), a hand-written batching loop (with --raw-contract also
+// the same loop sending the envelope Hopper's contract has)
 // and Hopper with consumer.batch.maxMessages = --batch-size, then Hopper
 // again with every 10th message answered 503 once in the results body.
 // Its lines are
@@ -92,6 +93,10 @@
 //	bench: batch size=S hopper=R1/s raw=R2/s floor=R3/s of_floor=X ratio=Y cpu_ratio=C rss_mb=Z anon_mb=A
 //	bench: batch-raw size=S rawbatch=R4/s ratio=X
 //	bench: batch-retry size=S hopper=R5/s of_happy=X
+//
+// and with --raw-contract, among the contract: lines,
+//
+//	contract: batch size=S hopper=R1/s rawbatchc=R6/s ratio=X cpu_ratio=C raw_cpu_ratio=D rawbatchc_ratio=Y
 //
 // On a machine shared with other work, throughput and tail latency vary from
 // run to run: the report shows how many cores other processes used during

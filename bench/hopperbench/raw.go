@@ -56,7 +56,7 @@ func rawWorkerMain(args []string) int {
 	workers := fs.Int("workers", 64, "concurrent deliveries")
 	pubChannels := fs.Int("publish-channels", 8, "confirm-mode channels for republishes")
 	timeout := fs.Duration("timeout", 30*time.Second, "per request")
-	batch := fs.Int("batch", 0, "when > 1: the batching loop, one POST of a JSON envelope per this many deliveries (happy path only)")
+	batch := fs.Int("batch", 0, "when > 1: the batching loop, one POST of a JSON envelope per this many deliveries (happy path only); with --contract, the envelope and request headers Hopper's batch request has")
 	floorN := fs.Int("floor", 0, "when > 0: the broker's floor, no app: take this many deliveries, acking them with one multiple-ack every --every, tell the app (--app) when the first came and when the last ack was taken, then wait for SIGTERM")
 	every := fs.Int("every", 32, "with --floor: deliveries per multiple-ack")
 	signSecret := fs.String("sign-secret", "", "a file holding one whsec_ secret: sign every request with it as the Standard Webhooks specification has it (webhook-id, webhook-timestamp, webhook-signature)")
@@ -306,9 +306,7 @@ func (w *rawWorker) handleContract(ctx context.Context, d *amqp.Delivery) {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
-	m := &msg.Message{Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered, Headers: plainTable(d.Headers),
-		ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode, CorrelationID: d.CorrelationId,
-		MessageID: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppID: d.AppId, Body: d.Body}
+	m := deliveryMessage(d)
 	now := time.Now()
 	in := msg.Read(m, w.queue, "", now)
 	req.Header.SetMethod(fasthttp.MethodPost)
@@ -342,6 +340,18 @@ func (w *rawWorker) handleContract(ctx context.Context, d *amqp.Delivery) {
 		}
 		w.moveWith(ctx, d, queue, amqpTable(msg.RetryCopy(m, in, in.Retries+1, status, now).Headers))
 	}
+}
+
+// deliveryMessage is d as the message Hopper's consumer hands its loop:
+// the delivery's fields Hopper's consumer copies, and its headers as the
+// plain maps Hopper's header functions read (plainTable). Both contract
+// loops build their headers from it; the expiration among the fields
+// gives a message its deadline header, as it does in Hopper.
+func deliveryMessage(d *amqp.Delivery) *msg.Message {
+	return &msg.Message{Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered, Headers: plainTable(d.Headers),
+		ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode, Priority: d.Priority,
+		CorrelationID: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: d.Expiration, MessageID: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, UserID: d.UserId, AppID: d.AppId, Body: d.Body}
 }
 
 // plainTable is t with its nested tables (x-death's entries) as the plain
