@@ -608,6 +608,16 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 		c.giveBack(s, left)
 		return err
 	}
+	// take hands a delivery over.
+	take := func(d amqp.Delivery) {
+		s.acker.register(d.DeliveryTag)
+		c.received(len(d.Body))
+		if c.opts.SingleActive && !c.delivered.Swap(true) {
+			c.opts.logger().Info("single active consumer: this consumer is the active one", "event", "CONSUMER_ACTIVE",
+				"queue", c.opts.Queue, "consumer_tag", tag)
+		}
+		handle(newDelivery(&d, s))
+	}
 	for {
 		paused, prefetch, requested, room := c.want()
 		keep := c.opts.KeepActive && c.opts.SingleActive
@@ -731,16 +741,37 @@ func (c *Consumer) consume(ctx context.Context, s *session, handle func(*Deliver
 				}
 				continue
 			}
-			s.acker.register(d.DeliveryTag)
-			c.received(len(d.Body))
-			if c.opts.SingleActive && !c.delivered.Swap(true) {
-				c.opts.logger().Info("single active consumer: this consumer is the active one", "event", "CONSUMER_ACTIVE",
-					"queue", c.opts.Queue, "consumer_tag", tag)
+			take(d)
+			// What the client has buffered meanwhile is taken in one go,
+			// up to consumeBurst deliveries: the select above, which
+			// watches shutdown, the settings and the connection, cost more
+			// than the rest of a delivery's way through here. A burst
+			// stops at shutdown and when the settings changed (wake holds
+			// a signal), which the loop's top then reads; a closed
+			// delivery channel is left to the select, where it is seen
+			// again.
+		burst:
+			for range consumeBurst {
+				if ctx.Err() != nil || len(c.wake) > 0 {
+					break
+				}
+				select {
+				case d, ok := <-deliveries:
+					if !ok {
+						break burst
+					}
+					take(d)
+				default:
+					break burst
+				}
 			}
-			handle(newDelivery(&d, s))
 		}
 	}
 }
+
+// consumeBurst is the most deliveries the consumer takes from the client's
+// buffer between two looks at its settings and its connection.
+const consumeBurst = 64
 
 // giveBack returns deliveries the consumer received but never handed over,
 // at shutdown, while their channel is still open: on a classic queue a nack
