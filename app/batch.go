@@ -65,9 +65,13 @@ func (a *Client) DeliverBatch(ctx context.Context, r *batch.Request) batch.Answe
 		}
 	}()
 	var om Omitted
+	// One list of an entry's own headers for the whole batch: Build
+	// copies them into the entry's, and a list of each entry's own would
+	// be an allocation for every message.
+	var extra traceHeaders
 	for i, m := range r.Messages {
 		in := r.Infos[i]
-		var extra traceHeaders
+		extra = extra[:0]
 		if a.opts.CloudEvents {
 			extra = CloudEventHeaders(extra, m, in)
 		}

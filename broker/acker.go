@@ -209,7 +209,11 @@ func (a *acker) sendMultipleLocked(least int) {
 		front++
 	}
 	if front > 0 {
-		a.order, a.done, a.settled = a.order[front:], a.done[front:], a.settled-front
+		// Moved to the front rather than resliced: the arrays keep their
+		// room, and registering does not allocate again and again.
+		a.order = a.order[:copy(a.order, a.order[front:])]
+		a.done = a.done[:copy(a.done, a.done[front:])]
+		a.settled -= front
 	}
 	if len(a.pending) == 0 {
 		return
@@ -227,7 +231,7 @@ func (a *acker) sendMultipleLocked(least int) {
 			a.err = err
 			return
 		}
-		a.pending = a.pending[n:]
+		a.pending = a.pending[:copy(a.pending, a.pending[n:])]
 	}
 }
 
