@@ -258,6 +258,12 @@ func TestPoliciesPerMessage(t *testing.T) {
 	r.publish("reminder", via("amq.topic", "game.reminder.due"))
 	r.publish("status", via("amq.topic", "game.status"), func(m *msg.Message) { m.Type = "STATUS_TRANSITION_DUE" })
 	r.publish("lenient", withHeader("lenient", "yes"))
+	// The queues read empty also while a retried message passes from its
+	// tier back to the work queue, where neither holds it: the app's last
+	// answers are what says the retries are over.
+	waitfor.Until(t, 30*time.Second, "status's sixth attempt and lenient's third", func() bool {
+		return len(app.attempts("status")) >= 6 && len(app.statuses("lenient")) >= 3
+	})
 	r.settled(1)
 	dead := r.drain(r.sc.Plan().DLQ.Name)
 	if dead["reminder"] == nil || len(app.callsFor("reminder")) != 1 {
