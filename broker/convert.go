@@ -15,14 +15,21 @@ import (
 // fromTable): the delivery is dropped once converted, and copying every
 // table of a message that went through a delay tier (x-death is a list of
 // tables) cost more allocations than the rest of its receipt.
+//
+// A message without headers gets an empty map: the tools that read a
+// queue's messages (the DLQ's) edit and write them out as they are.
 func fromDelivery(d *amqp.Delivery) *msg.Message {
 	m := new(msg.Message)
 	readDelivery(m, d)
+	if m.Headers == nil {
+		m.Headers = map[string]any{}
+	}
 	return m
 }
 
 // readDelivery fills m from d, as fromDelivery does, for a caller that
-// allocates the message together with what holds it.
+// allocates the message together with what holds it. A message without
+// headers keeps nil headers (see newDelivery).
 func readDelivery(m *msg.Message, d *amqp.Delivery) {
 	h := fromTable(d.Headers)
 	delete(h, headerPublishID) // the publisher's own bookkeeping
@@ -49,7 +56,11 @@ func readDelivery(m *msg.Message, d *amqp.Delivery) {
 
 // newDelivery is d as the consumer hands it over, on session s: the
 // delivery and its message in one allocation, the one every message
-// received costs the consumer.
+// received costs the consumer. A message without headers keeps nil
+// headers, not an empty map of its own: the delivery loop only reads a
+// delivered message's headers, and gives it a map before it writes one
+// (a requeue's count, a failure kept in place); its copies get maps of
+// their own.
 func newDelivery(d *amqp.Delivery, s *session) *Delivery {
 	r := &struct {
 		Delivery
@@ -89,7 +100,7 @@ func toPublishing(m *msg.Message) amqp.Publishing {
 // give up: it must not be read as an amqp.Table afterwards.
 func fromTable(t amqp.Table) map[string]any {
 	if t == nil {
-		return map[string]any{}
+		return nil
 	}
 	for k, v := range t {
 		switch v.(type) {
@@ -105,6 +116,9 @@ func fromField(v any) any {
 	case amqp.Decimal:
 		return msg.Decimal{Scale: x.Scale, Value: x.Value}
 	case amqp.Table:
+		if x == nil {
+			return map[string]any{} // a nested table stays a table
+		}
 		return fromTable(x)
 	case []any:
 		for i, e := range x {

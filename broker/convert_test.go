@@ -46,3 +46,22 @@ func TestFromDeliveryConvertsTheClientsTypes(t *testing.T) {
 		t.Errorf("no headers: %#v, want an empty map", m.Headers)
 	}
 }
+
+// TestDeliveryWithoutHeaders: a delivery without headers reaches the
+// delivery loop with nil headers (no map allocated for each such
+// message), while the tools that read a queue's messages get an empty
+// map they may write into; the publisher's own bookkeeping header is
+// taken out either way.
+func TestDeliveryWithoutHeaders(t *testing.T) {
+	d := amqp.Delivery{DeliveryTag: 7, MessageId: "m"}
+	if got := newDelivery(&d, nil); got.Message().Headers != nil || got.Tag() != 7 || got.Message().MessageID != "m" {
+		t.Fatalf("consumer delivery: headers %v, tag %d, id %q", got.Message().Headers, got.Tag(), got.Message().MessageID)
+	}
+	if m := fromDelivery(&d); m.Headers == nil || len(m.Headers) != 0 {
+		t.Fatalf("tool message headers %#v, want an empty map", m.Headers)
+	}
+	d.Headers = amqp.Table{headerPublishID: "x", "k": "v"}
+	if h := newDelivery(&d, nil).Message().Headers; len(h) != 1 || h["k"] != "v" {
+		t.Fatalf("headers %v, want only k", h)
+	}
+}

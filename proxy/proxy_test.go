@@ -594,3 +594,44 @@ func TestInPlaceHoldCutByShutdown(t *testing.T) {
 func (p *Loop) handle(ctx context.Context, d Delivery, keyed bool) {
 	p.handleSince(ctx, d, keyed, p.o.Now())
 }
+
+// TestMessageWithoutHeaders: the consumer hands over a message that came
+// without headers with nil headers. Every outcome must still settle it,
+// and every copy must carry the headers the outcome writes; a failure
+// kept in place writes into the message itself.
+func TestMessageWithoutHeaders(t *testing.T) {
+	bare := func() *msg.Message { return &msg.Message{MessageID: "m", RoutingKey: "orders", Body: []byte("b")} }
+	for _, c := range []struct {
+		name   string
+		status int
+		want   []string
+	}{
+		{"ack", 200, []string{"ack"}},
+		{"retry", 503, []string{"publish orders.retry.1s", "ack"}},
+		{"dlq", 400, []string{"publish orders.dlq", "ack"}},
+		{"requeue", 425, []string{"publish orders", "ack"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, pub, j := newTestProxy(t, retry.Outcome{Kind: retry.Response, Status: c.status}, nil)
+			run(p, &fakeDelivery{m: bare(), j: j, alive: true})
+			if got := j.all(); !slices.Equal(got, c.want) {
+				t.Fatalf("journal %v, want %v", got, c.want)
+			}
+			if c.status == 503 && msg.Counter(pub.got[0].Headers[msg.HeaderRetryCount]) != 1 {
+				t.Fatalf("retry copy headers %v: no retry count", pub.got[0].Headers)
+			}
+		})
+	}
+	t.Run("in place", func(t *testing.T) {
+		app := &scriptedApp{outs: []retry.Outcome{{Status: 500}, {Status: 200}}}
+		p, _, j := newInPlaceProxy(t, app, []time.Duration{time.Millisecond}, time.Minute)
+		m := bare()
+		run(p, &fakeDelivery{m: m, j: j, alive: true})
+		if !slices.Equal(app.attempts, []int{1, 2}) || !slices.Equal(j.all(), []string{"ack"}) {
+			t.Fatalf("attempts %v, journal %v; want [1 2] and one ack", app.attempts, j.all())
+		}
+		if m.Headers == nil {
+			t.Fatal("the failure kept in place was not written into the message")
+		}
+	})
+}
