@@ -72,9 +72,17 @@ func (a *acker) register(tag uint64) {
 }
 
 // settleLocked marks tag settled in order. A tag never registered (or
-// already taken off the front) is not outstanding: nothing to mark.
+// already taken off the front) is not outstanding: nothing to mark. Tags
+// are registered in the order the channel numbered them, so a search
+// finds them; should one ever come out of order, the search may miss it,
+// and a scan still does: a settle that went unmarked would keep every
+// later ack waiting behind it.
 func (a *acker) settleLocked(tag uint64) {
-	if i, found := slices.BinarySearch(a.order, tag); found && !a.done[i] {
+	i, found := slices.BinarySearch(a.order, tag)
+	if !found {
+		i = slices.Index(a.order, tag)
+	}
+	if i >= 0 && i < len(a.order) && a.order[i] == tag && !a.done[i] {
 		a.done[i] = true
 		a.settled++
 	}

@@ -52,6 +52,17 @@ func (w *wire) Nack(tag uint64, _, _ bool) error {
 	return nil
 }
 
+// delivered is an acker on a fresh wire with deliveries 1..n registered.
+func delivered(n uint64) (*wire, *acker) {
+	w := newWire()
+	a := newAcker(w)
+	for tag := uint64(1); tag <= n; tag++ {
+		w.deliver(tag)
+		a.register(tag)
+	}
+	return w, a
+}
+
 // TestAckerNeverAcksOutstanding drives random settle orders and checks,
 // after every flush, that no delivery the app has not settled was acked,
 // and that every ack reaches the wire after a final flush.
@@ -117,13 +128,8 @@ func TestAckerNeverAcksOutstanding(t *testing.T) {
 
 // TestAckerCoalesces: in-order acks become one multiple-ack.
 func TestAckerCoalesces(t *testing.T) {
-	w := newWire()
-	a := newAcker(w)
+	w, a := delivered(10)
 	now := time.Unix(0, 0)
-	for tag := uint64(1); tag <= 10; tag++ {
-		w.deliver(tag)
-		a.register(tag)
-	}
 	for tag := uint64(1); tag <= 10; tag++ {
 		if err := a.ack(tag, now); err != nil {
 			t.Fatal(err)
@@ -140,13 +146,8 @@ func TestAckerCoalesces(t *testing.T) {
 // TestAckerWaitsBehindSlowDelivery: acks behind a delivery still in
 // progress wait, then go out one by one after maxWait.
 func TestAckerWaitsBehindSlowDelivery(t *testing.T) {
-	w := newWire()
-	a := newAcker(w)
+	w, a := delivered(3)
 	now := time.Unix(0, 0)
-	for tag := uint64(1); tag <= 3; tag++ {
-		w.deliver(tag)
-		a.register(tag)
-	}
 	a.ack(2, now)                             //nolint:errcheck // fake wire
 	a.ack(3, now)                             //nolint:errcheck // fake wire
 	a.flush(now.Add(time.Millisecond), false) //nolint:errcheck // fake wire
@@ -163,13 +164,8 @@ func TestAckerWaitsBehindSlowDelivery(t *testing.T) {
 // multiple-ack when the caller says the group is settled, however few,
 // while acks above a delivery still outstanding keep waiting.
 func TestAckerSendsReadyAcksOnRequest(t *testing.T) {
-	w := newWire()
-	a := newAcker(w)
+	w, a := delivered(6)
 	now := time.Unix(0, 0)
-	for tag := uint64(1); tag <= 6; tag++ {
-		w.deliver(tag)
-		a.register(tag)
-	}
 	for _, tag := range []uint64{1, 2, 3, 5, 6} { // 4 still at the app
 		if err := a.ack(tag, now); err != nil {
 			t.Fatal(err)
@@ -186,5 +182,31 @@ func TestAckerSendsReadyAcksOnRequest(t *testing.T) {
 	}
 	if held, _ := a.heldOver(10, nil); held != 1 {
 		t.Fatalf("held %d, want 1 (delivery 4)", held)
+	}
+}
+
+// TestAckerSettlesTagsRegisteredOutOfOrder: a settle is marked even for a
+// tag registered out of the channel's order, so the acks behind it still
+// go out and the count of held deliveries stays true.
+func TestAckerSettlesTagsRegisteredOutOfOrder(t *testing.T) {
+	w := newWire()
+	a := newAcker(w)
+	for _, tag := range []uint64{1, 3, 2, 4} {
+		w.deliver(tag)
+		a.register(tag)
+	}
+	for _, tag := range []uint64{1, 2, 3} {
+		if err := a.ack(tag, time.Unix(0, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held, _ := a.heldOver(10, nil); held != 1 {
+		t.Fatalf("held %d, want 1 (delivery 4)", held)
+	}
+	if err := a.sendReady(); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.sent) != 1 || w.sent[0] != "ack 3 true" || !w.unacked[4] {
+		t.Fatalf("sent %v, want one multiple-ack up to 3", w.sent)
 	}
 }
