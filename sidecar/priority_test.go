@@ -70,19 +70,29 @@ func TestPriorityQueueDeliversUrgentFirst(t *testing.T) {
 // delay tier comes back to the work queue, and reaches the DLQ, with
 // priority 9; on its second attempt it again goes before a priority-1
 // message that waited meanwhile.
+//
+// Nothing here depends on how fast the machine is: the urgent message's
+// first attempt is held at the app until the blocker and the low message
+// wait in the queue, and the blocker has the highest priority, so it is
+// delivered next even if the urgent message is already back from its tier.
 func TestPriorityKeptThroughRetry(t *testing.T) {
 	app := newScriptApp(t)
 	cfg := priorityConfig(t, app)
 	cfg.Retry.MaxAttempts = 2
 	app.script("urgent", 503, 503)
+	releaseUrgent := app.hold("urgent")
 	release := app.hold("blocker")
 	publishWithPriority(t, cfg, []string{"urgent"}, []uint8{9})
 	r := start(t, cfg)
-	// The first attempt fails: the message waits in the tier. The blocker
-	// holds the one worker while a priority-1 message is queued behind it
-	// and the urgent one comes back from the tier.
 	waitfor.Until(t, 30*time.Second, "first attempt", func() bool { return len(app.callsFor("urgent")) == 1 })
-	publishWithPriority(t, cfg, []string{"blocker", "low"}, []uint8{5, 1})
+	publishWithPriority(t, cfg, []string{"blocker", "low"}, []uint8{10, 1})
+	waitfor.Until(t, 30*time.Second, "blocker and low queued", func() bool {
+		ready, _, err := rabbit.QueueCounts(cfg.Queue.Name)
+		return err == nil && ready == 2
+	})
+	// The first attempt fails: the message waits in the tier while the
+	// blocker holds the one worker and the low message waits behind it.
+	releaseUrgent()
 	waitfor.Until(t, 30*time.Second, "blocker at the app", func() bool { return len(app.callsFor("blocker")) == 1 })
 	waitfor.Until(t, 30*time.Second, "urgent back from the tier", func() bool {
 		ready, _, err := rabbit.QueueCounts(cfg.Queue.Name)
