@@ -187,5 +187,6 @@ func (r *run) killBroker() {
 	if err := rabbit.StartNode(); err != nil {
 		r.t.Fatalf("broker start after kill: %v", err)
 	}
+	r.settleExtra = dlxConfirmTimeout(r.t)
 	r.step("broker back")
 }
