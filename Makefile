@@ -214,8 +214,9 @@ bench: deps
 ## hopper SIGKILLed three times while it flows); every message id is accounted for (acked or in the DLQ with a
 ## reason, lost=0); big-messages (hopper at its defaults in 64 and 128 MiB memory cgroups
 ## against backlogs of 1 and 8 MiB messages: every one acked, no OOM kill); classic-tier-restart
-## (the broker alone, 5 graceful restarts per tier type: a quorum tier loses nothing, what a
-## classic one loses is reported). Output also in faults.log.
+## (the broker alone, 5 graceful restarts and 5 SIGKILLs per pair of tier and work queue
+## types: a quorum tier loses nothing, what a classic one loses is reported). Output also in
+## faults.log.
 faults: SHELL := /bin/bash
 faults: .SHELLFLAGS := -o pipefail -c
 faults: deps
@@ -226,7 +227,8 @@ faults: deps
 ## tier-restarts: Hopper at its default delay tiers (quorum queues) through 50 graceful broker
 ## restarts and 10 SIGKILLs of the node, each while the tiers hold retries, on a classic and a
 ## quorum work queue, every message accounted for (lost=0); then the broker alone through 10
-## rounds per tier type and way down, reported (about an hour; log in tier-restarts.log;
+## rounds per pair of tier and work queue types and way down, reported (about an hour; log in
+## tier-restarts.log;
 ## TIER_TYPE=classic runs Hopper's rounds on classic tiers instead)
 TIER_TYPE ?=
 tier-restarts: SHELL := /bin/bash
