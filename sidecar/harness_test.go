@@ -41,7 +41,11 @@ func testConfig(t *testing.T, appURL string) config.Config {
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	cfg.Queue.Name = fmt.Sprintf("t%d.%s", queueSeq.Add(1), strings.ToLower(name))
 	cfg.App.URL = appURL
-	cfg.App.Timeout = config.Duration(2 * time.Second)
+	// Longer than a test waits while it holds a message at the app, so
+	// that the held request is not cut off by Hopper's timeout, and
+	// retried, while the test waits for something else on a loaded
+	// machine; the tests of the timeout set their own.
+	cfg.App.Timeout = config.Duration(time.Minute)
 	cfg.App.UnavailableBackoff = config.Duration(100 * time.Millisecond)
 	cfg.Retry.Tiers = []config.Duration{config.Duration(200 * time.Millisecond), config.Duration(400 * time.Millisecond)}
 	cfg.Retry.MaxAttempts = 3
