@@ -254,11 +254,12 @@ func TestParkedListWhileRunning(t *testing.T) {
 				t.Errorf("listed %v, want every message once: %v", ids, want)
 			}
 			time.Sleep(time.Until(t0.Add(6 * time.Second)))
+			began := time.Now()
 			ids = list()
 			if len(slices.Compact(slices.Sorted(slices.Values(ids)))) != len(ids) {
 				t.Errorf("listed %v: a message twice", ids)
 			}
-			t.Logf("listed at +6s: %d messages", len(ids))
+			t.Logf("listed at +6s: %d messages, in %s", len(ids), time.Since(began).Round(time.Millisecond))
 
 			waitfor.Until(t, 30*time.Second, "every message delivered", func() bool {
 				mu.Lock()
