@@ -243,21 +243,11 @@ func (p *Publisher) send(ctx context.Context, exchange, key string, m *msg.Messa
 	if err := p.waitUnblocked(ctx); err != nil {
 		return nil, err
 	}
-	pc, err := p.channel(ctx)
+	s, err := p.take(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case pc.room <- struct{}{}:
-	default:
-		if err := p.waitRoom(ctx, pc); err != nil {
-			return nil, err
-		}
-	}
-	s := &sent{p: p, pc: pc, ctx: ctx, key: key, id: p.publishSeq.Add(1)}
-	pc.mu.Lock()
-	pc.pending[s.id] = s
-	pc.mu.Unlock()
+	pc := s.pc
 
 	s.epoch = p.blockEpoch.Load()
 	// The write itself may stall while the broker blocks the connection
@@ -279,6 +269,68 @@ func (p *Publisher) send(ctx context.Context, exchange, key string, m *msg.Messa
 	return s, nil
 }
 
+// take picks a channel, takes room on it for one more publish in flight
+// and registers the publish there. A channel that is retired (a queue
+// refused a publish on it) or closed while the publish waited for room
+// has not been written to by it, so the publish picks a channel again
+// rather than fail, for at most the confirm timeout: a retired channel
+// takes no new publishes and is closed once its last one is answered,
+// which may be while others wait for its room.
+func (p *Publisher) take(ctx context.Context, key string) (*sent, error) {
+	var deadline time.Time
+	for {
+		pc, err := p.channel(ctx)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case pc.room <- struct{}{}:
+		default:
+			if err := p.waitRoom(ctx, pc); err != nil {
+				if !errors.Is(err, errRoomGone) {
+					return nil, err
+				}
+				if deadline, err = p.pickAgain(deadline, key, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		// Registered under pc.mu, where closeIfRetired looks for publishes
+		// in flight, so the channel is not closed under this one.
+		pc.mu.Lock()
+		if pc.retired.Load() || pc.isClosed() || pc.ch.IsClosed() {
+			pc.mu.Unlock()
+			<-pc.room
+			pc.closeIfRetired()
+			if deadline, err = p.pickAgain(deadline, key, errRoomGone); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		s := &sent{p: p, pc: pc, ctx: ctx, key: key, id: p.publishSeq.Add(1)}
+		pc.pending[s.id] = s
+		pc.mu.Unlock()
+		return s, nil
+	}
+}
+
+// pickAgain starts the confirm timeout on the first pick that found its
+// channel gone, and fails with why once it has passed.
+func (p *Publisher) pickAgain(deadline time.Time, key string, why error) (time.Time, error) {
+	now := time.Now()
+	if deadline.IsZero() {
+		return now.Add(p.opts.ConfirmTimeout), nil
+	}
+	if now.After(deadline) {
+		return deadline, fmt.Errorf("publish to %q: no publish channel kept room for it within %s: %w", key, p.opts.ConfirmTimeout, why)
+	}
+	return deadline, nil
+}
+
+// errRoomGone is a wait for room on a channel that closed meanwhile.
+var errRoomGone = errors.New("publish channel closed while waiting for room")
+
 // waitRoom waits, at most the confirm timeout, until pc has room for one
 // more publish in flight, and takes it.
 func (p *Publisher) waitRoom(ctx context.Context, pc *pubChannel) error {
@@ -288,7 +340,7 @@ func (p *Publisher) waitRoom(ctx context.Context, pc *pubChannel) error {
 	case pc.room <- struct{}{}:
 		return nil
 	case <-pc.closed:
-		return fmt.Errorf("publish channel closed: %w", pc.err)
+		return fmt.Errorf("%w: %w", errRoomGone, pc.err)
 	case <-tctx.Done():
 		return fmt.Errorf("wait for room on a publish channel: %w", tctx.Err())
 	}

@@ -180,3 +180,51 @@ func TestMaxMessageSizeCountsTheBody(t *testing.T) {
 		t.Fatalf("RabbitMQ %s: a body one byte over max_message_size: %v, want ErrTooLarge with the broker's reason", b.Version(), err)
 	}
 }
+
+// TestPublisherWaitersSurviveARetiredChannel: with room for one publish in
+// flight, publishes to a queue that refuses every message (max length 0,
+// reject-publish) retire the channel again and again while publishes to
+// an open queue wait for its room. A retired channel is closed once its
+// last publish is answered, and a publish that was waiting for room had
+// written nothing there, so it goes out on a fresh channel: every publish
+// to the open queue is confirmed, and every refused one is nacked.
+func TestPublisherWaitersSurviveARetiredChannel(t *testing.T) {
+	needBroker(t)
+	open := declareQueue(t, 0)
+	full := declareArgs(t, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"})
+	pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 1, InFlight: 1, ConfirmTimeout: 10 * time.Second})
+	defer pub.Close()
+
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := open
+			if i%2 == 1 {
+				q = full
+			}
+			errs[i] = pub.Publish(context.Background(), q, &msg.Message{MessageID: strconv.Itoa(i), Body: []byte("x")})
+		}()
+	}
+	wg.Wait()
+	var want []string
+	for i, err := range errs {
+		if i%2 == 0 {
+			if err != nil {
+				t.Errorf("publish %d to the open queue: %v", i, err)
+			}
+			want = append(want, strconv.Itoa(i))
+		} else if !errors.Is(err, ErrNacked) {
+			t.Errorf("publish %d to the refusing queue: %v, want ErrNacked", i, err)
+		}
+	}
+	got := browse(t, open)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("open queue holds %d messages, want the %d confirmed ones", len(got), len(want))
+	}
+}
