@@ -36,19 +36,7 @@ func TestPublisherPipelinedAnswers(t *testing.T) {
 
 	const n = 900
 	dest := func(i int) string { return []string{open, full, missing}[i%3] }
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Bodies repeat across destinations, so only the routing key
-			// tells the unroutable copies from the others.
-			m := &msg.Message{MessageID: strconv.Itoa(i), Body: []byte("same body")}
-			errs[i] = pub.Publish(context.Background(), dest(i), m)
-		}()
-	}
-	wg.Wait()
+	errs := publishAtOnce(pub, n, dest)
 
 	var wantOpen, wantFull []string
 	for i, err := range errs {
@@ -86,6 +74,24 @@ func TestPublisherPipelinedAnswers(t *testing.T) {
 }
 
 func head(s []string) []string { return s[:min(len(s), 5)] }
+
+// publishAtOnce publishes n messages from n goroutines, message i (its id)
+// to dest(i), and returns each publish's error. Bodies repeat across
+// destinations, so only the routing key tells the copies apart.
+func publishAtOnce(pub *Publisher, n int, dest func(i int) string) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := &msg.Message{MessageID: strconv.Itoa(i), Body: []byte("same body")}
+			errs[i] = pub.Publish(context.Background(), dest(i), m)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
 
 // declareArgs declares an empty durable queue with a name no other test
 // uses and the arguments given.
@@ -195,21 +201,7 @@ func TestPublisherWaitersSurviveARetiredChannel(t *testing.T) {
 	pub := NewPublisher(PublisherOptions{Options: opts(), Channels: 1, InFlight: 1, ConfirmTimeout: 10 * time.Second})
 	defer pub.Close()
 
-	const n = 200
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			q := open
-			if i%2 == 1 {
-				q = full
-			}
-			errs[i] = pub.Publish(context.Background(), q, &msg.Message{MessageID: strconv.Itoa(i), Body: []byte("x")})
-		}()
-	}
-	wg.Wait()
+	errs := publishAtOnce(pub, 200, func(i int) string { return []string{open, full}[i%2] })
 	var want []string
 	for i, err := range errs {
 		if i%2 == 0 {
