@@ -7,6 +7,7 @@
 //
 //	bench: hopper=R1/s raw=R2/s ratio=X p99_added_ms=Y rss_mb=Z [cpu_ratio=C] [anon_mb=A]
 //	bench: retry|dlq|defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z [anon_mb=A]
+//	bench: defaults-fixed defaults=R1/s fixed=R2/s (prefetch P/workers W) ratio=X cpu_ratio=C rss_mb=Z [anon_mb=A] …
 //	bench: slow20ms defaults=R1/s best_fixed=R2/s (prefetch P/workers W) ratio=X
 //	bench: fair healthy_alone=R1/s healthy_beside_poison=R2/s ratio=X
 //	bench: big size_kib=K hold=D held_max=H held_bound=B rss_mb=R rss_over_held_mb=X
@@ -86,7 +87,7 @@ type row struct {
 }
 
 // rowOrder is the order of the rows, whatever the order of the input.
-var rowOrder = []string{"happy", "retry", "dlq", "defaults", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "deep", "deep-batch", "replay", "console-scan"}
+var rowOrder = []string{"happy", "retry", "dlq", "defaults", "defaults-fixed", "slow", "fair", "big", "batch", "batch-raw", "batch-retry", "deep", "deep-batch", "replay", "console-scan"}
 
 // figures are what the input held.
 type figures struct {
@@ -174,6 +175,21 @@ func (fig *figures) benchLine(s string, warn io.Writer) error {
 			return err
 		}
 		fig.rows[key] = row{path: label, hopper: h, compared: "raw loop: " + r, ratio: ratio, cpu: cpu, rss: rss}
+	case kind == "defaults-fixed":
+		defaults, fixed, ratio, err := rateRatio(kv, "defaults", "fixed")
+		if err != nil {
+			return err
+		}
+		cpu, rss, err := cpuRSS(kv)
+		if err != nil {
+			return err
+		}
+		setting := "Hopper at a fixed setting"
+		if m := bestFixedRE.FindStringSubmatch(s); m != nil {
+			setting = fmt.Sprintf("Hopper at prefetch %s / workers %s", m[1], m[2])
+		}
+		fig.rows["defaults-fixed"] = row{path: "defaults against a fixed setting, in the same runs", hopper: defaults,
+			compared: setting + ": " + fixed, ratio: ratio, cpu: cpu, rss: rss}
 	case kind == "fair":
 		alone, beside, ratio, err := rateRatio(kv, "healthy_alone", "healthy_beside_poison")
 		if err != nil {

@@ -21,6 +21,7 @@ bench: big size_kib=1024 hold=1s held_max=64 held_bound=64 rss_mb=134.6 rss_over
 bench: retry hopper=4567/s raw=4078/s ratio=1.120 cpu_ratio=1.05 rss_mb=24.1
 bench: dlq hopper=6200.4/s raw=5900/s ratio=1.051 cpu_ratio=0.98 rss_mb=22.9
 bench: defaults hopper=11603/s raw=9332/s ratio=1.243 cpu_ratio=1.12 rss_mb=25.4
+bench: defaults-fixed defaults=11603/s fixed=12040/s (prefetch 200/workers 64) ratio=0.964 cpu_ratio=1.04 rss_mb=25.4 anon_mb=10.1 fixed_rss_mb=23.0 fixed_anon_mb=9.0
 bench: batch-retry size=32 hopper=30100/s of_happy=0.781
 bench: batch size=32 hopper=38543/s raw=13877/s floor=52598/s of_floor=0.733 ratio=2.777 cpu_ratio=0.41 rss_mb=19.2
 bench: batch-raw size=32 rawbatch=31763/s ratio=1.213
@@ -39,6 +40,7 @@ const wantTable = `| path | Hopper | compared with | ratio | Hopper CPU vs compa
 | retry: 503 once, then 200 after the delay tier | 4,567 msg/s | raw loop: 4,078 msg/s | 1.120 | 1.05× | 24.1 MiB |
 | dlq: every message answered 400 | 6,200 msg/s | raw loop: 5,900 msg/s | 1.051 | 0.98× | 22.9 MiB |
 | defaults: Hopper without consumer keys | 11,603 msg/s | raw loop: 9,332 msg/s | 1.243 | 1.12× | 25.4 MiB |
+| defaults against a fixed setting, in the same runs | 11,603 msg/s | Hopper at prefetch 200 / workers 64: 12,040 msg/s | 0.964 | 1.04× | 25.4 MiB (10.1 anonymous) |
 | slow: app answering after 20ms, Hopper at its defaults | 9,022 msg/s | best fixed, prefetch 800 / workers 400: 10,860 msg/s | 0.831 | — | — |
 | fair: a healthy queue beside a poison queue, one Hopper | 10,800 msg/s | the same queue alone: 12,000 msg/s | 0.900 | — | — |
 | big: 1024 KiB messages the app holds for 1s each, Hopper at its defaults | 64 held at once | prefetchBytes bound: 64 | — | — | 134.6 MiB (70.6 MiB over what was held) |

@@ -520,7 +520,7 @@ func (e *env) depth(name string) (int, error) {
 func (e *env) startConsumer(kind, cfgPath string, plan *topology.Plan, tag string, n int) (*child, error) {
 	var argv []string
 	switch kind {
-	case "hopper":
+	case "hopper", "fixed":
 		argv = []string{e.hopperBin, "run", "--config", cfgPath}
 	case "base":
 		argv = []string{e.baseBin, "run", "--config", cfgPath}
@@ -630,7 +630,7 @@ func per100k(d time.Duration, n int) float64 { return d.Seconds() * 100_000 / fl
 func (e *env) throughput(pathName, kind string, run int) (runResult, error) {
 	m, _ := pathMode(pathName)
 	s := e.newSpec(fmt.Sprintf("bench-%s-%s-%d", pathName, kind, run), kind, m)
-	if pathName == "defaults" && kind != "raw" && kind != "rawc" {
+	if pathName == "defaults" && kind != "raw" && kind != "rawc" && kind != "fixed" {
 		s.consumer = consumerSetting{}
 	}
 	if pathName == "retry-classic" {
@@ -1005,8 +1005,15 @@ func (e *env) bench() (*report, error) {
 			continue
 		}
 		rep.paths[p] = map[string][]runResult{}
+		pathKinds := kinds
+		if p == "defaults" {
+			// The same Hopper at the happy path's fixed setting, in the
+			// same runs: what the defaults cost against it is read pair
+			// by pair, not through two raw loops' swings.
+			pathKinds = append(slices.Clone(kinds), "fixed")
+		}
 		for run := 1; run <= e.o.runs; run++ {
-			for _, kind := range kinds {
+			for _, kind := range pathKinds {
 				res, err := e.throughput(p, kind, run)
 				if err != nil {
 					return nil, fmt.Errorf("%s path, %s run %d: %w", p, kind, run, err)
@@ -1099,7 +1106,7 @@ func (rep *report) print(w io.Writer, o *options) bool {
 	var happyRSS, cpuRatio float64
 	for _, p := range o.rawPaths() {
 		byKind := rep.paths[p]
-		for _, k := range []string{"raw", "hopper", "base", "rawc"} {
+		for _, k := range []string{"raw", "hopper", "base", "rawc", "fixed"} {
 			rs := byKind[k]
 			if len(rs) == 0 {
 				continue
@@ -1132,6 +1139,11 @@ func (rep *report) print(w io.Writer, o *options) bool {
 			b := summarize(rates(bs))
 			fmt.Fprintf(w, "%-8s base    %9.3f (base/raw medians)   cpu ratio %.2f;   hopper/base %.3f, cpu %.2f\n",
 				p, b.med/r.med, consumerCPU(bs)/rc, h.med/b.med, hc/consumerCPU(bs))
+		}
+		if fs := byKind["fixed"]; len(fs) > 0 {
+			rp, cp := runPairs(byKind["hopper"], fs)
+			fmt.Fprintf(w, "%-8s fixed   %9.3f (defaults/fixed medians; per run pair: rate %s, cpu %s)   cpu ratio %.2f\n",
+				p, h.med/summarize(rates(fs)).med, strings.Join(rp, " "), strings.Join(cp, " "), hc/consumerCPU(fs))
 		}
 		// When the machine is CPU-bound, throughput is cores / CPU per
 		// message of everything on the path (consumer + broker + app); this
@@ -1257,6 +1269,9 @@ func (rep *report) pathLines() []string {
 		switch p {
 		case "retry", "retry-classic", "dlq", "defaults":
 			out = append(out, rep.rawPathLine(p))
+			if p == "defaults" && len(rep.paths[p]["fixed"]) > 0 {
+				out = append(out, rep.defaultsFixedLine())
+			}
 		case "fair":
 			out = append(out, rep.fairLine())
 		case "slow":
@@ -1298,6 +1313,27 @@ func (rep *report) rawPathLine(p string) string {
 	h, r := summarize(rates(byKind["hopper"])).med, summarize(rates(byKind["raw"])).med
 	return fmt.Sprintf("bench: %s hopper=%.0f/s raw=%.0f/s ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f",
 		p, h, r, h/r, consumerCPU(byKind["hopper"])/consumerCPU(byKind["raw"]), maxHWM(byKind["hopper"]), maxAnon(byKind["hopper"]))
+}
+
+// defaultsFixedLine compares Hopper at its defaults with the same Hopper at
+// the happy path's fixed setting (--prefetch/--workers), drained in the
+// same runs: the medians of their rates and of their CPU per message, and
+// each one's peak RSS.
+func (rep *report) defaultsFixedLine() string {
+	byKind := rep.paths["defaults"]
+	d, f := byKind["hopper"], byKind["fixed"]
+	dr, fr := summarize(rates(d)).med, summarize(rates(f)).med
+	return fmt.Sprintf("bench: defaults-fixed defaults=%.0f/s fixed=%.0f/s (prefetch %d/workers %d) ratio=%.3f cpu_ratio=%.2f rss_mb=%.1f anon_mb=%.1f fixed_rss_mb=%.1f fixed_anon_mb=%.1f",
+		dr, fr, rep.o.prefetch, rep.o.workers, dr/fr, consumerCPU(d)/consumerCPU(f), maxHWM(d), maxAnon(d), maxHWM(f), maxAnon(f))
+}
+
+// runPairs are a's rate and CPU per message over b's, run by run.
+func runPairs(a, b []runResult) (rate, cpu []string) {
+	for i := range min(len(a), len(b)) {
+		rate = append(rate, fmt.Sprintf("%.3f", a[i].rate/b[i].rate))
+		cpu = append(cpu, fmt.Sprintf("%.2f", a[i].cpu.Seconds()/float64(a[i].n)/(b[i].cpu.Seconds()/float64(b[i].n))))
+	}
+	return rate, cpu
 }
 
 // contractLines are the figures of --raw-contract: per raw path, the raw
