@@ -179,7 +179,8 @@ docker-check:
 ## bench: Hopper against the raw amqp091-go limit on a private RabbitMQ node,
 ## and a healthy queue alone against beside a poison-heavy one in one Hopper
 ## (the "bench: fair" line), Hopper at its own defaults against the raw limit
-## (the "bench: defaults" line) and against fixed settings on a 20ms app (the
+## (the "bench: defaults" line) and against itself at --prefetch/--workers in the same
+## runs (the "bench: defaults-fixed" line), and against fixed settings on a 20ms app (the
 ## "bench: slow20ms" line), and 32 messages per request against the raw loop, the
 ## broker's floor and a hand-written batching loop (the "bench: batch", "batch-raw" and
 ## "batch-retry" lines); `--paths keyed` (never by default) drains a backlog answered after 1ms

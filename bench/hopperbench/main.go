@@ -60,7 +60,15 @@
 //	bench: defaults hopper=R1/s raw=R2/s ratio=X cpu_ratio=Y rss_mb=Z anon_mb=A
 //
 // where cpu_ratio is Hopper's CPU per message over the raw worker's (both
-// medians) and rss_mb Hopper's peak RSS.
+// medians) and rss_mb Hopper's peak RSS. Each run of the path also drains
+// the same Hopper at --prefetch and --workers (the happy path's setting),
+// and the line
+//
+//	bench: defaults-fixed defaults=R1/s fixed=R2/s (prefetch P/workers W) ratio=X cpu_ratio=C rss_mb=Z anon_mb=A fixed_rss_mb=Z2 fixed_anon_mb=A2
+//
+// compares the two directly (medians; the table gives them run by run):
+// whether the defaults cost anything against a setting chosen for this
+// app, read without two raw runs' swings in between.
 //
 // The slow path tells whether those defaults suit an app that takes its
 // time: the app answers every message 200 after 20ms (path /slow), and each
