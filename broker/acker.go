@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hopper-sidecar/hopper/config"
 )
 
 // settler is the part of a channel the acker drives.
@@ -60,7 +62,7 @@ type pendingAck struct {
 }
 
 func newAcker(ch settler) *acker {
-	return &acker{ch: ch, maxBatch: 64, maxWait: 50 * time.Millisecond}
+	return &acker{ch: ch, maxBatch: config.AckBatch, maxWait: 50 * time.Millisecond}
 }
 
 // register records a delivery as outstanding, in arrival order.

@@ -92,7 +92,7 @@ func TestBatchConcurrency(t *testing.T) {
 		{"consumer: {prefetch: 256, batch: {maxMessages: 32}}", 256, 8, false},
 		{"consumer: {prefetch: 256, workers: 2, batch: {maxMessages: 32}}", 256, 2, false},
 		{"limiter: {enabled: false}\nconsumer: {batch: {maxMessages: 4}}", 512, 64, false},
-		{"consumer: {batch: {maxMessages: 4}}", 4 * config.FollowPrefetch(config.AutoInitial, config.AutoWorkers), config.AutoWorkers, true},
+		{"consumer: {batch: {maxMessages: 4}}", 4 * 2 * config.AutoInitial, config.AutoWorkers, true},
 	}
 	for _, c := range cases {
 		cfg, err := parse(t, "queue: {name: q}\n"+c.doc+"\n")

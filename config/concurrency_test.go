@@ -14,8 +14,8 @@ func TestConcurrency(t *testing.T) {
 		prefetch, workers int
 		follow            bool
 	}{
-		{"defaults follow the limit", func(*config.Config) {}, 2 * config.AutoInitial, config.AutoWorkers, true},
-		{"workers set, prefetch follows", func(c *config.Config) { c.Consumer.Workers = 8 }, config.MinFollowPrefetch, 8, true},
+		{"defaults follow the limit", func(*config.Config) {}, 2*config.AutoInitial + config.AckBatch, config.AutoWorkers, true},
+		{"workers set, prefetch follows", func(c *config.Config) { c.Consumer.Workers = 8 }, 32, 8, true},
 		{"prefetch fixes it", func(c *config.Config) { c.Consumer.Prefetch = 50 }, 50, 50, false},
 		{"prefetch and workers", func(c *config.Config) { c.Consumer.Prefetch, c.Consumer.Workers = 200, 64 }, 200, 64, false},
 		{"no limiter", func(c *config.Config) { c.Limiter.Enabled = false }, 2 * config.FixedWorkers, config.FixedWorkers, false},
@@ -38,10 +38,12 @@ func TestConcurrency(t *testing.T) {
 func TestFollowPrefetch(t *testing.T) {
 	cases := []struct{ limit, workers, want int }{
 		{1, 256, config.MinFollowPrefetch}, // a limit cut to 1 still keeps a few buffered
-		{32, 256, 64},
-		{200, 256, 400},
-		{256, 256, 512}, // at the ceiling
-		{300, 256, 512}, // a shared limit above this queue's workers
+		{8, 256, 32},                       // twice the limit, and as much again for held acks
+		{32, 256, 128},
+		{50, 256, 164}, // held acks: at most AckBatch
+		{200, 256, 464},
+		{256, 256, 576}, // at the ceiling
+		{300, 256, 576}, // a shared limit above this queue's workers
 		{5, 4, config.MinFollowPrefetch},
 	}
 	for _, c := range cases {

@@ -697,8 +697,9 @@ const (
 type Consumer struct {
 	// Prefetch is the AMQP prefetch (QoS): how many unacked messages the
 	// broker sends ahead. Default 0: it follows the concurrency limit,
-	// about twice the limit, from 20 up to twice the workers. A number
-	// from 1 to 65535 fixes it.
+	// about twice the limit and as much again (at most 64 more) for
+	// settled messages whose acks are held to go out together, from 20
+	// up to twice the workers plus 64. A number from 1 to 65535 fixes it.
 	Prefetch int `yaml:"prefetch"`
 	// Workers is the most deliveries at the app at once (with batching,
 	// the most requests), at most 32767 and no more than a set prefetch.

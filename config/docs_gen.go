@@ -197,8 +197,9 @@ parallel up to the workers. A message without the key is unordered.
 Not with consumer.ordered or batching. Default "" (no key).`,
 	"Consumer.Prefetch": `Prefetch is the AMQP prefetch (QoS): how many unacked messages the
 broker sends ahead. Default 0: it follows the concurrency limit,
-about twice the limit, from 20 up to twice the workers. A number
-from 1 to 65535 fixes it.`,
+about twice the limit and as much again (at most 64 more) for
+settled messages whose acks are held to go out together, from 20
+up to twice the workers plus 64. A number from 1 to 65535 fixes it.`,
 	"Consumer.PrefetchBytes": `PrefetchBytes bounds the message bytes a queue's unsettled
 deliveries may take when Hopper picks the prefetch (it follows the
 limit, or the queue is single-active-consumer): the consumer keeps

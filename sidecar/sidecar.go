@@ -735,7 +735,7 @@ func (s *Sidecar) newSources() error {
 			// does what the stream reader hands over, and with it what
 			// the stream client reads ahead. Held at the most the limit
 			// could ask for (1,024 messages at the defaults, where a
-			// queue's prefetch starts at 64), a stream read at the
+			// queue's prefetch starts at 128), a stream read at the
 			// defaults took more memory than a queue for no speed.
 			o.Follow = func() int {
 				lim := s.limiter.Load()
