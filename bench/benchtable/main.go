@@ -166,30 +166,21 @@ func (fig *figures) benchLine(s string, warn io.Writer) error {
 				fig.p99Added = ""
 			}
 		}
-		h, r, ratio, err := rateRatio(kv, "hopper", "raw")
+		r, err := comparedRow(kv, label, "hopper", "raw", "raw loop")
 		if err != nil {
 			return err
 		}
-		cpu, rss, err := cpuRSS(kv)
-		if err != nil {
-			return err
-		}
-		fig.rows[key] = row{path: label, hopper: h, compared: "raw loop: " + r, ratio: ratio, cpu: cpu, rss: rss}
+		fig.rows[key] = r
 	case kind == "defaults-fixed":
-		defaults, fixed, ratio, err := rateRatio(kv, "defaults", "fixed")
-		if err != nil {
-			return err
-		}
-		cpu, rss, err := cpuRSS(kv)
-		if err != nil {
-			return err
-		}
 		setting := "Hopper at a fixed setting"
 		if m := bestFixedRE.FindStringSubmatch(s); m != nil {
 			setting = fmt.Sprintf("Hopper at prefetch %s / workers %s", m[1], m[2])
 		}
-		fig.rows["defaults-fixed"] = row{path: "defaults against a fixed setting, in the same runs", hopper: defaults,
-			compared: setting + ": " + fixed, ratio: ratio, cpu: cpu, rss: rss}
+		r, err := comparedRow(kv, "defaults against a fixed setting, in the same runs", "defaults", "fixed", setting)
+		if err != nil {
+			return err
+		}
+		fig.rows["defaults-fixed"] = r
 	case kind == "fair":
 		alone, beside, ratio, err := rateRatio(kv, "healthy_alone", "healthy_beside_poison")
 		if err != nil {
@@ -414,6 +405,21 @@ func rateRatio(kv map[string]string, a, b string) (string, string, string, error
 		return "", "", "", err
 	}
 	return ra, rb, kv["ratio"], nil
+}
+
+// comparedRow is the row of a line that compares Hopper's rate (key
+// hopper) with another's (key other, named what): both rates, their ratio,
+// the CPU ratio and the peak RSS.
+func comparedRow(kv map[string]string, path, hopper, other, what string) (row, error) {
+	h, o, ratio, err := rateRatio(kv, hopper, other)
+	if err != nil {
+		return row{}, err
+	}
+	cpu, rss, err := cpuRSS(kv)
+	if err != nil {
+		return row{}, err
+	}
+	return row{path: path, hopper: h, compared: what + ": " + o, ratio: ratio, cpu: cpu, rss: rss}, nil
 }
 
 // cpuRSS reads cpu_ratio and rss_mb, each "—" when the line has none,
